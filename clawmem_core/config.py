@@ -1,0 +1,339 @@
+"""``MemoryConfig``: every setting of SPEC section 11 with OpenClaw's defaults and clamping.
+
+Settings nest as OpenClaw nests them (``config.query.hybrid.temporal_decay.enabled``). An OpenClaw
+``memorySearch`` object (camelCase JSON) loads as-is with :meth:`MemoryConfig.from_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from .errors import ConfigError
+
+PROVIDERS = ("auto", "openai", "gemini", "voyage", "mistral", "ollama", "local", "none")
+DEFAULT_MODELS = {
+    "openai": "text-embedding-3-small",
+    "gemini": "gemini-embedding-001",
+    "voyage": "voyage-4-large",
+    "mistral": "mistral-embed",
+    "ollama": "nomic-embed-text",
+}
+SOURCES = ("memory", "sessions")
+
+
+def _clamp(value: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, value))
+
+
+def _num(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+@dataclass
+class ChunkingConfig:
+    """Chunk size and overlap in estimated tokens (4 characters, or one CJK character, a token)."""
+
+    tokens: int = 400
+    overlap: int = 80
+
+    def __post_init__(self) -> None:
+        self.tokens = max(1, int(_num(self.tokens, "chunking.tokens")))
+        self.overlap = int(_clamp(int(_num(self.overlap, "chunking.overlap")), 0, self.tokens - 1))
+
+
+@dataclass
+class MMRConfig:
+    """Maximal marginal relevance re-ranking (off by default)."""
+
+    enabled: bool = False
+    lambda_: float = 0.7
+
+    def __post_init__(self) -> None:
+        lam = _num(self.lambda_, "mmr.lambda")
+        self.lambda_ = 0.7 if not math.isfinite(lam) else _clamp(lam, 0.0, 1.0)
+
+
+@dataclass
+class TemporalDecayConfig:
+    """Exponential decay of dated notes' scores (off by default)."""
+
+    enabled: bool = False
+    half_life_days: float = 30
+
+    def __post_init__(self) -> None:
+        hl = _num(self.half_life_days, "temporal_decay.half_life_days")
+        self.half_life_days = max(1, math.floor(hl)) if math.isfinite(hl) else 30
+
+
+@dataclass
+class HybridConfig:
+    """How keyword (BM25) and vector scores combine."""
+
+    enabled: bool = True
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    candidate_multiplier: int = 4
+    mmr: MMRConfig = field(default_factory=MMRConfig)
+    temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
+
+    def __post_init__(self) -> None:
+        vw = _num(self.vector_weight, "hybrid.vector_weight")
+        tw = _num(self.text_weight, "hybrid.text_weight")
+        vw = _clamp(vw, 0.0, 1.0) if math.isfinite(vw) else 0.7
+        tw = _clamp(tw, 0.0, 1.0) if math.isfinite(tw) else 0.3
+        total = vw + tw
+        if total <= 0:
+            vw, tw, total = 0.7, 0.3, 1.0
+        self.vector_weight, self.text_weight = vw / total, tw / total
+        self.candidate_multiplier = int(_clamp(int(_num(self.candidate_multiplier, "candidate_multiplier")), 1, 20))
+
+
+@dataclass
+class QueryConfig:
+    """Search defaults. ``strict`` turns off the relaxed keyword fallback: nothing below ``min_score``, ever."""
+
+    max_results: int = 6
+    min_score: float = 0.35
+    strict: bool = False
+    hybrid: HybridConfig = field(default_factory=HybridConfig)
+
+    def __post_init__(self) -> None:
+        mr = _num(self.max_results, "query.max_results")
+        if not math.isfinite(mr) or mr < 1:
+            raise ConfigError(f"query.max_results must be a positive integer, got {self.max_results!r}")
+        self.max_results = int(mr)
+        ms = _num(self.min_score, "query.min_score")
+        if not math.isfinite(ms):
+            raise ConfigError(f"query.min_score must be a finite number, got {self.min_score!r}")
+        self.min_score = _clamp(ms, 0.0, 1.0)
+
+
+@dataclass
+class CacheConfig:
+    """The embedding cache (chunk hash -> vector)."""
+
+    enabled: bool = True
+    max_entries: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_entries is not None:
+            self.max_entries = max(1, math.floor(_num(self.max_entries, "cache.max_entries")))
+
+
+@dataclass
+class VectorStoreConfig:
+    """sqlite-vec settings: ``enabled`` false keeps vectors in the index but searches them with NumPy."""
+
+    enabled: bool = True
+    extension_path: str | None = None
+
+
+@dataclass
+class FtsConfig:
+    """Keyword index settings. ``cjk`` splits Chinese/Japanese/Korean runs into 1- and 2-character terms."""
+
+    tokenizer: Literal["cjk", "unicode61", "trigram"] = "cjk"
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in ("cjk", "unicode61", "trigram"):
+            raise ConfigError(f"store.fts.tokenizer must be cjk, unicode61 or trigram, got {self.tokenizer!r}")
+
+
+@dataclass
+class StoreConfig:
+    """Where the index lives; ``path`` may contain ``{agent_id}`` and ``~``."""
+
+    path: str | None = None
+    vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
+    fts: FtsConfig = field(default_factory=FtsConfig)
+
+
+@dataclass
+class SessionSyncConfig:
+    """When a growing session transcript is re-indexed."""
+
+    delta_bytes: int = 100_000
+    delta_messages: int = 50
+    post_compaction_force: bool = True
+
+
+@dataclass
+class SyncConfig:
+    """When the index is brought up to date with the Markdown."""
+
+    on_session_start: bool = True
+    on_search: bool = True
+    watch: bool = True
+    watch_debounce_ms: int = 1500
+    interval_minutes: float = 0
+    sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
+
+
+@dataclass
+class BatchConfig:
+    """Provider batch APIs (OpenAI /batches, Gemini async batch, Voyage batch)."""
+
+    enabled: bool = False
+    wait: bool = True
+    concurrency: int = 2
+    poll_interval_ms: int = 2000
+    timeout_minutes: float = 60
+
+    def __post_init__(self) -> None:
+        self.concurrency = max(1, int(_num(self.concurrency, "batch.concurrency")))
+
+
+@dataclass
+class RemoteConfig:
+    """Endpoint overrides for remote providers. ``api_key`` is a secret: never logged or stored."""
+
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+
+
+@dataclass
+class LocalConfig:
+    """A local embedding model on disk (no network at run time)."""
+
+    model_path: str | None = None
+    model_cache_dir: str | None = None
+
+
+@dataclass
+class ExperimentalConfig:
+    session_memory: bool = False
+
+
+@dataclass
+class MemoryConfig:
+    """All clawmem settings (SPEC section 11), with OpenClaw's defaults."""
+
+    enabled: bool = True
+    provider: str = "auto"
+    fallback: str = "none"
+    model: str = ""
+    output_dimensionality: int | None = None
+    sources: list[str] = field(default_factory=lambda: ["memory"])
+    extra_paths: list[str] = field(default_factory=list)
+    citations: Literal["auto", "on", "off"] = "auto"
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    query: QueryConfig = field(default_factory=QueryConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDERS:
+            raise ConfigError(f"provider must be one of {', '.join(PROVIDERS)}; got {self.provider!r}")
+        if self.fallback != "none" and self.fallback not in PROVIDERS[1:]:
+            raise ConfigError(f"fallback must be a provider name or 'none'; got {self.fallback!r}")
+        if self.citations not in ("auto", "on", "off"):
+            raise ConfigError(f"citations must be auto, on or off; got {self.citations!r}")
+        if isinstance(self.sources, str):
+            self.sources = [self.sources]
+        bad = [s for s in self.sources if s not in SOURCES]
+        if bad:
+            raise ConfigError(f"unknown source(s) {bad}; sources are 'memory' and 'sessions'")
+        if "sessions" in self.sources and not self.experimental.session_memory:
+            # OpenClaw keeps "sessions" only when experimental.sessionMemory is on.
+            self.sources = [s for s in self.sources if s != "sessions"]
+        self.sources = sorted(dict.fromkeys(self.sources)) or ["memory"]
+        if isinstance(self.extra_paths, str):
+            self.extra_paths = [self.extra_paths]
+        self.extra_paths = list(dict.fromkeys(p.strip() for p in self.extra_paths if p and p.strip()))
+
+    @property
+    def effective_model(self) -> str:
+        """The model name used for ``provider`` (its default when ``model`` is empty)."""
+        return self.model or DEFAULT_MODELS.get(self.provider, "")
+
+    @property
+    def sessions_enabled(self) -> bool:
+        return "sessions" in self.sources and self.experimental.session_memory
+
+    # -- loading ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MemoryConfig":
+        """Build a config from a dict in snake_case or OpenClaw's camelCase (``memorySearch`` object).
+
+        Unknown keys raise :class:`ConfigError` so that typos do not pass silently.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
+        return _build(cls, data, "")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> "MemoryConfig":
+        """Load a JSON file: a ``memorySearch`` object, or a whole OpenClaw config holding
+        ``agents.defaults.memorySearch``."""
+        p = Path(path).expanduser()
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {p}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {p}: {exc}") from None
+        if isinstance(data, dict) and "agents" in data:
+            data = data.get("agents", {}).get("defaults", {}).get("memorySearch", {})
+        elif isinstance(data, dict) and "memorySearch" in data:
+            data = data["memorySearch"]
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain snake_case dict (the API key is left out)."""
+        d = dataclasses.asdict(self)
+        d["remote"]["api_key"] = None
+        return d
+
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_ALIASES = {"lambda": "lambda_", "model_path": "model_path"}
+
+
+def _snake(key: str) -> str:
+    k = _CAMEL.sub("_", key).lower()
+    return _ALIASES.get(k, k)
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = _snake(str(raw_key))
+        if key not in fields:
+            if prefix == "" and key in ("multimodal",):
+                continue  # accepted for OpenClaw compatibility, not supported
+            raise ConfigError(f"unknown config key {prefix}{raw_key!r}")
+        sub = _nested_type(cls, key)
+        if sub is not None and isinstance(value, Mapping):
+            kwargs[key] = _build(sub, value, f"{prefix}{raw_key}.")
+        else:
+            kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"invalid config at {prefix or 'top level'}: {exc}") from None
+
+
+def _nested_type(cls: type, key: str) -> type | None:
+    default = next(f for f in dataclasses.fields(cls) if f.name == key)
+    if default.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        sample = default.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(sample):
+            return type(sample)
+    return None
