@@ -1,0 +1,375 @@
+"""Appending memory (SPEC 9): daily notes, ``MEMORY.md`` and session archives.
+
+Writes only ever add: a note is appended to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md``, a session archive is a new
+file that never replaces an existing one. Appends are safe across threads and processes: the target is opened
+with ``O_APPEND`` and an OS lock on the file itself is held while the file is inspected and written (``fcntl.flock``
+on POSIX, ``msvcrt.locking`` on Windows), so concurrent writers never lose or interleave lines.
+
+Locking the target file itself (rather than using the ``filelock`` package, which locks a separate ``.lock``
+file) leaves no lock files in the user's memory folder, needs no dependency, and the lock vanishes with the
+process that held it, so a crash never leaves a stale lock.
+
+Symlinks are refused: on POSIX the path is walked with ``O_NOFOLLOW`` directory descriptors, so a symlink swapped
+in between the check and the write cannot redirect it outside the workspace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import sys
+import textwrap
+import unicodedata
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator, Literal, Mapping
+
+from .errors import ClawmemError, PathNotAllowedError, WorkspaceError
+
+__all__ = [
+    "WriteResult",
+    "InvalidNoteError",
+    "append_note",
+    "archive_session",
+    "daily_note_path",
+    "sanitize_slug",
+]
+
+Target = Literal["daily", "long_term"]
+MEMORY_DIR = "memory"
+LONG_TERM_NAMES = ("MEMORY.md", "memory.md")
+
+_POSIX = os.name == "posix"
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_USE_DIR_FD = _POSIX and bool(_O_NOFOLLOW and _O_DIRECTORY) and os.open in os.supports_dir_fd
+_WINDOWS_LOCK_OFFSET = 0x7FFFFFFE  # lock one byte far past any memory file, so readers are never blocked
+
+
+class InvalidNoteError(ClawmemError, ValueError):
+    """The note is empty or the write target is unknown."""
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """Where a write landed: the absolute file path and the 1-based lines of the written text."""
+
+    path: Path
+    start_line: int
+    end_line: int
+
+    def relative_to(self, workspace: str | os.PathLike[str]) -> str:
+        """The path relative to ``workspace`` with ``/`` separators."""
+        return Path(os.path.relpath(self.path, os.path.realpath(workspace))).as_posix()
+
+
+def _local(now: datetime | None) -> datetime:
+    # A naive datetime is local time; an aware one is used in its own timezone.
+    return now if now is not None else datetime.now()
+
+
+def daily_note_path(workspace: str | os.PathLike[str], now: datetime | None = None) -> Path:
+    """``<workspace>/memory/YYYY-MM-DD.md`` for the date of ``now`` (default: today, local time)."""
+    return Path(workspace) / MEMORY_DIR / f"{_local(now):%Y-%m-%d}.md"
+
+
+def sanitize_slug(slug: str | None, max_length: int = 60) -> str:
+    """Lowercase ASCII ``[a-z0-9-]`` slug (accents stripped, other runs become ``-``); ``""`` if nothing is left."""
+    if not slug:
+        return ""
+    ascii_text = unicodedata.normalize("NFKD", slug).encode("ascii", "ignore").decode("ascii")
+    cleaned = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+    return cleaned[:max_length].rstrip("-")
+
+
+def _clean_text(text: str) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"note text must be a str, got {type(text).__name__}")
+    normalized = text.replace("\r\n", "\n").replace("\r", "\n")
+    # Drop surrounding blank lines, trailing spaces and common indentation.
+    lines = normalized.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise InvalidNoteError("note text is empty")
+    return textwrap.dedent("\n".join(line.rstrip() for line in lines))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Safe path resolution
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _workspace_root(workspace: str | os.PathLike[str]) -> Path:
+    root = Path(os.path.expanduser(os.fspath(workspace)))
+    if not root.is_dir():
+        raise WorkspaceError(f"workspace is missing or not a directory: {root}")
+    return Path(os.path.realpath(root))
+
+
+def _check_inside(root: Path, path: Path) -> None:
+    real = Path(os.path.realpath(path))
+    if real != root and root not in real.parents:
+        raise PathNotAllowedError(f"refusing to write outside the workspace: {path}")
+
+
+def _refuse_symlink(path: Path) -> None:
+    if path.is_symlink():
+        raise PathNotAllowedError(f"refusing to write through a symlink: {path}")
+
+
+class _Dir:
+    """A directory to create files in: an ``O_NOFOLLOW`` descriptor on POSIX, a checked path elsewhere."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def open(self, name: str, flags: int, mode: int = 0o644) -> int:
+        flags |= _O_NOFOLLOW | _O_BINARY | _O_CLOEXEC
+        try:
+            if self.fd is not None:
+                return os.open(name, flags, mode, dir_fd=self.fd)
+            _refuse_symlink(self.path / name)
+            return os.open(self.path / name, flags, mode)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise PathNotAllowedError(f"refusing to write through a symlink: {self.path / name}") from exc
+            raise
+
+    def exists(self, name: str) -> bool:
+        try:
+            if self.fd is not None:
+                os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            else:
+                os.lstat(self.path / name)
+        except FileNotFoundError:
+            return False
+        return True
+
+
+@contextmanager
+def _open_dir(root: Path, parts: tuple[str, ...], create: bool) -> Iterator[_Dir]:
+    """Open ``root/parts...`` refusing symlinked components, creating missing ones when ``create``."""
+    path = root
+    if not _USE_DIR_FD:
+        for part in parts:
+            path = path / part
+            _refuse_symlink(path)
+            if create:
+                path.mkdir(exist_ok=True)
+        _check_inside(root, path)
+        yield _Dir(path, None)
+        return
+    fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        for part in parts:
+            path = path / part
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                child = os.open(part, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise PathNotAllowedError(f"refusing to write through a symlink or non-directory: {path}") from exc
+                raise
+            os.close(fd)
+            fd = child
+        handle = _Dir(path, fd)
+        fd = -1
+        try:
+            yield handle
+        finally:
+            handle.close()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Locking
+# --------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _locked(fd: int) -> Iterator[None]:
+    """Hold an exclusive OS lock on the open file ``fd`` (blocks until it is free)."""
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        position = os.lseek(fd, 0, os.SEEK_CUR)
+        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # retries for ~10 s, then raises
+                break
+            except OSError:
+                continue
+        try:
+            os.lseek(fd, position, os.SEEK_SET)
+            yield
+        finally:
+            os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _scan(fd: int, size: int) -> tuple[int, bytes]:
+    """Newline count of the first ``size`` bytes of ``fd`` and its last two bytes."""
+    count = 0
+    tail = b""
+    offset = 0
+    while offset < size:
+        chunk = _read_at(fd, offset, size)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        tail = (tail + chunk)[-2:]
+        offset += len(chunk)
+    return count, tail
+
+
+def _read_at(fd: int, offset: int, size: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, min(1 << 20, size - offset), offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - platforms without pread
+    return os.read(fd, min(1 << 20, size - offset))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------------------------
+
+
+def append_note(
+    workspace: str | os.PathLike[str],
+    text: str,
+    target: Target = "daily",
+    *,
+    now: datetime | None = None,
+    fsync: bool = True,
+) -> WriteResult:
+    """Append ``text`` to today's daily note (``memory/YYYY-MM-DD.md``) or to ``MEMORY.md``.
+
+    Never overwrites or truncates. A new daily file starts with a ``# YYYY-MM-DD`` heading. The note is separated
+    from earlier content by a blank line and always ends with a newline. For ``long_term`` an existing
+    ``MEMORY.md`` (else ``memory.md``) is used, else ``MEMORY.md`` is created. Safe against concurrent appends
+    from other threads and processes. Raises :class:`InvalidNoteError` for an empty note or unknown target,
+    :class:`PathNotAllowedError` for a symlinked target or parent, :class:`WorkspaceError` for a missing workspace.
+    """
+    if target not in ("daily", "long_term"):
+        raise InvalidNoteError(f"unknown target {target!r}; use 'daily' or 'long_term'")
+    note = _clean_text(text)
+    root = _workspace_root(workspace)
+    stamp = _local(now)
+    parts: tuple[str, ...] = (MEMORY_DIR,) if target == "daily" else ()
+    with _open_dir(root, parts, create=True) as directory:
+        if target == "daily":
+            name = f"{stamp:%Y-%m-%d}.md"
+            heading = f"# {stamp:%Y-%m-%d}\n\n"
+        else:
+            name = next((n for n in LONG_TERM_NAMES if directory.exists(n)), LONG_TERM_NAMES[0])
+            heading = ""
+        fd = directory.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            if directory.fd is None:
+                _check_inside(root, directory.path / name)
+            with _locked(fd):
+                # Read the current end of the file under the lock (the append descriptor is write-only).
+                size = os.fstat(fd).st_size
+                lines_before, tail = _scan_via(directory, name, size)
+                if size == 0:
+                    prefix = heading
+                elif not tail.endswith(b"\n"):
+                    prefix = "\n\n"  # finish the last line, then a blank line
+                elif tail != b"\n\n":
+                    prefix = "\n"  # a blank line between notes
+                else:
+                    prefix = ""
+                start = lines_before + prefix.count("\n") + 1
+                payload = (prefix + note + "\n").encode("utf-8")
+                _write_all(fd, payload)
+                if fsync:
+                    os.fsync(fd)
+        finally:
+            os.close(fd)
+        end = start + note.count("\n")
+        return WriteResult(path=directory.path / name, start_line=start, end_line=end)
+
+
+def _scan_via(directory: _Dir, name: str, size: int) -> tuple[int, bytes]:
+    if size == 0:
+        return 0, b""
+    fd = directory.open(name, os.O_RDONLY)
+    try:
+        return _scan(fd, size)
+    finally:
+        os.close(fd)
+
+
+def archive_session(
+    workspace: str | os.PathLike[str],
+    messages_text: str,
+    slug: str | None = None,
+    now: datetime | None = None,
+    *,
+    metadata: Mapping[str, str] | None = None,
+) -> WriteResult:
+    """Save a conversation to a new ``memory/YYYY-MM-DD-<slug>.md`` file and return where it went.
+
+    The slug is sanitised to ``[a-z0-9-]``; when none is left, the time ``HHMMSS`` is used. An existing file is
+    never replaced: ``-2``, ``-3``… is appended instead. ``metadata`` (e.g. session key, id, source) is listed
+    under the title. Returned lines cover the whole file.
+    """
+    body = _clean_text(messages_text)
+    root = _workspace_root(workspace)
+    stamp = _local(now)
+    base = f"{stamp:%Y-%m-%d}-{sanitize_slug(slug) or f'{stamp:%H%M%S}'}"
+    header = [f"# Session: {stamp:%Y-%m-%d %H:%M:%S}", ""]
+    if metadata:
+        header += [f"- **{key}**: {value}" for key, value in metadata.items()] + [""]
+    header += ["## Conversation Summary", ""]
+    content = "\n".join(header) + "\n" + body + "\n"
+    with _open_dir(root, (MEMORY_DIR,), create=True) as directory:
+        for attempt in range(1, 10_000):
+            name = f"{base}.md" if attempt == 1 else f"{base}-{attempt}.md"
+            try:
+                fd = directory.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            try:
+                _write_all(fd, content.encode("utf-8"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return WriteResult(path=directory.path / name, start_line=1, end_line=content.count("\n"))
+    raise FileExistsError(f"no free archive name for {base}")  # pragma: no cover
