@@ -1,0 +1,204 @@
+"""OpenAI embeddings (``text-embedding-3-small``) and any OpenAI-compatible server, via the ``openai`` SDK.
+
+Vectors are stored as returned (not re-normalised), as OpenClaw does. With ``remote.batch.enabled``
+documents go through the Batch API: a JSONL file of ``/v1/embeddings`` requests is uploaded,
+a batch is created with ``completion_window="24h"``, polled, and its output file downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from .batch_api import (
+    COMPLETED_STATES,
+    FAILED_STATES,
+    MAX_BATCH_REQUESTS,
+    BatchError,
+    BatchJob,
+    openai_style_results,
+    normalize_state,
+    parse_jsonl,
+)
+from .limits import max_input_bytes
+from .remote import DOCUMENT_TIMEOUT, QUERY_TIMEOUT, RemoteEmbedder, as_vector, import_sdk
+from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "text-embedding-3-small"
+ENV_KEYS = ("OPENAI_API_KEY",)
+
+
+def normalize_openai_model(model: str) -> str:
+    """Strip an ``openai/`` prefix; empty → the default model."""
+    m = (model or "").strip()
+    if m.startswith("openai/"):
+        m = m[len("openai/"):]
+    return m or DEFAULT_MODEL
+
+
+class OpenAIEmbedder(RemoteEmbedder):
+    """Embeddings from OpenAI's ``/embeddings`` endpoint (or a compatible server at ``base_url``)."""
+
+    provider = "openai"
+    normalize = False
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        dimensions: int | None = None,
+        timeout: float = DOCUMENT_TIMEOUT,
+        query_timeout: float = QUERY_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        sdk = import_sdk("openai", "openai", "openai")
+        super().__init__(
+            model=normalize_openai_model(model),
+            api_key=api_key,
+            base_url=base_url or DEFAULT_BASE_URL,
+            headers=headers,
+            timeout=timeout,
+            query_timeout=query_timeout,
+            retry=retry,
+        )
+        self.dimensions = dimensions
+        self.max_input_bytes = max_input_bytes("openai", self.model)
+        self._sdk = sdk
+        # Our RetryPolicy governs retries: the SDK's own are off.
+        self._client = sdk.OpenAI(
+            api_key=api_key,
+            base_url=self.base_url,
+            default_headers=self.headers or None,
+            max_retries=0,
+            timeout=self.timeout,
+        )
+
+    def _key_settings(self) -> dict[str, Any]:
+        settings = super()._key_settings()
+        if self.dimensions:
+            settings["dimensions"] = self.dimensions
+        return settings
+
+    def _params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model, "encoding_format": "float"}
+        if self.dimensions:
+            params["dimensions"] = self.dimensions
+        return params
+
+    def _parse(self, response: Any, expected: int) -> list[list[float]]:
+        data = getattr(response, "data", None)
+        if not isinstance(data, list):
+            raise MalformedResponseError("openai embeddings: malformed response: no 'data' list")
+        if len(data) != expected:
+            raise MalformedResponseError(
+                f"openai embeddings: malformed response: expected {expected} embeddings, got {len(data)}"
+            )
+        items = sorted(data, key=lambda d: getattr(d, "index", 0) or 0)
+        return [as_vector(getattr(d, "embedding", None), "openai", f"data[{i}].embedding")
+                for i, d in enumerate(items)]
+
+    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+        response = self._client.embeddings.create(input=texts, **self._params())
+        return self._parse(response, len(texts))
+
+    def _request_query(self, text: str) -> list[float]:
+        response = self._client.embeddings.create(input=[text], timeout=self.query_timeout, **self._params())
+        return self._parse(response, 1)[0]
+
+    def _new_async_client(self) -> Any:
+        return self._sdk.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            default_headers=self.headers or None,
+            max_retries=0,
+            timeout=self.timeout,
+        )
+
+    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+        client = self._async_client(self._new_async_client)
+        response = await client.embeddings.create(input=texts, **self._params())
+        return self._parse(response, len(texts))
+
+    async def _arequest_query(self, text: str) -> list[float]:
+        client = self._async_client(self._new_async_client)
+        response = await client.embeddings.create(input=[text], timeout=self.query_timeout, **self._params())
+        return self._parse(response, 1)[0]
+
+    def enable_batch(self, config: Any, **runner_options: Any) -> None:
+        """Route document batches through the OpenAI Batch API (``config`` is ``remote.batch``)."""
+        from .batch_api import BatchRunner
+
+        self._batch = BatchRunner.from_config(OpenAIBatchBackend(self), config, **runner_options)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class OpenAIBatchBackend:
+    """OpenAI's files + ``/batches`` protocol, spoken through the SDK."""
+
+    provider = "openai"
+    max_requests = MAX_BATCH_REQUESTS
+    endpoint = "/v1/embeddings"
+    completion_window = "24h"
+
+    def __init__(self, embedder: OpenAIEmbedder, retry: RetryPolicy | None = None) -> None:
+        self.embedder = embedder
+        self.retry = retry or batch_call_policy(embedder.retry.sleep)
+
+    def redact(self, text: str) -> str:
+        return self.embedder._redact(text)
+
+    def _call(self, fn: Any) -> Any:
+        return self.retry.call(fn, provider="openai", secrets=[self.embedder._api_key])
+
+    def submit(self, texts: Sequence[str], custom_ids: Sequence[str]) -> BatchJob:
+        body = self.embedder._params()
+        lines = [
+            json.dumps({"custom_id": cid, "method": "POST", "url": self.endpoint, "body": {**body, "input": text}})
+            for cid, text in zip(custom_ids, texts)
+        ]
+        payload = ("\n".join(lines) + "\n").encode("utf-8")
+        client = self.embedder._client
+        uploaded = self._call(lambda: client.files.create(
+            file=("memory-embeddings.jsonl", payload, "application/jsonl"), purpose="batch"))
+        file_id = getattr(uploaded, "id", None)
+        if not file_id:
+            raise BatchError("openai embedding batch file upload failed: missing file id")
+        batch = self._call(lambda: client.batches.create(
+            input_file_id=file_id,
+            endpoint=self.endpoint,
+            completion_window=self.completion_window,
+            metadata={"source": "clawmem-memory"},
+        ))
+        return self._job(batch)
+
+    def refresh(self, job: BatchJob) -> BatchJob:
+        client = self.embedder._client
+        return self._job(self._call(lambda: client.batches.retrieve(job.id)))
+
+    def results(self, job: BatchJob) -> Mapping[str, Any]:
+        if not job.output:
+            raise BatchError(f"openai embedding batch {job.id} completed without output file")
+        client = self.embedder._client
+        content = self._call(lambda: client.files.content(job.output))
+        return openai_style_results(parse_jsonl(content.text, "openai"))
+
+    def _job(self, batch: Any) -> BatchJob:
+        status = str(getattr(batch, "status", "") or "")
+        errors = getattr(batch, "errors", None)
+        error_text = None
+        data = getattr(errors, "data", None) if errors is not None else None
+        if data:
+            error_text = "; ".join(str(getattr(e, "message", e)) for e in data)
+        return BatchJob(
+            id=str(getattr(batch, "id", "") or ""),
+            state=normalize_state(status, completed=COMPLETED_STATES, failed=FAILED_STATES),
+            status=status,
+            output=getattr(batch, "output_file_id", None),
+            error=error_text,
+        )

@@ -1,0 +1,248 @@
+"""What every remote provider shares: API keys, headers, response checks, retries and batching."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import math
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+
+from ..errors import MissingApiKeyError, MissingDependencyError
+from .base import Embedder, provider_key_of
+from .retry import MalformedResponseError, ProviderHTTPError, RetryPolicy, redact
+
+if TYPE_CHECKING:
+    from ..config import BatchConfig
+    from .batch_api import BatchRunner
+
+log = logging.getLogger("clawmem.embeddings")
+
+T = TypeVar("T")
+
+#: Headers that carry credentials: left out of ``provider_key``.
+AUTH_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization"})
+#: Seconds a batch of documents may take (OpenClaw: 2 min remote).
+DOCUMENT_TIMEOUT = 120.0
+#: Seconds a query may take (OpenClaw: 60 s remote).
+QUERY_TIMEOUT = 60.0
+
+
+def import_sdk(module: str, extra: str, provider: str) -> Any:
+    """Import an optional SDK, or raise :class:`MissingDependencyError` naming the pip extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the {provider} embedding provider needs the '{module.split('.')[0]}' package: "
+            f"pip install 'clawmem-py[{extra}]' ({exc})"
+        ) from None
+
+
+def resolve_api_key(
+    provider: str,
+    configured: str | None,
+    env_names: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    required: bool = True,
+) -> str | None:
+    """The API key from ``remote.api_key`` or the provider's environment variables.
+
+    A blank configured key falls back to the environment. A configured key that is exactly the
+    name of one of the provider's variables (``"GEMINI_API_KEY"``) is read from that variable.
+    """
+    key = (configured or "").strip()
+    if key and key in env_names:
+        key = (environ.get(key) or "").strip()
+    if not key:
+        for name in env_names:
+            value = (environ.get(name) or "").strip()
+            if value:
+                key = value
+                break
+    if not key and required:
+        names = " or ".join(env_names)
+        raise MissingApiKeyError(
+            f"No API key found for provider {provider}: set remote.api_key or {names}"
+        )
+    return key or None
+
+
+def public_headers(headers: Mapping[str, str], secrets: Sequence[str | None] = ()) -> dict[str, str]:
+    """Headers without credentials (for ``provider_key``): auth headers and any value holding a key."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        if name.lower() in AUTH_HEADERS:
+            continue
+        if any(s and s in str(value) for s in secrets):
+            continue
+        out[str(name)] = str(value)
+    return dict(sorted(out.items()))
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def as_vector(value: Any, provider: str, where: str) -> list[float]:
+    """Check that ``value`` is a non-empty list of numbers (non-finite values are zeroed later)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        shown = "an empty list" if isinstance(value, (list, tuple)) else type(value).__name__
+        raise MalformedResponseError(f"{provider} embeddings: malformed response: {where} is {shown}, not a vector")
+    for v in value:
+        if not is_number(v):
+            raise MalformedResponseError(
+                f"{provider} embeddings: malformed response: {where} contains a non-numeric value {v!r:.40}"
+            )
+    return [float(v) if math.isfinite(v) else 0.0 for v in value]
+
+
+def check_count(vectors: Sequence[Any], expected: int, provider: str) -> None:
+    if len(vectors) != expected:
+        raise MalformedResponseError(
+            f"{provider} embeddings: malformed response: expected {expected} embeddings, got {len(vectors)}"
+        )
+
+
+def http_error(provider: str, status: int, body: str) -> ProviderHTTPError:
+    """A :class:`ProviderHTTPError` with the provider's own error message when the body has one."""
+    detail = body.strip()
+    try:
+        import json
+
+        data = json.loads(body)
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict):
+            parts = [str(err.get(k)) for k in ("status", "code", "type", "message") if err.get(k) not in (None, "")]
+            detail = " ".join(dict.fromkeys(parts)) or detail
+        elif isinstance(err, str):
+            detail = err
+        elif isinstance(data, dict) and isinstance(data.get("detail"), str):
+            detail = data["detail"]
+    except (ValueError, AttributeError):
+        pass
+    return ProviderHTTPError(f"{status} {' '.join(detail.split())[:500]}", status)
+
+
+class RemoteEmbedder(Embedder):
+    """Base of the HTTP providers: retries every call, hides the API key, and routes document
+    batches through the provider's batch API when ``remote.batch.enabled``.
+
+    Subclasses implement ``_request_documents``/``_request_query`` (one HTTP call, no retry) and
+    may override the async twins; they set ``self._batch`` to a :class:`BatchRunner` when their
+    provider has a batch API.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = DOCUMENT_TIMEOUT,
+        query_timeout: float = QUERY_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.timeout = float(timeout)
+        self.query_timeout = float(query_timeout)
+        self.retry = retry or RetryPolicy()
+        self.__api_key = api_key
+        self._batch: BatchRunner | None = None
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+    # -- secrets ------------------------------------------------------------------------------
+
+    @property
+    def _api_key(self) -> str | None:
+        return self.__api_key
+
+    def _redact(self, text: str) -> str:
+        return redact(text, [self.__api_key])
+
+    def _key_settings(self) -> dict[str, Any]:
+        """Settings that change vectors; subclasses add theirs. Never holds a secret."""
+        return {
+            "provider": self.provider,
+            "baseUrl": self.base_url,
+            "model": self.model,
+            "headers": public_headers(self.headers, [self.__api_key]),
+        }
+
+    @property
+    def provider_key(self) -> str:
+        return provider_key_of(self._key_settings())
+
+    @property
+    def batch(self) -> "BatchRunner | None":
+        """The batch-API runner (``None`` when batching is off or unsupported)."""
+        return self._batch
+
+    # -- what subclasses implement --------------------------------------------------------------
+
+    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+    def _request_query(self, text: str) -> list[float]:
+        raise NotImplementedError
+
+    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._request_documents, texts)
+
+    async def _arequest_query(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self._request_query, text)
+
+    # -- Embedder -------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        return self.retry.call(fn, provider=self.provider, secrets=[self.__api_key])
+
+    async def _acall(self, fn: Callable[[], Any]) -> Any:
+        return await self.retry.acall(fn, provider=self.provider, secrets=[self.__api_key])
+
+    def embed_documents_plain(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed with the provider's ordinary endpoint (never the batch API)."""
+        texts = list(texts)
+        vectors = self._call(lambda: self._request_documents(texts))
+        check_count(vectors, len(texts), self.provider)
+        return vectors
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self._batch is not None and self._batch.active:
+            return self._batch.embed(texts, self.embed_documents_plain)
+        return self.embed_documents_plain(texts)
+
+    def _embed_query(self, text: str) -> list[float]:
+        if not text.strip():
+            return []
+        return self._call(lambda: self._request_query(text))
+
+    async def _aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self._batch is not None and self._batch.active:
+            # Batch jobs poll for minutes: run the whole flow in a worker thread.
+            return await asyncio.to_thread(self._embed_documents, texts)
+        vectors = await self._acall(lambda: self._arequest_documents(texts))
+        check_count(vectors, len(texts), self.provider)
+        return vectors
+
+    async def _aembed_query(self, text: str) -> list[float]:
+        if not text.strip():
+            return []
+        return await self._acall(lambda: self._arequest_query(text))
+
+    def _async_client(self, factory: Callable[[], T]) -> T:
+        """One async client per running event loop (clients cannot move between loops)."""
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            client = factory()
+            self._aclients[loop] = client
+        return client
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r})"
