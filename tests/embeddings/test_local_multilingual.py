@@ -32,7 +32,7 @@ def test_chinese_paraphrase_ranks_above_unrelated(embedder: LocalEmbedder) -> No
     for query, paraphrase, unrelated in cases:
         q = embedder.embed_query(query)
         para, other = embedder.embed_documents([paraphrase, unrelated])
-        assert _cos(q, para) > _cos(q, other) + 0.03, (query, _cos(q, para), _cos(q, other))
+        assert _cos(q, para) > _cos(q, other) + 0.05, (query, _cos(q, para), _cos(q, other))
 
 
 def test_normalised_and_query_prefix_differs_from_passage(embedder: LocalEmbedder) -> None:
