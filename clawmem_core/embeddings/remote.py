@@ -246,3 +246,20 @@ class RemoteEmbedder(Embedder):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+
+def response_json(response: Any, provider: str) -> Any:
+    """The JSON body of an ``httpx`` response; a non-2xx status raises :class:`ProviderHTTPError`,
+    a body that is not JSON raises :class:`MalformedResponseError`."""
+    if response.status_code >= 400:
+        raise http_error(provider, response.status_code, response.text)
+    try:
+        return response.json()
+    except ValueError:
+        raise MalformedResponseError(
+            f"{provider} embeddings: malformed response: body is not JSON ({response.text[:80]!r})"
+        ) from None
+
+
+def import_httpx(provider: str, extra: str) -> Any:
+    return import_sdk("httpx", extra, provider)

@@ -1,0 +1,149 @@
+"""Markdown -> line-aware chunks with ids (SPEC 3, OpenClaw's ``chunkMarkdown``).
+
+A token is estimated as 4 characters, and a CJK character as one token, so a chunk holds at most
+``tokens * 4`` character units. Chunks carry about ``overlap * 4`` units of whole trailing lines
+into the next one. A line longer than a chunk is cut into pieces that share its line number,
+never inside a grapheme (combining marks, ZWJ sequences, variation selectors stay attached).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from dataclasses import dataclass
+
+from .embeddings.batching import split_utf8
+from .text import char_weight, weighted_length
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a file: 1-based inclusive line range, text and its SHA-256."""
+
+    start_line: int
+    end_line: int
+    text: str
+    hash: str
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash: str, model: str) -> str:
+    """OpenClaw's chunk id: ``sha256("source:path:start:end:hash:model")``."""
+    return sha256(f"{source}:{path}:{start_line}:{end_line}:{chunk_hash}:{model}")
+
+
+def _extends(ch: str) -> bool:
+    """True when ``ch`` belongs to the grapheme before it (so no cut may fall before it)."""
+    o = ord(ch)
+    return (
+        unicodedata.combining(ch) != 0
+        or o == 0x200D  # zero-width joiner
+        or 0xFE00 <= o <= 0xFE0F  # variation selectors
+        or 0x1F3FB <= o <= 0x1F3FF  # skin tone modifiers
+        or 0xE0020 <= o <= 0xE007F  # emoji tag sequences
+        or unicodedata.category(ch) in ("Mn", "Me", "Mc")
+    )
+
+
+def _split_line(line: str, max_units: int) -> list[str]:
+    """Cut a line into pieces of at most ``max_units`` weighted units at grapheme boundaries."""
+    if weighted_length(line) <= max_units:
+        return [line]
+    pieces: list[str] = []
+    start = 0
+    size = 0
+    prev = ""
+    for i, ch in enumerate(line):
+        w = char_weight(ch)
+        if size + w > max_units and i > start and not _extends(ch) and prev != "\u200d":
+            pieces.append(line[start:i])
+            start, size = i, 0
+        size += w
+        prev = ch
+    pieces.append(line[start:])
+    return pieces
+
+
+def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    """Split ``content`` into chunks (SPEC 3). Whitespace-only chunks are dropped."""
+    tokens = max(1, int(tokens))
+    overlap = max(0, min(int(overlap), tokens - 1))
+    max_units = max(32, tokens * 4)
+    overlap_units = overlap * 4
+
+    chunks: list[Chunk] = []
+    # The current chunk: parallel lists of segment text, line number and cost.
+    seg_text: list[str] = []
+    seg_line: list[int] = []
+    seg_cost: list[int] = []
+    total = 0
+
+    def flush() -> None:
+        text = "\n".join(seg_text)
+        if text.strip():
+            chunks.append(Chunk(seg_line[0], seg_line[-1], text, sha256(text)))
+
+    def carry(next_cost: int) -> None:
+        nonlocal seg_text, seg_line, seg_cost, total
+        if overlap_units <= 0:
+            seg_text, seg_line, seg_cost, total = [], [], [], 0
+            return
+        acc = 0
+        keep = 0
+        for cost in reversed(seg_cost):
+            if acc >= overlap_units:
+                break
+            acc += cost
+            keep += 1
+        # The carried lines plus the next segment must still fit in one chunk.
+        while keep and acc + next_cost > max_units:
+            acc -= seg_cost[len(seg_cost) - keep]
+            keep -= 1
+        if keep:
+            seg_text, seg_line, seg_cost = seg_text[-keep:], seg_line[-keep:], seg_cost[-keep:]
+        else:
+            seg_text, seg_line, seg_cost = [], [], []
+        total = acc
+
+    for number, line in enumerate(content.split("\n"), start=1):
+        for segment in _split_line(line, max_units):
+            cost = weighted_length(segment) + 1
+            if seg_text and total + cost > max_units:
+                flush()
+                carry(cost)
+            seg_text.append(segment)
+            seg_line.append(number)
+            seg_cost.append(cost)
+            total += cost
+    if seg_text:
+        flush()
+    return chunks
+
+
+def enforce_input_limit(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
+    """Split chunks over ``max_bytes`` UTF-8 bytes (the embedding model's limit, at most 8000);
+    pieces keep the parent's line range and get their own hash."""
+    out: list[Chunk] = []
+    for c in chunks:
+        if len(c.text.encode("utf-8", "surrogatepass")) <= max_bytes:
+            out.append(c)
+            continue
+        for piece in split_utf8(c.text, max_bytes):
+            if piece.strip():
+                out.append(Chunk(c.start_line, c.end_line, piece, sha256(piece)))
+    return out
+
+
+def remap_lines(chunks: list[Chunk], line_map: list[int] | None) -> list[Chunk]:
+    """Map content line numbers to source line numbers (session transcripts -> JSONL lines)."""
+    if not line_map:
+        return chunks
+    out = []
+    for c in chunks:
+        start = line_map[min(c.start_line, len(line_map)) - 1]
+        end = line_map[min(c.end_line, len(line_map)) - 1]
+        out.append(Chunk(start, end, c.text, c.hash))
+    return out

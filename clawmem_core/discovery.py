@@ -1,0 +1,123 @@
+"""Which files are memory (SPEC 2).
+
+``MEMORY.md``, ``memory.md``, ``memory/**/*.md`` and every extra path (a directory walked for
+``.md`` files, or one ``.md`` file). Symlinks are skipped, ignored directories are not entered,
+files reached twice are listed once (by real path).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
+ROOT_FILES = ("MEMORY.md", "memory.md")
+
+
+@dataclass(frozen=True)
+class MemoryFile:
+    """A Markdown file to index: its absolute path and its workspace-relative display path."""
+
+    abs_path: Path
+    path: str
+
+
+@dataclass
+class Discovery:
+    """The memory files found, and the extra paths that do not exist (reported by ``status``)."""
+
+    files: list[MemoryFile] = field(default_factory=list)
+    missing_extra_paths: list[str] = field(default_factory=list)
+
+
+def expand_path(raw: str, workspace: Path) -> Path:
+    """Expand ``~`` and environment variables; resolve relative paths against the workspace."""
+    p = Path(os.path.expandvars(os.path.expanduser(raw.strip())))
+    if not p.is_absolute():
+        p = workspace / p
+    return Path(os.path.normpath(p))
+
+
+def normalize_extra_paths(workspace: Path, extra_paths: list[str]) -> list[Path]:
+    """Absolute, normalised, deduplicated extra paths (blank entries dropped)."""
+    out: list[Path] = []
+    for raw in extra_paths:
+        if not raw or not raw.strip():
+            continue
+        p = expand_path(raw, workspace)
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def display_path(workspace: Path, abs_path: Path) -> str:
+    """Workspace-relative path with ``/`` separators (``../`` for files outside the workspace)."""
+    return os.path.relpath(abs_path, workspace).replace(os.sep, "/")
+
+
+def _walk(root: Path) -> list[Path]:
+    found: list[Path] = []
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for e in entries:
+            try:
+                if e.is_symlink():
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    if e.name not in IGNORED_DIRS:
+                        subdirs.append(Path(e.path))
+                elif e.is_file(follow_symlinks=False) and e.name.endswith(".md"):
+                    found.append(Path(e.path))
+            except OSError:
+                continue
+        stack.extend(reversed(subdirs))
+    return found
+
+
+def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> Discovery:
+    """Every memory file of ``workspace`` in a stable order (SPEC 2)."""
+    workspace = Path(os.path.abspath(workspace))
+    result = Discovery()
+    candidates: list[Path] = []
+    for name in ROOT_FILES:
+        p = workspace / name
+        if p.is_file() and not p.is_symlink():
+            candidates.append(p)
+    mem_dir = workspace / "memory"
+    if mem_dir.is_dir() and not mem_dir.is_symlink():
+        candidates.extend(_walk(mem_dir))
+    seen_extra: set[Path] = set()
+    for raw in extra_paths or []:
+        if not raw or not raw.strip():
+            continue
+        p = expand_path(raw, workspace)
+        if p in seen_extra:
+            continue
+        seen_extra.add(p)
+        if p.is_symlink():
+            continue
+        if p.is_dir():
+            candidates.extend(_walk(p))
+        elif p.is_file():
+            if p.name.endswith(".md"):
+                candidates.append(p)
+        else:
+            result.missing_extra_paths.append(raw)
+    seen: set[str] = set()
+    for p in candidates:
+        try:
+            real = os.path.realpath(p)
+        except OSError:
+            continue
+        if real in seen:
+            continue
+        seen.add(real)
+        result.files.append(MemoryFile(p, display_path(workspace, p)))
+    return result

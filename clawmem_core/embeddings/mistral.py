@@ -1,0 +1,110 @@
+"""Mistral embeddings (``mistral-embed``) via the ``mistralai`` SDK. Vectors are stored as returned."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .limits import max_input_bytes
+from .remote import DOCUMENT_TIMEOUT, QUERY_TIMEOUT, RemoteEmbedder, as_vector, check_count, import_sdk
+from .retry import MalformedResponseError, RetryPolicy
+
+#: The SDK appends ``/v1/embeddings`` to its server URL.
+DEFAULT_SERVER_URL = "https://api.mistral.ai"
+DEFAULT_MODEL = "mistral-embed"
+ENV_KEYS = ("MISTRAL_API_KEY",)
+
+
+def normalize_mistral_model(model: str) -> str:
+    m = (model or "").strip()
+    if m.startswith("mistral/"):
+        m = m[len("mistral/"):]
+    return m or DEFAULT_MODEL
+
+
+def server_url_of(base_url: str | None) -> str:
+    """The SDK's server URL: OpenClaw-style base URLs end in ``/v1``, which the SDK adds itself."""
+    url = (base_url or DEFAULT_SERVER_URL).rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class MistralEmbedder(RemoteEmbedder):
+    """Embeddings from Mistral's ``/v1/embeddings``."""
+
+    provider = "mistral"
+    normalize = False
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        dimensions: int | None = None,
+        timeout: float = DOCUMENT_TIMEOUT,
+        query_timeout: float = QUERY_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        client_mod = import_sdk("mistralai.client", "mistral", "mistral")
+        super().__init__(
+            model=normalize_mistral_model(model),
+            api_key=api_key,
+            base_url=server_url_of(base_url),
+            headers=headers,
+            timeout=timeout,
+            query_timeout=query_timeout,
+            retry=retry,
+        )
+        self.dimensions = dimensions
+        self.max_input_bytes = max_input_bytes("mistral", self.model)
+        utils = import_sdk("mistralai.client.utils", "mistral", "mistral")
+        # Our RetryPolicy governs retries: the SDK's own are off.
+        no_retries = utils.RetryConfig("none", utils.BackoffStrategy(1, 1, 1.0, 1), False)
+        self._new_client = lambda: client_mod.Mistral(
+            api_key=api_key,
+            server_url=self.base_url,
+            retry_config=no_retries,
+            timeout_ms=int(self.timeout * 1000),
+        )
+        self._client = self._new_client()
+
+    def _key_settings(self) -> dict[str, Any]:
+        settings = super()._key_settings()
+        if self.dimensions:
+            settings["dimensions"] = self.dimensions
+        return settings
+
+    def _kwargs(self, timeout: float) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": self.model, "timeout_ms": max(1, int(timeout * 1000))}
+        if self.headers:
+            kwargs["http_headers"] = dict(self.headers)
+        if self.dimensions:
+            kwargs["output_dimension"] = self.dimensions
+        return kwargs
+
+    def _parse(self, response: Any, expected: int) -> list[list[float]]:
+        data = getattr(response, "data", None)
+        if not isinstance(data, list):
+            raise MalformedResponseError("mistral embeddings: malformed response: no 'data' list")
+        check_count(data, expected, "mistral")
+        items = sorted(data, key=lambda d: getattr(d, "index", 0) or 0)
+        return [as_vector(getattr(d, "embedding", None), "mistral", f"data[{i}].embedding")
+                for i, d in enumerate(items)]
+
+    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+        response = self._client.embeddings.create(inputs=texts, **self._kwargs(self.timeout))
+        return self._parse(response, len(texts))
+
+    def _request_query(self, text: str) -> list[float]:
+        response = self._client.embeddings.create(inputs=[text], **self._kwargs(self.query_timeout))
+        return self._parse(response, 1)[0]
+
+    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+        client = self._async_client(self._new_client)
+        response = await client.embeddings.create_async(inputs=texts, **self._kwargs(self.timeout))
+        return self._parse(response, len(texts))
+
+    async def _arequest_query(self, text: str) -> list[float]:
+        client = self._async_client(self._new_client)
+        response = await client.embeddings.create_async(inputs=[text], **self._kwargs(self.query_timeout))
+        return self._parse(response, 1)[0]

@@ -1,0 +1,214 @@
+"""Voyage embeddings (``voyage-4-large``) via the ``voyageai`` SDK, with ``input_type`` document vs query.
+
+Vectors are stored as returned. The Voyage SDK sends only its own ``Authorization`` and
+``Content-Type`` headers, so ``remote.headers`` reach Voyage only on batch API calls (made with
+``httpx``; the SDK has no batch API). Batch jobs use Voyage's files + ``/batches`` protocol with a
+``12h`` completion window.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Mapping, Sequence
+
+from .batch_api import (
+    COMPLETED_STATES,
+    FAILED_STATES,
+    MAX_BATCH_REQUESTS,
+    BatchError,
+    BatchJob,
+    normalize_state,
+    openai_style_results,
+    parse_jsonl,
+)
+from .limits import max_input_bytes
+from .remote import (
+    DOCUMENT_TIMEOUT,
+    QUERY_TIMEOUT,
+    RemoteEmbedder,
+    as_vector,
+    check_count,
+    http_error,
+    import_httpx,
+    import_sdk,
+    response_json,
+)
+from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
+
+log = logging.getLogger("clawmem.embeddings")
+
+DEFAULT_BASE_URL = "https://api.voyageai.com/v1"
+DEFAULT_MODEL = "voyage-4-large"
+ENV_KEYS = ("VOYAGE_API_KEY",)
+
+
+def normalize_voyage_model(model: str) -> str:
+    """Strip a ``voyage/`` prefix; empty → ``voyage-4-large``."""
+    m = (model or "").strip()
+    if m.startswith("voyage/"):
+        m = m[len("voyage/"):]
+    return m or DEFAULT_MODEL
+
+
+class VoyageEmbedder(RemoteEmbedder):
+    """Embeddings from Voyage's ``/v1/embeddings`` (documents as ``document``, queries as ``query``)."""
+
+    provider = "voyage"
+    normalize = False
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        dimensions: int | None = None,
+        timeout: float = DOCUMENT_TIMEOUT,
+        query_timeout: float = QUERY_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        sdk = import_sdk("voyageai", "voyage", "voyage")
+        super().__init__(
+            model=normalize_voyage_model(model),
+            api_key=api_key,
+            base_url=base_url or DEFAULT_BASE_URL,
+            headers=headers,
+            timeout=timeout,
+            query_timeout=query_timeout,
+            retry=retry,
+        )
+        self.dimensions = dimensions
+        self.max_input_bytes = max_input_bytes("voyage", self.model)
+        self._sdk = sdk
+        if self.headers:
+            log.warning("voyage: remote.headers are sent on batch API calls only (the voyageai SDK drops them)")
+        # Our RetryPolicy governs retries: max_retries=0 makes one attempt.
+        self._docs = sdk.Client(api_key=api_key, max_retries=0, timeout=self.timeout, base_url=self.base_url)
+        self._queries = sdk.Client(api_key=api_key, max_retries=0, timeout=self.query_timeout, base_url=self.base_url)
+
+    def _key_settings(self) -> dict[str, Any]:
+        settings = super()._key_settings()
+        if self.dimensions:
+            settings["dimensions"] = self.dimensions
+        return settings
+
+    def _parse(self, result: Any, expected: int) -> list[list[float]]:
+        vectors = getattr(result, "embeddings", None)
+        if not isinstance(vectors, list):
+            raise MalformedResponseError("voyage embeddings: malformed response: no embeddings")
+        check_count(vectors, expected, "voyage")
+        return [as_vector(v, "voyage", f"data[{i}].embedding") for i, v in enumerate(vectors)]
+
+    def _embed_with(self, client: Any, texts: list[str], input_type: str) -> list[list[float]]:
+        try:
+            result = client.embed(texts, model=self.model, input_type=input_type, output_dimension=self.dimensions)
+        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+            raise MalformedResponseError(f"voyage embeddings: malformed response: {type(exc).__name__}: {exc}") from None
+        return self._parse(result, len(texts))
+
+    async def _aembed_with(self, timeout: float, texts: list[str], input_type: str) -> list[list[float]]:
+        client = self._sdk.AsyncClient(api_key=self._api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
+        try:
+            result = await client.embed(texts, model=self.model, input_type=input_type,
+                                        output_dimension=self.dimensions)
+        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+            raise MalformedResponseError(f"voyage embeddings: malformed response: {type(exc).__name__}: {exc}") from None
+        return self._parse(result, len(texts))
+
+    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embed_with(self._docs, texts, "document")
+
+    def _request_query(self, text: str) -> list[float]:
+        return self._embed_with(self._queries, [text], "query")[0]
+
+    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+        return await self._aembed_with(self.timeout, texts, "document")
+
+    async def _arequest_query(self, text: str) -> list[float]:
+        return (await self._aembed_with(self.query_timeout, [text], "query"))[0]
+
+    def enable_batch(self, config: Any, **runner_options: Any) -> None:
+        """Route document batches through Voyage's batch API (``config`` is ``remote.batch``)."""
+        from .batch_api import BatchRunner
+
+        self._batch = BatchRunner.from_config(VoyageBatchBackend(self), config, **runner_options)
+
+
+class VoyageBatchBackend:
+    """Voyage's files + ``/batches`` protocol over ``httpx``."""
+
+    provider = "voyage"
+    max_requests = MAX_BATCH_REQUESTS
+    endpoint = "/v1/embeddings"
+    completion_window = "12h"
+
+    def __init__(self, embedder: VoyageEmbedder, retry: RetryPolicy | None = None) -> None:
+        self.embedder = embedder
+        self.retry = retry or batch_call_policy(embedder.retry.sleep)
+        self._httpx = import_httpx("voyage", "voyage")
+
+    def redact(self, text: str) -> str:
+        return self.embedder._redact(text)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One HTTP call (no retry)."""
+        emb = self.embedder
+        headers = {**emb.headers, "Authorization": f"Bearer {emb._api_key}"}
+        with self._httpx.Client(timeout=emb.timeout) as client:
+            return client.request(method, f"{emb.base_url}{path}", headers=headers, **kwargs)
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.retry.call(lambda: response_json(self._send(method, path, **kwargs), "voyage"),
+                               provider="voyage", secrets=[self.embedder._api_key])
+
+    def _text(self, path: str) -> str:
+        def once() -> str:
+            response = self._send("GET", path)
+            if response.status_code >= 400:
+                raise http_error("voyage", response.status_code, response.text)
+            return str(response.text)
+
+        return self.retry.call(once, provider="voyage", secrets=[self.embedder._api_key])
+
+    def submit(self, texts: Sequence[str], custom_ids: Sequence[str]) -> BatchJob:
+        lines = [json.dumps({"custom_id": cid, "body": {"input": [text]}}) for cid, text in zip(custom_ids, texts)]
+        payload = ("\n".join(lines) + "\n").encode("utf-8")
+        uploaded = self._json("POST", "/files", data={"purpose": "batch"},
+                              files={"file": ("memory-embeddings.jsonl", payload, "application/jsonl")})
+        file_id = uploaded.get("id") if isinstance(uploaded, dict) else None
+        if not file_id:
+            raise BatchError("voyage embedding batch file upload failed: missing file id")
+        params: dict[str, Any] = {"model": self.embedder.model, "input_type": "document"}
+        if self.embedder.dimensions:
+            params["output_dimension"] = self.embedder.dimensions
+        created = self._json("POST", "/batches", json={
+            "input_file_id": file_id,
+            "endpoint": self.endpoint,
+            "completion_window": self.completion_window,
+            "request_params": params,
+            "metadata": {"source": "clawmem-memory"},
+        })
+        return self._job(created)
+
+    def refresh(self, job: BatchJob) -> BatchJob:
+        return self._job(self._json("GET", f"/batches/{job.id}"))
+
+    def results(self, job: BatchJob) -> Mapping[str, Any]:
+        if not job.output:
+            raise BatchError(f"voyage embedding batch {job.id} completed without output file")
+        return openai_style_results(parse_jsonl(self._text(f"/files/{job.output}/content"), "voyage"))
+
+    def _job(self, data: Any) -> BatchJob:
+        if not isinstance(data, dict):
+            raise BatchError("voyage embedding batch: malformed batch object")
+        status = str(data.get("status") or "")
+        return BatchJob(
+            id=str(data.get("id") or ""),
+            state=normalize_state(status, completed=COMPLETED_STATES, failed=FAILED_STATES),
+            status=status,
+            output=data.get("output_file_id"),
+            error=str(data.get("error_file_id")) if data.get("error_file_id") and status != "completed" else None,
+            raw=data,
+        )

@@ -1,0 +1,662 @@
+"""``MemoryIndex``: the engine that wires discovery, chunking, embeddings, the store and search."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .chunking import Chunk, chunk_id, chunk_markdown, enforce_input_limit
+from .config import MemoryConfig
+from .discovery import Discovery, list_memory_files, normalize_extra_paths
+from .embeddings.base import Embedder
+from .embeddings.batching import batches_by_bytes
+from .errors import ConfigError, EmbeddingError, InvalidQueryError, StoreError, WorkspaceError
+from .read import read_memory_file
+from .results import IndexStatus, ReadResult, SearchResult, SyncReport
+from .search import (
+    CANDIDATE_POOL,
+    Candidate,
+    apply_temporal_decay,
+    bm25_rank_to_score,
+    merge_hybrid,
+    mmr_rerank,
+    select_results,
+    truncate_snippet,
+)
+from .store.base import ChunkRow, FileRow
+from .store.sqlite import SQLiteStore, remove_stale_temp_files
+from .text import search_terms
+
+log = logging.getLogger("clawmem")
+
+#: progress(done, total, label)
+ProgressCallback = Callable[[int, int, str], None]
+
+MAX_QUERY_TERMS = 64
+MAX_QUERY_EMBED_CHARS = 8000
+#: Chunks embedded and written per group during a sync (bounds memory; each group is durable).
+_GROUP_CHUNKS = 512
+#: A file modified this close to the last scan is re-hashed even if size and mtime match.
+_RACY_SECONDS = 2.0
+
+
+def default_state_dir() -> Path:
+    """``$CLAWMEM_STATE_DIR`` or ``~/.clawmem``."""
+    env = os.environ.get("CLAWMEM_STATE_DIR")
+    return Path(os.path.expanduser(env)) if env else Path.home() / ".clawmem"
+
+
+@dataclass
+class _Selection:
+    embedder: Embedder | None
+    requested: str
+    fallback_from: str | None = None
+    reason: str | None = None
+
+
+def _wrap(obj: Any) -> Embedder:
+    if isinstance(obj, Embedder):
+        return obj
+    from .embeddings.framework import wrap_embedder
+
+    return wrap_embedder(obj)
+
+
+class MemoryIndex:
+    """A workspace of Markdown memory and its SQLite index.
+
+    >>> with MemoryIndex("~/agent-workspace") as mem:          # doctest: +SKIP
+    ...     mem.sync()
+    ...     hits = mem.search("what music do I like")
+
+    ``embedder`` may be a clawmem :class:`~clawmem_core.embeddings.base.Embedder`, a LangChain
+    ``Embeddings`` or a LlamaIndex ``BaseEmbedding``; without one, ``config.provider`` decides
+    (``auto``: a local model if configured, else the first remote provider with an API key, else
+    keyword-only search).
+    """
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        agent_id: str = "main",
+        config: MemoryConfig | Mapping[str, Any] | None = None,
+        embedder: Any = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        ws = Path(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
+        if not ws.exists():
+            raise WorkspaceError(f"workspace not found: {ws}")
+        if not ws.is_dir():
+            raise WorkspaceError(f"workspace is not a directory: {ws}")
+        if not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."):
+            raise ConfigError(f"agent_id must be a plain name, got {agent_id!r}")
+        if config is None:
+            config = MemoryConfig()
+        elif isinstance(config, Mapping):
+            config = MemoryConfig.from_dict(config)
+        elif not isinstance(config, MemoryConfig):
+            raise ConfigError(f"config must be a MemoryConfig or a dict, got {type(config).__name__}")
+        self.workspace = ws
+        self.agent_id = agent_id
+        self.config = config
+        self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
+        self.store_path = self._resolve_store_path()
+        self._user_embedder = embedder
+        self._selection: _Selection | None = None
+        self._fallback_used = False
+        self._store = self._open_store()
+        self._writer: SQLiteStore | None = None
+        self._sync_lock = threading.Lock()
+        self._bg_thread: threading.Thread | None = None
+        self._dirty = True
+        self._session_warmed = False
+        self._last_scan: float = 0.0
+        self._closed = False
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def _resolve_store_path(self) -> Path:
+        if self.config.store.path:
+            raw = self.config.store.path.replace("{agent_id}", self.agent_id).replace("{agentId}", self.agent_id)
+            p = Path(os.path.expandvars(os.path.expanduser(raw)))
+            return p if p.is_absolute() else self.workspace / p
+        return self.state_dir / "memory" / f"{self.agent_id}.sqlite"
+
+    def _new_store(self) -> SQLiteStore:
+        return SQLiteStore(
+            self.store_path,
+            vector_enabled=self.config.store.vector.enabled,
+            extension_path=self.config.store.vector.extension_path,
+            fts_tokenizer=self.config.store.fts.tokenizer,
+        )
+
+    def _open_store(self) -> SQLiteStore:
+        return self._new_store()
+
+    def _selection_now(self) -> _Selection:
+        """Create the embedder on first need (never for an empty index or an empty query)."""
+        if self._selection is not None:
+            return self._selection
+        if self._user_embedder is not None:
+            emb = _wrap(self._user_embedder)
+            self._selection = _Selection(emb, requested=emb.provider)
+        elif not self.config.enabled or self.config.provider == "none":
+            self._selection = _Selection(None, requested=self.config.provider, reason="keyword-only by configuration")
+        else:
+            try:
+                from .embeddings.registry import resolve_embedder
+            except ImportError:  # providers not installed in this build
+                if self.config.provider != "auto":
+                    raise
+                self._selection = _Selection(None, "auto", reason="no embedding providers available")
+                return self._selection
+            sel = resolve_embedder(self.config)
+            self._selection = _Selection(sel.embedder, sel.requested, sel.fallback_from, sel.reason)
+        return self._selection
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder in use (created on first access), or ``None`` in keyword-only mode."""
+        return self._selection_now().embedder
+
+    def provider_info(self) -> dict[str, Any]:
+        """``provider``, ``model``, ``fallback`` and ``mode`` as the tool payload reports them."""
+        sel = self._selection_now()
+        emb = sel.embedder
+        fallback = None
+        if sel.fallback_from:
+            fallback = {"from": sel.fallback_from, "reason": sel.reason}
+        return {
+            "provider": emb.provider if emb else "none",
+            "model": emb.model if emb else "fts-only",
+            "fallback": fallback,
+            "mode": self._mode(emb),
+        }
+
+    def _mode(self, emb: Embedder | None) -> str:
+        if emb is None:
+            return "fts-only"
+        if not self.config.query.hybrid.enabled or not self._store.fts_available:
+            return "vector"
+        return "hybrid"
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def _identity(self, emb: Embedder | None) -> dict[str, Any]:
+        extra = sorted(str(p).replace(os.sep, "/") for p in normalize_extra_paths(self.workspace, self.config.extra_paths))
+        scope = hashlib.sha256(json.dumps({"extra_paths": extra}).encode()).hexdigest()
+        return {
+            "provider": emb.provider if emb else "none",
+            "model": emb.model if emb else "fts-only",
+            "provider_key": emb.provider_key if emb else "fts-only",
+            "sources": sorted(self.config.sources),
+            "scope_hash": scope,
+            "chunk_tokens": self.config.chunking.tokens,
+            "chunk_overlap": self.config.chunking.overlap,
+            "fts_tokenizer": self.config.store.fts.tokenizer,
+            "workspace": str(self.workspace),
+        }
+
+    def needs_full_reindex(self) -> bool:
+        """True when the index identity (provider, model, settings, sources, extra paths,
+        chunking, tokenizer) differs from the configuration, or there is no index yet."""
+        meta = self._store.get_meta()
+        if meta is None:
+            return True
+        want = self._identity(self._selection_now().embedder)
+        return any(meta.get(k) != v for k, v in want.items())
+
+    # -- sync ---------------------------------------------------------------------------------
+
+    def sync(self, force: bool = False, progress: ProgressCallback | None = None, *, reason: str = "manual") -> SyncReport:
+        """Bring the index up to date with the Markdown: unchanged files are skipped, changed files
+        re-chunked and re-embedded (the cache means text seen before is never embedded twice),
+        deleted files removed. A full reindex (forced, or when the identity changed) is built
+        beside the live index and swapped in atomically. Returns what was done."""
+        self._check_open()
+        with self._sync_lock:
+            lock = self._process_lock()
+            with lock:
+                return self._sync_locked(force, progress, reason)
+
+    async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None) -> SyncReport:
+        """Async twin of :meth:`sync` (runs in a worker thread)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.sync, force, progress)
+
+    def _process_lock(self) -> Any:
+        from filelock import FileLock
+
+        return FileLock(str(self.store_path) + ".lock", timeout=600)
+
+    def _writer_store(self) -> SQLiteStore:
+        if self._writer is None:
+            self._writer = self._new_store()
+        return self._writer
+
+    def _sync_locked(self, force: bool, progress: ProgressCallback | None, reason: str) -> SyncReport:
+        started = time.perf_counter()
+        scan_started = time.time()
+        writer = self._writer_store()
+        remove_stale_temp_files(self.store_path)
+        sel = self._selection_now()
+        identity = self._identity(sel.embedder)
+        meta = writer.get_meta()
+        full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
+        report = SyncReport(full=full, reason=reason)
+        found = list_memory_files(self.workspace, self.config.extra_paths)
+        report.files_scanned = len(found.files)
+        try:
+            if full:
+                with writer.rebuild() as tmp:
+                    self._index_files(tmp, [writer], found, {}, report, progress, full=True)
+                    if self.config.cache.max_entries:
+                        tmp.cache_prune(self.config.cache.max_entries)
+                    tmp.set_meta(identity)
+            else:
+                known = writer.file_hashes("memory")
+                self._index_files(writer, [], found, known, report, progress, full=False)
+        except EmbeddingError as exc:
+            if self._activate_fallback(exc):
+                return self._sync_locked(True, progress, "fallback")
+            raise
+        self._dirty = False
+        self._last_scan = scan_started
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _activate_fallback(self, exc: Exception) -> bool:
+        fb = self.config.fallback
+        sel = self._selection
+        if fb in ("none", "") or self._fallback_used or sel is None or self._user_embedder is not None:
+            return False
+        if sel.embedder is not None and sel.embedder.provider == fb:
+            return False
+        from .embeddings.registry import create_provider
+
+        try:
+            emb = create_provider(fb, replace(self.config, model=""))
+        except Exception as err:  # the fallback cannot start either: keep the first error
+            log.warning("fallback provider %s unavailable: %s", fb, err)
+            return False
+        self._fallback_used = True
+        old = sel.embedder.provider if sel.embedder else sel.requested
+        self._selection = _Selection(emb, sel.requested, fallback_from=old, reason=str(exc))
+        log.warning("embedding provider %s failed (%s); switched to %s and reindexing", old, exc, fb)
+        return True
+
+    def _index_files(
+        self,
+        store: SQLiteStore,
+        cache_mirrors: list[SQLiteStore],
+        found: Discovery,
+        known: dict[str, str],
+        report: SyncReport,
+        progress: ProgressCallback | None,
+        *,
+        full: bool,
+    ) -> None:
+        emb = self._selection_now().embedder
+        model = emb.model if emb else "fts-only"
+        known_stat = {} if full else self._known_stats(store)
+        pending: list[tuple[FileRow, list[Chunk]]] = []
+        pending_chunks = 0
+        total = len(found.files)
+        done = 0
+        for f in found.files:
+            done += 1
+            try:
+                st = os.stat(f.abs_path)
+            except OSError:
+                continue  # vanished since discovery: picked up by the next sync
+            prev = known_stat.get(f.path)
+            if (
+                prev is not None
+                and prev[0] == st.st_size
+                and prev[1] == int(st.st_mtime * 1000)
+                and st.st_mtime < self._last_scan - _RACY_SECONDS
+                and f.path in known
+            ):
+                report.files_unchanged += 1
+                continue
+            try:
+                data = f.abs_path.read_bytes()
+            except OSError as exc:
+                report.files_skipped.append(f"{f.path}: {exc.strerror or exc}")
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            row = FileRow(f.path, "memory", digest, int(st.st_mtime * 1000), st.st_size)
+            if known.get(f.path) == digest:
+                report.files_unchanged += 1
+                if prev is None or prev[:2] != (row.size, row.mtime):
+                    store.touch_file(row)
+                continue
+            if b"\x00" in data[:8192]:
+                report.files_skipped.append(f"{f.path}: binary content")
+                chunks: list[Chunk] = []
+            else:
+                text = data.decode("utf-8", errors="replace")
+                chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
+                if emb is not None:
+                    chunks = enforce_input_limit(chunks, emb.input_limit)
+            pending.append((row, chunks))
+            pending_chunks += len(chunks)
+            if pending_chunks >= _GROUP_CHUNKS:
+                self._write_group(store, cache_mirrors, pending, emb, model, report)
+                pending, pending_chunks = [], 0
+            if progress:
+                progress(done, total, "Indexing memory files")
+        if pending:
+            self._write_group(store, cache_mirrors, pending, emb, model, report)
+        if progress:
+            progress(total, total, "Indexing memory files")
+        present = {f.path for f in found.files}
+        gone = [p for p in known if p not in present]
+        if gone:
+            store.delete_files("memory", gone)
+            report.files_deleted = len(gone)
+
+    def _known_stats(self, store: SQLiteStore) -> dict[str, tuple[int, int]]:
+        return {p: (size, mtime) for p, size, mtime in store.conn.execute(
+            "SELECT path, size, mtime FROM files WHERE source='memory'")}
+
+    def _write_group(
+        self,
+        store: SQLiteStore,
+        cache_mirrors: list[SQLiteStore],
+        group: list[tuple[FileRow, list[Chunk]]],
+        emb: Embedder | None,
+        model: str,
+        report: SyncReport,
+    ) -> None:
+        vectors: dict[str, list[float]] = {}
+        if emb is not None:
+            vectors = self._embed(store, cache_mirrors, [c for _, cs in group for c in cs], emb, report)
+        for row, chunks in group:
+            rows = [
+                ChunkRow(
+                    id=chunk_id("memory", row.path, c.start_line, c.end_line, c.hash, model),
+                    path=row.path,
+                    source="memory",
+                    start_line=c.start_line,
+                    end_line=c.end_line,
+                    hash=c.hash,
+                    model=model,
+                    text=c.text,
+                    embedding=vectors.get(c.hash),
+                )
+                for c in chunks
+            ]
+            store.replace_file(row, rows)
+            report.files_indexed += 1
+            report.chunks_indexed += len(rows)
+
+    def _embed(
+        self,
+        store: SQLiteStore,
+        cache_mirrors: list[SQLiteStore],
+        chunks: Sequence[Chunk],
+        emb: Embedder,
+        report: SyncReport,
+    ) -> dict[str, list[float]]:
+        hashes = list(dict.fromkeys(c.hash for c in chunks))
+        text_of = {c.hash: c.text for c in chunks}
+        use_cache = self.config.cache.enabled
+        vectors = store.cache_get(emb.provider, emb.model, emb.provider_key, hashes) if use_cache else {}
+        report.embeddings_cached += len(vectors)
+        missing = [h for h in hashes if h not in vectors]
+        texts = [text_of[h] for h in missing]
+        for batch in batches_by_bytes(texts):
+            got = emb.embed_documents([texts[i] for i in batch])
+            new = {missing[i]: v for i, v in zip(batch, got)}
+            vectors.update(new)
+            report.embeddings_computed += len(new)
+            if use_cache:
+                # Written as each batch completes, to the live index too: an interrupted
+                # reindex resumes without embedding these again.
+                for target in [store, *cache_mirrors]:
+                    target.cache_put(emb.provider, emb.model, emb.provider_key, new)
+        return vectors
+
+    def _maybe_background_sync(self) -> None:
+        """Start a background sync when the index may be stale; a search never waits for it."""
+        if not self.config.sync.on_search and not (self.config.sync.on_session_start and not self._session_warmed):
+            return
+        if not self._dirty and self._session_warmed:
+            return
+        self._session_warmed = True
+        if self._bg_thread is not None and self._bg_thread.is_alive():
+            return
+
+        def run() -> None:
+            try:
+                if self._sync_lock.acquire(blocking=False):
+                    try:
+                        from filelock import Timeout
+
+                        try:
+                            with self._process_lock().acquire(timeout=0):
+                                self._sync_locked(False, None, "search")
+                        except Timeout:
+                            pass  # another process is syncing this index
+                    finally:
+                        self._sync_lock.release()
+            except Exception as exc:  # logged, never raised into the agent
+                log.warning("background memory sync failed: %s", exc)
+
+        self._bg_thread = threading.Thread(target=run, name="clawmem-sync", daemon=True)
+        self._bg_thread.start()
+
+    def mark_dirty(self) -> None:
+        """Tell the index the Markdown changed (the watcher calls this)."""
+        self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    # -- search -------------------------------------------------------------------------------
+
+    def _check_args(self, query: Any, max_results: Any, min_score: Any) -> tuple[str, int, float]:
+        if not isinstance(query, str):
+            raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
+        k = self.config.query.max_results if max_results is None else max_results
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or k != k or k < 1 or (isinstance(k, float) and k != int(k)):
+            raise InvalidQueryError(f"max_results must be a positive integer, got {max_results!r}")
+        ms = self.config.query.min_score if min_score is None else min_score
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms in (float("inf"), float("-inf")):
+            raise InvalidQueryError(f"min_score must be a finite number, got {min_score!r}")
+        return query.replace("\x00", " ").strip(), int(min(k, 10_000)), max(0.0, min(1.0, float(ms)))
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
+        """Hybrid search (SPEC 6). Empty query or empty index -> ``[]`` without creating the
+        embedder. Raises :class:`EmbeddingError` when the query cannot be embedded."""
+        self._check_open()
+        q, k, ms = self._check_args(query, max_results, min_score)
+        if not q:
+            return []
+        if not self._prepare_search():
+            return []
+        emb = self._selection_now().embedder
+        qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
+        return self._rank(q, qvec, k, ms)
+
+    async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
+        """Async twin of :meth:`search`: the query embedding is awaited (``aembed_query``)."""
+        import asyncio
+
+        self._check_open()
+        q, k, ms = self._check_args(query, max_results, min_score)
+        if not q:
+            return []
+        if not await asyncio.to_thread(self._prepare_search):
+            return []
+        emb = self._selection_now().embedder
+        qvec = await emb.aembed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
+        return await asyncio.to_thread(self._rank, q, qvec, k, ms)
+
+    def _prepare_search(self) -> bool:
+        """Sync triggers; False when there is nothing to search."""
+        if not self._store.has_content():
+            if list_memory_files(self.workspace, self.config.extra_paths).files:
+                self.sync(reason="search")  # first use: index before answering
+            if not self._store.has_content():
+                return False
+        else:
+            self._maybe_background_sync()
+        return True
+
+    def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float) -> list[SearchResult]:
+        cfg = self.config.query
+        hybrid = cfg.hybrid
+        pool = max(CANDIDATE_POOL, k)
+        store = self._store
+        emb = self._selection_now().embedder
+        keyword_side = emb is None or (hybrid.enabled and store.fts_available)
+        kw_hits = store.keyword_search(search_terms(query)[:MAX_QUERY_TERMS], pool) if keyword_side else []
+        vec_hits: list[tuple[str, float]] = []
+        if qvec is not None and any(v != 0 for v in qvec):
+            vec_hits = store.vector_search(qvec, pool)
+        rows = store.get_chunks([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
+
+        def cand(cid: str, **scores: float) -> Candidate | None:
+            r = rows.get(cid)
+            if r is None:
+                return None
+            return Candidate(cid, r.path, r.source, r.start_line, r.end_line, truncate_snippet(r.text), **scores)
+
+        kw = [c for c in (cand(i, text_score=bm25_rank_to_score(s)) for i, s in kw_hits) if c]
+        vec = [c for c in (cand(i, vector_score=s) for i, s in vec_hits) if c]
+        if emb is None:
+            merged = [replace(c, score=c.text_score, from_keyword=True) for c in kw]
+        elif not keyword_side:
+            merged = [replace(c, score=c.vector_score) for c in vec]
+        else:
+            merged = merge_hybrid(vec, kw, hybrid.vector_weight, hybrid.text_weight)
+        if hybrid.temporal_decay.enabled:
+            merged = apply_temporal_decay(merged, hybrid.temporal_decay.half_life_days, datetime.now(timezone.utc), self._mtime_of)
+        merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
+        if hybrid.mmr.enabled:
+            merged = mmr_rerank(merged, hybrid.mmr.lambda_)
+        # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a
+        # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
+        floor = 0.0 if emb is None else min(min_score, hybrid.text_weight)
+        chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
+        return [
+            SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
+            for c in chosen
+        ]
+
+    def _mtime_of(self, path: str, source: str) -> float | None:
+        try:
+            return os.stat(self.workspace / path).st_mtime
+        except OSError:
+            return None
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def read(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
+        """Read lines of a memory file (``memory_get``). A path outside memory raises
+        :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
+        self._check_open()
+        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines)
+
+    async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
+        import asyncio
+
+        return await asyncio.to_thread(self.read, path, from_line, lines)
+
+    # -- status -------------------------------------------------------------------------------
+
+    def status(self) -> IndexStatus:
+        """Files, chunks, provider, model, mode, vector and FTS state, cache, dirty, issues.
+        Does not create the embedder when it has not been needed yet."""
+        self._check_open()
+        store = self._store
+        counts = store.counts()
+        meta = store.get_meta() or {}
+        sel = self._selection
+        if sel is not None:
+            emb = sel.embedder
+            provider, model = (emb.provider, emb.model) if emb else ("none", "fts-only")
+        else:
+            provider = meta.get("provider", self.config.provider)
+            model = meta.get("model", self.config.effective_model)
+        requested = sel.requested if sel else ("custom" if self._user_embedder is not None else self.config.provider)
+        mode = "fts-only" if provider == "none" else ("vector" if not self.config.query.hybrid.enabled or not store.fts_available else "hybrid")
+        found = list_memory_files(self.workspace, self.config.extra_paths)
+        issues = []
+        if not (self.workspace / "memory").is_dir():
+            issues.append(f"memory directory missing ({self.workspace / 'memory'})")
+        if not found.files:
+            issues.append(f"no memory files found in {self.workspace}")
+        issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
+        return IndexStatus(
+            agent_id=self.agent_id,
+            workspace=str(self.workspace),
+            store_path=str(self.store_path),
+            files=counts.files,
+            chunks=counts.chunks,
+            by_source={s: {"files": f, "chunks": c} for s, (f, c) in counts.by_source.items()},
+            provider=provider,
+            requested_provider=requested,
+            model=model,
+            mode=mode,
+            dirty=self._dirty,
+            sources=list(self.config.sources),
+            extra_paths=list(self.config.extra_paths),
+            vector={
+                "enabled": self.config.store.vector.enabled,
+                "available": store.vector_extension,
+                "dims": store.vector_dims,
+                "path": getattr(store, "vector_path", None),
+                "error": store.vector_error,
+                "backend": "sqlite-vec" if store.vector_extension else "numpy",
+            },
+            fts={"available": store.fts_available, "error": store.fts_error, "tokenizer": self.config.store.fts.tokenizer},
+            cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},
+            fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
+            issues=issues,
+            files_on_disk=len(found.files),
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("this MemoryIndex is closed")
+
+    def close(self) -> None:
+        """Wait for a background sync, then close the index and the embedder."""
+        if self._closed:
+            return
+        t = self._bg_thread
+        if t is not None and t.is_alive():
+            t.join()
+        self._closed = True
+        self._store.close()
+        if self._writer is not None:
+            self._writer.close()
+        if self._selection is not None and self._selection.embedder is not None:
+            try:
+                self._selection.embedder.close()
+            except Exception as exc:
+                log.warning("closing the embedder failed: %s", exc)
+
+    def __enter__(self) -> "MemoryIndex":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MemoryIndex(workspace={str(self.workspace)!r}, agent_id={self.agent_id!r})"

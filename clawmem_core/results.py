@@ -1,0 +1,110 @@
+"""The result types of the public API."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Optional
+
+
+def citation_for(path: str, start_line: int, end_line: int) -> str:
+    """``path#L5`` for one line, ``path#L5-L7`` for a range."""
+    return f"{path}#L{start_line}" if start_line == end_line else f"{path}#L{start_line}-L{end_line}"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One ranked snippet. ``vector_score`` and ``text_score`` show how ``score`` was made."""
+
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    source: Literal["memory", "sessions"] | str = "memory"
+    id: str = ""
+    vector_score: float = 0.0
+    text_score: float = 0.0
+
+    @property
+    def citation(self) -> str:
+        return citation_for(self.path, self.start_line, self.end_line)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The ``memory_search`` result shape (camelCase, SPEC 10)."""
+        return {
+            "path": self.path,
+            "startLine": self.start_line,
+            "endLine": self.end_line,
+            "score": round(self.score, 6),
+            "snippet": self.snippet,
+            "source": self.source,
+            "citation": self.citation,
+        }
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """Lines read from a memory file (``memory_get``)."""
+
+    path: str
+    text: str
+    from_line: int
+    to_line: int
+    total_lines: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "text": self.text,
+            "from": self.from_line,
+            "lines": max(0, self.to_line - self.from_line + 1) if self.text else 0,
+            "totalLines": self.total_lines,
+        }
+
+
+@dataclass
+class SyncReport:
+    """What one sync did."""
+
+    full: bool = False
+    reason: str = ""
+    files_scanned: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    files_skipped: list[str] = field(default_factory=list)
+    chunks_indexed: int = 0
+    embeddings_computed: int = 0
+    embeddings_cached: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class IndexStatus:
+    """What ``status()`` reports (SPEC 13)."""
+
+    agent_id: str
+    workspace: str
+    store_path: str
+    files: int
+    chunks: int
+    by_source: dict[str, dict[str, int]]
+    provider: str
+    requested_provider: str
+    model: str
+    mode: Literal["hybrid", "vector", "fts-only"] | str
+    dirty: bool
+    sources: list[str]
+    extra_paths: list[str]
+    vector: dict[str, Any]
+    fts: dict[str, Any]
+    cache: dict[str, Any]
+    fallback: Optional[dict[str, Any]] = None
+    issues: list[str] = field(default_factory=list)
+    files_on_disk: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,197 @@
+"""Scoring maths of hybrid search (SPEC 6), as pure functions.
+
+Flow: keyword and vector candidates -> score conversion -> weighted merge by chunk id ->
+temporal decay -> sort -> MMR -> min-score filter (with OpenClaw's relaxed keyword fallback,
+or strict abstention) -> cut to ``max_results``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timezone
+from typing import Callable, Iterable, Sequence
+
+from .text import similarity_tokens
+
+SNIPPET_MAX_CHARS = 700
+#: Candidates drawn from each side. Fixed (not ``max_results * multiplier``) so that results are
+#: monotonic in ``max_results``: asking for more never reorders the first ones.
+CANDIDATE_POOL = 200
+
+_LN2 = math.log(2)
+_DATED = re.compile(r"(?:^|/)memory/(?:.+/)?(\d{4})-(\d{2})-(\d{2})(?:-[^/]*)?\.md$")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A chunk under consideration, with both side scores and the merged score."""
+
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    snippet: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    score: float = 0.0
+    from_keyword: bool = False
+
+
+def bm25_rank_to_score(rank: float) -> float:
+    """FTS5 BM25 rank (more negative is better) -> a score in (0, 1), order preserved."""
+    if not math.isfinite(rank):
+        return 1 / (1 + 999)
+    if rank < 0:
+        r = -rank
+        return r / (1 + r)
+    return 1 / (1 + rank)
+
+
+def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
+    """At most ``limit`` characters, never ending inside a surrogate pair."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    if cut and 0xD800 <= ord(cut[-1]) <= 0xDBFF:
+        cut = cut[:-1]
+    return cut
+
+
+def merge_hybrid(
+    vector: Iterable[Candidate], keyword: Iterable[Candidate], vector_weight: float, text_weight: float
+) -> list[Candidate]:
+    """Union by chunk id; ``score = vw * vector_score + tw * text_score``. On overlap the keyword
+    snippet is kept. Returned unsorted (decay comes first)."""
+    by_id: dict[str, Candidate] = {}
+    for c in vector:
+        by_id[c.id] = replace(c, text_score=0.0)
+    for c in keyword:
+        prev = by_id.get(c.id)
+        if prev is None:
+            by_id[c.id] = replace(c, vector_score=0.0, from_keyword=True)
+        else:
+            by_id[c.id] = replace(prev, text_score=c.text_score, snippet=c.snippet or prev.snippet, from_keyword=True)
+    return [replace(c, score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_id.values()]
+
+
+# -- temporal decay ---------------------------------------------------------------------------
+
+
+def decay_multiplier(age_days: float, half_life_days: float) -> float:
+    """``exp(-ln2 / half_life * age)``; a future date (negative age) counts as today."""
+    return math.exp(-_LN2 / max(half_life_days, 1e-9) * max(0.0, age_days))
+
+
+def date_from_path(path: str) -> date | None:
+    """The date of a dated note: ``memory/YYYY-MM-DD.md``, also in subfolders and with a
+    ``-slug`` suffix (``memory/2026/2026-01-05-standup.md``)."""
+    m = _DATED.search(path)
+    if not m:
+        return None
+    try:
+        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def is_evergreen(path: str, source: str) -> bool:
+    """``MEMORY.md``, ``memory.md`` and undated notes under ``memory/`` never decay."""
+    if source != "memory":
+        return False
+    if path in ("MEMORY.md", "memory.md"):
+        return True
+    return (path.startswith("memory/") or "/memory/" in path) and date_from_path(path) is None
+
+
+def apply_temporal_decay(
+    items: list[Candidate],
+    half_life_days: float,
+    now: datetime,
+    mtime_of: Callable[[str, str], float | None],
+) -> list[Candidate]:
+    """Multiply each score by the decay of its note's age. ``mtime_of(path, source)`` gives a
+    POSIX timestamp for files that are neither dated nor evergreen (or ``None``: no decay)."""
+    now_ts = now.timestamp()
+    memo: dict[tuple[str, str], float] = {}
+    out = []
+    for c in items:
+        key = (c.source, c.path)
+        if key not in memo:
+            d = date_from_path(c.path)
+            if d is not None:
+                ts: float | None = datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp()
+            elif is_evergreen(c.path, c.source):
+                ts = None
+            else:
+                ts = mtime_of(c.path, c.source)
+            memo[key] = 1.0 if ts is None else decay_multiplier((now_ts - ts) / 86400.0, half_life_days)
+        out.append(replace(c, score=c.score * memo[key]))
+    return out
+
+
+# -- MMR --------------------------------------------------------------------------------------
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    """Jaccard similarity; two empty sets are identical (1), one empty set shares nothing (0)."""
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def mmr_score(relevance: float, max_similarity: float, lambda_: float) -> float:
+    return lambda_ * relevance - (1 - lambda_) * max_similarity
+
+
+def mmr_rerank(items: Sequence[Candidate], lambda_: float = 0.7) -> list[Candidate]:
+    """Greedy maximal marginal relevance over snippets. Reorders, never drops. Relevance is
+    min-max normalised; ties go to the higher original score."""
+    items = list(items)
+    if len(items) < 2:
+        return items
+    lam = 0.7 if not math.isfinite(lambda_) else max(0.0, min(1.0, lambda_))
+    if lam >= 1.0:
+        return sorted(items, key=lambda c: -c.score)
+    scores = [c.score for c in items]
+    lo, hi = min(scores), max(scores)
+    rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
+    tokens = [similarity_tokens(c.snippet) for c in items]
+    remaining = list(range(len(items)))
+    max_sim = [0.0] * len(items)
+    chosen: list[int] = []
+    while remaining:
+        best = max(remaining, key=lambda i: (mmr_score(rel[i], max_sim[i], lam), scores[i]))
+        chosen.append(best)
+        remaining.remove(best)
+        for i in remaining:
+            s = jaccard(tokens[i], tokens[best])
+            if s > max_sim[i]:
+                max_sim[i] = s
+    return [items[i] for i in chosen]
+
+
+# -- selection --------------------------------------------------------------------------------
+
+
+def select_results(
+    ranked: Sequence[Candidate],
+    *,
+    min_score: float,
+    max_results: int,
+    relaxed_floor: float,
+    strict: bool = False,
+) -> list[Candidate]:
+    """Keep ``score >= min_score``, cut to ``max_results``. When nothing passes and there were
+    keyword hits, return keyword hits scoring at least ``relaxed_floor`` (OpenClaw's relaxed
+    fallback uses ``min(min_score, text_weight)``, because a keyword-only hit scores at most
+    ``text_weight``), unless ``strict``: then nothing below ``min_score``, ever."""
+    passing = [c for c in ranked if c.score >= min_score]
+    if passing or strict:
+        return passing[:max_results]
+    return [c for c in ranked if c.from_keyword and c.score >= relaxed_floor][:max_results]

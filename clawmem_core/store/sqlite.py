@@ -1,0 +1,501 @@
+"""The SQLite store: one file per agent holding files, chunks, FTS5 keywords, sqlite-vec vectors,
+the embedding cache and the index identity (meta).
+
+It uses ``apsw``, which bundles a recent SQLite with FTS5 and can load extensions on every
+platform (many Python builds' ``sqlite3`` cannot). When sqlite-vec cannot load, vectors are still
+stored and searched with NumPy in process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from array import array
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import apsw
+
+from ..errors import StoreError
+from ..text import index_document, quote_fts
+from .base import ChunkRow, FileRow, Store, StoreCounts
+
+log = logging.getLogger("clawmem")
+
+SCHEMA_VERSION = 1
+META_KEY = "memory_index_meta_v1"
+#: FTS5 tokenizer per ``store.fts.tokenizer`` setting.
+FTS_TOKENIZERS = {
+    "cjk": "porter unicode61 remove_diacritics 2 tokenchars '_'",
+    "unicode61": "unicode61",
+    "trigram": "trigram case_sensitive 0",
+}
+#: Queries served by sqlite-vec before the process keeps a NumPy matrix of the vectors.
+_MATRIX_AFTER_QUERIES = 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory', hash TEXT NOT NULL,
+    mtime INTEGER NOT NULL, size INTEGER NOT NULL, PRIMARY KEY (source, path));
+CREATE TABLE IF NOT EXISTS chunks (
+    rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
+    source TEXT NOT NULL DEFAULT 'memory', start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
+    hash TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB,
+    updated_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks (source, path);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL, hash TEXT NOT NULL,
+    embedding BLOB NOT NULL, dims INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+    PRIMARY KEY (provider, model, provider_key, hash));
+CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache (updated_at);
+"""
+
+
+def _blob(vec: Sequence[float]) -> bytes:
+    return array("f", vec).tobytes()
+
+
+def _unblob(blob: bytes) -> list[float]:
+    a = array("f")
+    a.frombytes(blob)
+    return a.tolist()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SQLiteStore(Store):
+    """A SQLite index file. Open it with :meth:`open`; :meth:`rebuild` builds a new index beside
+    it and swaps it in atomically."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        vector_enabled: bool = True,
+        extension_path: str | None = None,
+        fts_tokenizer: str = "cjk",
+    ) -> None:
+        self.path = Path(path)
+        self.vector_enabled = vector_enabled
+        self.extension_path = extension_path
+        self.fts_tokenizer = fts_tokenizer
+        self.fts_available = False
+        self.fts_error: str | None = None
+        self.vector_extension = False
+        self.vector_error: str | None = None
+        self.vector_dims: int | None = None
+        self._conn: apsw.Connection | None = None
+        self._writes = 0
+        self._vec_queries = 0
+        self._matrix: tuple[Any, list[str], Any] | None = None
+        self._seen_token: Any = None
+        self._open()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> apsw.Connection:
+        if self._conn is None:
+            raise StoreError(f"index {self.path} is closed")
+        return self._conn
+
+    def _open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the index directory {self.path.parent}: {exc.strerror or exc}") from None
+        try:
+            conn = apsw.Connection(str(self.path))
+            conn.setbusytimeout(10_000)
+            self._conn = conn
+            self._load_vector_extension()
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(f"index {self.path} has schema version {version}; this clawmem writes {SCHEMA_VERSION}")
+            with self._tx():
+                conn.execute(_SCHEMA)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._ensure_fts()
+            self.vector_dims = self._existing_vector_dims()
+        except apsw.Error as exc:
+            self.close()
+            raise StoreError(f"cannot open index {self.path}: {exc}") from None
+
+    def _load_vector_extension(self) -> None:
+        if not self.vector_enabled:
+            self.vector_error = "disabled by store.vector.enabled"
+            return
+        try:
+            path = self.extension_path
+            if not path:
+                import sqlite_vec
+
+                path = sqlite_vec.loadable_path()
+            self.conn.enable_load_extension(True)
+            self.conn.load_extension(path)
+            self.conn.enable_load_extension(False)
+            self.vector_extension = True
+            self.vector_path = path
+        except Exception as exc:  # missing wheel, wrong platform, load failure
+            self.vector_error = str(exc) or type(exc).__name__
+
+    def _ensure_fts(self) -> None:
+        tokenize = FTS_TOKENIZERS[self.fts_tokenizer].replace('"', '""')
+        try:
+            self.conn.execute(
+                f'CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, content="", '
+                f'contentless_delete=1, tokenize="{tokenize}")'
+            )
+            self.fts_available = True
+        except apsw.Error as exc:
+            self.fts_available = False
+            self.fts_error = str(exc)
+
+    def _existing_vector_dims(self) -> int | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key='vector_dims'").fetchall()
+        return int(row[0][0]) if row else None
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        """An IMMEDIATE transaction (takes the write lock up front, so no deadlock on upgrade)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+            self._writes += 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(apsw.Error):
+                self._conn.close()
+            self._conn = None
+        self._matrix = None
+
+    # -- meta ---------------------------------------------------------------------------------
+
+    def get_meta(self) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (META_KEY,)).fetchall()
+        if not row:
+            return None
+        try:
+            value = json.loads(row[0][0])
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def set_meta(self, meta: dict[str, Any]) -> None:
+        value = json.dumps(meta, sort_keys=True)
+        with self._tx():
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (META_KEY, value))
+
+    # -- vectors table ------------------------------------------------------------------------
+
+    def ensure_vector_table(self, dims: int) -> None:
+        """Create ``chunks_vec`` for ``dims``-dimensional vectors (recreated if dims change)."""
+        if self.vector_dims == dims and (not self.vector_extension or self._has_table("chunks_vec")):
+            return
+        with self._tx():
+            if self.vector_extension:
+                self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+                self.conn.execute(
+                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
+                )
+                self.conn.execute(
+                    "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
+                    "WHERE embedding IS NOT NULL AND length(embedding) = ?",
+                    (dims * 4,),
+                )
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_dims', ?)", (str(dims),))
+        self.vector_dims = dims
+
+    def _has_table(self, name: str) -> bool:
+        return bool(self.conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (name,)).fetchall())
+
+    # -- files and chunks ---------------------------------------------------------------------
+
+    def file_hashes(self, source: str) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
+
+    def _delete_chunks(self, source: str, path: str) -> None:
+        rids = [r[0] for r in self.conn.execute("SELECT rid FROM chunks WHERE source=? AND path=?", (source, path))]
+        if not rids:
+            return
+        marks = ",".join("?" * len(rids))
+        if self.fts_available:
+            self.conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", rids)
+        if self.vector_extension and self.vector_dims:
+            self.conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", rids)
+        self.conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", rids)
+
+    def replace_file(self, file: FileRow, chunks: list[ChunkRow]) -> None:
+        dims = next((len(c.embedding) for c in chunks if c.embedding), None)
+        if dims and dims != self.vector_dims:
+            self.ensure_vector_table(dims)
+        now = _now_ms()
+        conn = self.conn
+        with self._tx():
+            self._delete_chunks(file.source, file.path)
+            conn.execute(
+                "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
+                (file.path, file.source, file.hash, file.mtime, file.size),
+            )
+            for c in chunks:
+                blob = _blob(c.embedding) if c.embedding else None
+                conn.execute(
+                    "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
+                    "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now),
+                )
+                rid = conn.last_insert_rowid()
+                if self.fts_available:
+                    doc = index_document(c.text) if self.fts_tokenizer == "cjk" else c.text
+                    conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rid, doc))
+                if blob is not None and self.vector_extension and len(c.embedding or ()) == self.vector_dims:
+                    conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rid, blob))
+
+    def touch_file(self, file: FileRow) -> None:
+        """Record a new size and mtime for a file whose content did not change."""
+        with self._tx():
+            self.conn.execute(
+                "UPDATE files SET mtime=?, size=? WHERE source=? AND path=?", (file.mtime, file.size, file.source, file.path)
+            )
+
+    def delete_files(self, source: str, paths: Iterable[str]) -> None:
+        with self._tx():
+            for path in paths:
+                self._delete_chunks(source, path)
+                self.conn.execute("DELETE FROM files WHERE source=? AND path=?", (source, path))
+
+    def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
+        ids = list(ids)
+        out: dict[str, ChunkRow] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                f"SELECT id, path, source, start_line, end_line, hash, model, text FROM chunks WHERE id IN ({marks})",
+                part,
+            ):
+                out[row[0]] = ChunkRow(*row)
+        return out
+
+    # -- search -------------------------------------------------------------------------------
+
+    def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+        if not self.fts_available or not terms:
+            return []
+        if self.fts_tokenizer == "trigram":
+            terms = [t for t in terms if len(t) >= 3]
+            if not terms:
+                return []
+        match = " OR ".join(quote_fts(t) for t in terms)
+        try:
+            return [
+                (row[0], float(row[1]))
+                for row in self.conn.execute(
+                    "SELECT c.id, f.rank FROM (SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ? "
+                    "ORDER BY rank LIMIT ?) AS f JOIN chunks AS c ON c.rid = f.rowid ORDER BY f.rank",
+                    (match, int(limit)),
+                )
+            ]
+        except apsw.SQLError as exc:  # never expected: every term is quoted
+            log.warning("keyword search failed: %s", exc)
+            return []
+
+    def refresh(self) -> None:
+        """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
+        token = self._data_token()
+        if token != self._seen_token:
+            self._seen_token = token
+            self.vector_dims = self._existing_vector_dims()
+
+    def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        self.refresh()
+        if not self.vector_dims or len(query) != self.vector_dims:
+            return []
+        self._vec_queries += 1
+        use_extension = self.vector_extension and self._vec_queries <= _MATRIX_AFTER_QUERIES
+        if use_extension and not self._matrix_fresh():
+            return [
+                (row[0], 1.0 - float(row[1]))
+                for row in self.conn.execute(
+                    "SELECT c.id, v.distance FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
+                    "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
+                    (_blob(query), int(limit)),
+                )
+            ]
+        return self._matrix_search(query, limit)
+
+    def _data_token(self) -> Any:
+        return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes)
+
+    def _matrix_fresh(self) -> bool:
+        return self._matrix is not None and self._matrix[0] == self._data_token()
+
+    def _matrix_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        """Exact cosine search over a float32 matrix kept in memory while the index is unchanged."""
+        import numpy as np
+
+        q = np.asarray(query, dtype=np.float32)
+        if not self._matrix_fresh():
+            token = self._data_token()
+            ids: list[str] = []
+            blobs: list[bytes] = []
+            for cid, blob in self.conn.execute(
+                "SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
+                (self.vector_dims * 4,),  # type: ignore[operator]
+            ):
+                ids.append(cid)
+                blobs.append(blob)
+            if blobs:
+                m = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+                norms = np.linalg.norm(m, axis=1, keepdims=True)
+                np.divide(m, norms, out=m, where=norms > 0)
+            else:
+                m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
+            self._matrix = (token, ids, m)
+        _, ids, m = self._matrix  # type: ignore[misc]
+        if not ids:
+            return []
+        qn = float(np.linalg.norm(q))
+        if qn == 0:
+            return []
+        scores = m @ (q / qn)
+        k = min(int(limit), len(ids))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(ids[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
+
+    # -- embedding cache ----------------------------------------------------------------------
+
+    def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for i in range(0, len(hashes), 400):
+            part = hashes[i : i + 400]
+            marks = ",".join("?" * len(part))
+            for h, blob in self.conn.execute(
+                f"SELECT hash, embedding FROM embedding_cache WHERE provider=? AND model=? AND provider_key=? "
+                f"AND hash IN ({marks})",
+                (provider, model, provider_key, *part),
+            ):
+                if blob:
+                    out[h] = _unblob(blob)
+        return out
+
+    def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
+        if not items:
+            return
+        now = _now_ms()
+        with self._tx():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, "
+                "updated_at) VALUES (?,?,?,?,?,?,?)",
+                [(provider, model, provider_key, h, _blob(v), len(v), now) for h, v in items.items() if len(v)],
+            )
+
+    def cache_prune(self, max_entries: int) -> int:
+        count = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
+        excess = count - max_entries
+        if excess <= 0:
+            return 0
+        with self._tx():
+            self.conn.execute(
+                "DELETE FROM embedding_cache WHERE rowid IN "
+                "(SELECT rowid FROM embedding_cache ORDER BY updated_at ASC LIMIT ?)",
+                (excess,),
+            )
+        return excess
+
+    def copy_cache_from(self, other: "SQLiteStore") -> None:
+        """Copy another index's embedding cache into this one (a rebuild re-embeds nothing)."""
+        rows = other.conn.execute(
+            "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM embedding_cache"
+        ).fetchall()
+        with self._tx():
+            self.conn.executemany("INSERT OR REPLACE INTO embedding_cache VALUES (?,?,?,?,?,?,?)", rows)
+
+    # -- status -------------------------------------------------------------------------------
+
+    def counts(self) -> StoreCounts:
+        self.refresh()
+        rows = self.conn.execute(
+            "SELECT 'f', source, count(*) FROM files GROUP BY source UNION ALL "
+            "SELECT 'c', source, count(*) FROM chunks GROUP BY source UNION ALL "
+            "SELECT 'e', '', count(*) FROM embedding_cache"
+        ).fetchall()
+        by_source: dict[str, list[int]] = {}
+        cache = 0
+        for kind, source, n in rows:
+            if kind == "e":
+                cache = n
+                continue
+            entry = by_source.setdefault(source, [0, 0])
+            entry[0 if kind == "f" else 1] = n
+        files = sum(v[0] for v in by_source.values())
+        chunks = sum(v[1] for v in by_source.values())
+        return StoreCounts(files, chunks, {k: (v[0], v[1]) for k, v in by_source.items()}, cache)
+
+    def has_content(self) -> bool:
+        return bool(self.conn.execute("SELECT 1 FROM chunks LIMIT 1").fetchall())
+
+    # -- atomic rebuild -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def rebuild(self) -> Iterator["SQLiteStore"]:
+        """Build a new index beside this one and swap it in when the block succeeds.
+
+        The new index starts with this index's embedding cache. The swap copies it into the live
+        file with SQLite's backup API inside one transaction, so readers in other processes see
+        the old index or the new one, never a half-built one. On error the live index is
+        untouched and the temporary file is removed.
+        """
+        tmp_path = self.path.with_name(f"{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
+        tmp = SQLiteStore(
+            tmp_path,
+            vector_enabled=self.vector_enabled,
+            extension_path=self.extension_path,
+            fts_tokenizer=self.fts_tokenizer,
+        )
+        try:
+            tmp.conn.execute("PRAGMA journal_mode=DELETE")
+            tmp.copy_cache_from(self)
+            yield tmp
+            with self.conn.backup("main", tmp.conn, "main") as backup:
+                backup.step(-1)
+            self._writes += 1
+            self._matrix = None
+            self.fts_available = tmp.fts_available
+            self.vector_dims = self._existing_vector_dims()
+        finally:
+            tmp.close()
+            remove_index_files(tmp_path)
+
+
+def remove_index_files(path: Path) -> None:
+    """Delete an index file and its journal / WAL / shared-memory companions."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}{suffix}")
+
+
+def remove_stale_temp_files(path: Path) -> int:
+    """Remove leftovers of rebuilds that crashed (call only while holding the sync lock)."""
+    n = 0
+    for p in path.parent.glob(f"{path.name}.tmp-*"):
+        with contextlib.suppress(OSError):
+            os.remove(p)
+            n += 1
+    return n

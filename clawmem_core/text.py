@@ -1,0 +1,122 @@
+"""Tokenisation shared by chunk weighing, the keyword index, queries and MMR.
+
+CJK lives here, once. Chinese, Japanese and Korean text has no spaces between words, so a run of
+CJK characters is turned into overlapping two-character terms (and one-character terms), the
+classic CJK bigram analysis: ``成语`` then matches inside ``今天玩成语接龙游戏``.
+"""
+
+from __future__ import annotations
+
+import re
+# Characters that weigh as one token each and are split into n-grams: CJK ideographs (with
+# extensions and compatibility forms), kana, Hangul, Yi, CJK punctuation and fullwidth forms.
+_WIDE_RANGES = (
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u2e80-\u2fdf"  # CJK radicals, Kangxi
+    "\u3000-\u303f"  # CJK symbols and punctuation
+    "\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3100-\u31ff"  # Bopomofo, Hangul compatibility Jamo, Katakana ext
+    "\u3200-\u4dbf"  # enclosed CJK, CJK ext A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\ua000-\ua4cf"  # Yi
+    "\ua960-\ua97f"  # Hangul Jamo ext A
+    "\uac00-\ud7ff"  # Hangul syllables, Jamo ext B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\ufe30-\ufe4f"  # CJK compatibility forms
+    "\uff00-\uffef"  # halfwidth and fullwidth forms
+    "\U00020000-\U0003134f"  # CJK ext B-H
+)
+_WIDE_RE = re.compile(f"[{_WIDE_RANGES}]")
+# A "CJK letter": a wide character that is a word character (not punctuation).
+_CJK_LETTER = f"[{_WIDE_RANGES}]"
+_WORD_RE = re.compile(r"\w+")
+_SPLIT_CJK_RE = re.compile(f"({_CJK_LETTER}+)")
+_CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
+
+#: Function words that carry no meaning in a query. They are dropped from keyword queries
+#: (unless nothing else is left), which keeps OR-queries fast on large indexes.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over own
+    same she should so some such than that the their theirs them themselves then there these they
+    this those through to too under until up very was we were what when where which while who whom
+    why will with would you your yours yourself yourselves s t don did didn doesn isn wasn weren
+    won wouldn shouldn couldn ll re ve d m o y
+    的 了 吗 呢 吧 啊 么 是 在 和 与 及 或 也 都 就 而 着 过 被 把 这 那 哪 什 么 个 之 其 我 你 他 她 它 们""".split()
+)
+
+
+def wide_count(text: str) -> int:
+    """Number of characters that weigh as a whole token (CJK and other wide characters)."""
+    if text.isascii():
+        return 0
+    return len(_WIDE_RE.findall(text))
+
+
+def weighted_length(text: str) -> int:
+    """Length in "character units": 4 units make a token; a CJK character is a token on its own."""
+    return len(text) + 3 * wide_count(text)
+
+
+def char_weight(ch: str) -> int:
+    return 4 if _WIDE_RE.match(ch) else 1
+
+
+def _cjk_terms(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return list(run) + [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def index_terms(text: str) -> list[str]:
+    """Terms written to the keyword index for ``text``: lower-cased words, and for each CJK run
+    its characters and its overlapping character pairs."""
+    out: list[str] = []
+    for word in _WORD_RE.findall(text.lower()):
+        if word.isascii():
+            out.append(word)
+            continue
+        for part in _SPLIT_CJK_RE.split(word):
+            if not part:
+                continue
+            if _CJK_RUN_RE.match(part):
+                out.extend(_cjk_terms(part))
+            else:
+                out.append(part)
+    return out
+
+
+def index_document(text: str) -> str:
+    """The text stored in the FTS5 table: :func:`index_terms` joined by spaces."""
+    if text.isascii():
+        return text.lower()
+    return " ".join(index_terms(text))
+
+
+def search_terms(text: str, stopwords: bool = True) -> list[str]:
+    """Terms of a query, deduplicated, in order: the same terms as :func:`index_terms` (words,
+    CJK characters and character pairs). With ``stopwords`` true, function words are dropped
+    unless the query has nothing else."""
+    terms = list(dict.fromkeys(index_terms(text)))
+    if stopwords:
+        kept = [t for t in terms if t not in STOPWORDS]
+        if kept:
+            return kept
+    return terms
+
+
+def openclaw_tokens(text: str) -> list[str]:
+    """OpenClaw's query tokens: runs of letters, digits and ``_`` (a CJK run stays whole)."""
+    return [t for t in _WORD_RE.findall(text) if t.strip()]
+
+
+def similarity_tokens(text: str) -> set[str]:
+    """Tokens for MMR's Jaccard similarity: lower-cased words plus CJK unigrams and bigrams."""
+    return set(index_terms(text))
+
+
+def quote_fts(term: str) -> str:
+    """Quote a term for an FTS5 MATCH expression (``"`` doubled), so no term is FTS5 syntax."""
+    return '"' + term.replace('"', '""') + '"'

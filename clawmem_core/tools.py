@@ -1,0 +1,154 @@
+"""What the model sees (SPEC 10): tool names, descriptions, payloads and the Memory Recall
+prompt section. Framework-free, so the LangChain and LlamaIndex adapters only translate."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from .errors import ClawmemError, EmbeddingQuotaError
+
+if TYPE_CHECKING:
+    from .index import MemoryIndex
+
+MEMORY_SEARCH_NAME = "memory_search"
+MEMORY_GET_NAME = "memory_get"
+
+MEMORY_SEARCH_DESCRIPTION = (
+    "Mandatory recall step: semantically search MEMORY.md + memory/*.md (and optional session transcripts) "
+    "before answering questions about prior work, decisions, dates, people, preferences, or todos; returns top "
+    "snippets with path + lines. If response has disabled=true, memory retrieval is unavailable and should be "
+    "surfaced to the user."
+)
+MEMORY_GET_DESCRIPTION = (
+    "Safe snippet read from MEMORY.md or memory/*.md with optional from/lines; use after memory_search to pull "
+    "only the needed lines and keep context small."
+)
+
+QUOTA_WARNING = "Memory search is unavailable because the embedding provider quota is exhausted."
+QUOTA_ACTION = "Top up or switch embedding provider, then retry memory_search."
+ERROR_WARNING = "Memory search is unavailable due to an embedding/provider error."
+ERROR_ACTION = "Check embedding provider configuration and retry memory_search."
+_QUOTA_RE = re.compile(r"insufficient_quota|quota|429", re.IGNORECASE)
+
+CitationsMode = Literal["auto", "on", "off"]
+
+
+def citations_enabled(mode: CitationsMode, session_key: str | None = None) -> bool:
+    """``on`` / ``off`` as said; ``auto`` cites in direct chats (a session key naming a group or
+    channel turns citations off)."""
+    if mode == "on":
+        return True
+    if mode == "off":
+        return False
+    if session_key:
+        parts = re.split(r"[:/]", session_key.lower())
+        if "group" in parts or "channel" in parts:
+            return False
+    return True
+
+
+def search_payload(
+    mem: "MemoryIndex",
+    query: str,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    *,
+    session_key: str | None = None,
+) -> dict[str, Any]:
+    """Run a search and return the ``memory_search`` payload; failures become the
+    ``disabled/unavailable`` payload the model can read (never an exception)."""
+    try:
+        hits = mem.search(query, max_results=max_results, min_score=min_score)
+    except Exception as exc:  # the model must see the failure, not a crash
+        return search_error_payload(exc)
+    return format_search_payload(mem, hits, session_key=session_key)
+
+
+async def asearch_payload(
+    mem: "MemoryIndex",
+    query: str,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    *,
+    session_key: str | None = None,
+) -> dict[str, Any]:
+    """Async twin of :func:`search_payload`."""
+    try:
+        hits = await mem.asearch(query, max_results=max_results, min_score=min_score)
+    except Exception as exc:
+        return search_error_payload(exc)
+    return format_search_payload(mem, hits, session_key=session_key)
+
+
+def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_key: str | None = None) -> dict[str, Any]:
+    cite = citations_enabled(mem.config.citations, session_key)
+    results = []
+    for h in hits:
+        item = h.to_payload()
+        if cite:
+            item["snippet"] = f"{h.snippet.strip()}\n\nSource: {h.citation}"
+        else:
+            item["citation"] = None
+        results.append(item)
+    info = mem.provider_info()
+    return {
+        "results": results,
+        "provider": info["provider"],
+        "model": info["model"],
+        "fallback": info["fallback"],
+        "citations": mem.config.citations,
+        "mode": info["mode"],
+    }
+
+
+def search_error_payload(exc: BaseException) -> dict[str, Any]:
+    message = str(exc) or type(exc).__name__
+    quota = isinstance(exc, EmbeddingQuotaError) or bool(_QUOTA_RE.search(message))
+    return {
+        "results": [],
+        "disabled": True,
+        "unavailable": True,
+        "error": message,
+        "warning": QUOTA_WARNING if quota else ERROR_WARNING,
+        "action": QUOTA_ACTION if quota else ERROR_ACTION,
+    }
+
+
+def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any = None) -> dict[str, Any]:
+    """Read lines and return the ``memory_get`` payload; a refused path becomes
+    ``{path, text: "", disabled: true, error}``."""
+    try:
+        return mem.read(path, from_line=from_line, lines=lines).to_payload()
+    except (ClawmemError, ValueError, OSError) as exc:
+        return {"path": path if isinstance(path, str) else str(path), "text": "", "disabled": True, "error": str(exc)}
+
+
+def memory_recall_prompt(
+    *, has_search: bool = True, has_get: bool = True, citations: CitationsMode = "auto"
+) -> list[str]:
+    """The Memory Recall system-prompt section as lines (empty when neither tool is present);
+    join with ``"\\n"``."""
+    if not has_search and not has_get:
+        return []
+    lead = "Before answering anything about prior work, decisions, dates, people, preferences, or todos"
+    if has_search and has_get:
+        body = (f"{lead}: run memory_search on MEMORY.md + memory/*.md; then use memory_get to pull only the "
+                "needed lines. If low confidence after search, say you checked.")
+    elif has_search:
+        body = (f"{lead}: run memory_search on MEMORY.md + memory/*.md and answer from the matching results. "
+                "If low confidence after search, say you checked.")
+    else:
+        body = (f"{lead} that already point to a specific memory file or note: run memory_get to pull only the "
+                "needed lines. If low confidence after reading them, say you checked.")
+    if citations == "off":
+        cite = ("Citations are disabled: do not mention file paths or line numbers in replies unless the user "
+                "explicitly asks.")
+    else:
+        cite = "Citations: include Source: <path#line> when it helps the user verify memory snippets."
+    return ["## Memory Recall", body, cite, ""]
+
+
+def memory_recall_section(**kwargs: Any) -> str:
+    """:func:`memory_recall_prompt` joined into one string."""
+    return "\n".join(memory_recall_prompt(**kwargs))
