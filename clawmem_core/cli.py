@@ -1,0 +1,324 @@
+"""``clawmem``: the command line, a thin layer over :class:`MemoryIndex` (SPEC 12).
+
+    clawmem status [--json] [--deep] [--index]
+    clawmem index [--force]
+    clawmem search QUERY [--max-results N] [--min-score X] [--json]
+    clawmem get PATH [--from N] [--lines N] [--json]
+    clawmem watch
+
+Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
+``--config FILE``, ``--provider NAME`` and ``--model NAME``. Errors print one line on stderr
+and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Sequence, TextIO
+
+from .config import PROVIDERS, MemoryConfig
+from .errors import ClawmemError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"clawmem: error: {message}\n")
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--workspace", "-w", metavar="DIR", default=argparse.SUPPRESS if suppress else ".",
+                        help="the agent workspace holding MEMORY.md and memory/ (default: current directory)")
+    parser.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS if suppress else "main",
+                        help="agent id: one index per agent (default: main)")
+    parser.add_argument("--config", metavar="FILE", default=default,
+                        help="JSON config: a memorySearch object or an OpenClaw config")
+    parser.add_argument("--provider", choices=PROVIDERS, default=default, help="embedding provider")
+    parser.add_argument("--model", metavar="NAME", default=default, help="embedding model")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="clawmem", description="Index and search a Markdown memory workspace.")
+    parser.add_argument("--version", action="version", version=f"clawmem {_version()}")
+    _common(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("status", help="show the index state")
+    _common(p, suppress=True)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
+    p.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
+    p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
+
+    p = sub.add_parser("index", help="bring the index up to date")
+    _common(p, suppress=True)
+    p.add_argument("--force", action="store_true", help="rebuild the whole index")
+    p.add_argument("--json", action="store_true", help="print the sync report as JSON")
+
+    p = sub.add_parser("search", help="search memory")
+    _common(p, suppress=True)
+    p.add_argument("query", nargs="?", help="what to look for")
+    p.add_argument("--query", dest="query_opt", metavar="TEXT", help="the query (wins over the positional one)")
+    p.add_argument("--max-results", type=int, metavar="N", help="at most N results (default 6)")
+    p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0.35)")
+    p.add_argument("--json", action="store_true", help="print the memory_search payload")
+
+    p = sub.add_parser("get", help="read lines of a memory file")
+    _common(p, suppress=True)
+    p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-05.md")
+    p.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line (1-based)")
+    p.add_argument("--lines", type=int, metavar="N", help="how many lines")
+    p.add_argument("--json", action="store_true", help="print the memory_get payload")
+
+    p = sub.add_parser("watch", help="keep the index fresh while files change (Ctrl-C to stop)")
+    _common(p, suppress=True)
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _config(args: argparse.Namespace) -> MemoryConfig:
+    config = MemoryConfig.from_file(args.config) if args.config else MemoryConfig()
+    changes: dict[str, Any] = {}
+    if args.provider:
+        changes["provider"] = args.provider
+    if args.model:
+        changes["model"] = args.model
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+class _Progress:
+    """n/N, elapsed and ETA on one terminal line (nothing when stderr is not a terminal)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.start = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled or total <= 0:
+            return
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / done * (total - done) if done else 0.0
+        self.stream.write(f"\r{label}… {done}/{total} · elapsed {_mmss(elapsed)} · eta {_mmss(eta)}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def finish(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _mmss(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``clawmem`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except ClawmemError as exc:
+        print(f"clawmem: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("clawmem: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .index import MemoryIndex
+
+    config = _config(args)
+    mem = MemoryIndex(args.workspace, agent_id=args.agent, config=config)
+    try:
+        return _COMMANDS[args.command](mem, args)
+    finally:
+        try:
+            mem.close()
+        except Exception as exc:  # a close failure is reported, it does not change the outcome
+            print(f"clawmem: warning: closing the index failed: {exc}", file=sys.stderr)
+
+
+def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
+    progress = _Progress(sys.stderr)
+    try:
+        report = mem.sync(force=args.force, progress=progress, reason="cli")
+    finally:
+        progress.finish()
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        return EXIT_OK
+    kind = "rebuilt" if report.full else "updated"
+    print(f"Memory index {kind} ({mem.agent_id}): {report.files_indexed} files indexed, "
+          f"{report.files_unchanged} unchanged, {report.files_deleted} removed, {report.chunks_indexed} chunks, "
+          f"{report.embeddings_computed} embedded, {report.embeddings_cached} from cache ({report.seconds:.2f}s).")
+    for skipped in report.files_skipped:
+        print(f"skipped: {skipped}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
+    from .errors import EmbeddingError
+    from .tools import format_search_payload, search_error_payload
+
+    query = args.query_opt if args.query_opt is not None else args.query
+    if query is None or not query.strip():
+        print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        mem.sync(reason="cli")
+    except EmbeddingError as exc:
+        print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
+    try:
+        hits = mem.search(query, max_results=args.max_results, min_score=args.min_score)
+    except EmbeddingError as exc:
+        if args.json:
+            print(json.dumps(search_error_payload(exc), ensure_ascii=False, indent=2))
+        else:
+            print(f"clawmem: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(format_search_payload(mem, hits), ensure_ascii=False, indent=2))
+        return EXIT_OK
+    if not hits:
+        print("No matches.")
+        return EXIT_OK
+    for h in hits:
+        print(f"{h.score:.3f} {h.path}:{h.start_line}-{h.end_line}")
+        print(h.snippet)
+        print()
+    return EXIT_OK
+
+
+def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
+    result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
+    if args.json:
+        print(json.dumps(result.to_payload(), ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(result.text if result.text.endswith("\n") or not result.text else result.text + "\n")
+    return EXIT_OK
+
+
+def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
+    index_error = None
+    if args.index:
+        progress = _Progress(sys.stderr)
+        try:
+            mem.sync(force=args.force, progress=progress, reason="cli")
+        except ClawmemError as exc:
+            index_error = str(exc)
+        finally:
+            progress.finish()
+    probe = None
+    if args.deep or args.index:
+        probe = _probe(mem)
+    st = mem.status()
+    if args.json:
+        out = {"agentId": mem.agent_id, "status": st.to_dict()}
+        if probe is not None:
+            out["embeddingProbe"] = {"ok": probe[0], "error": probe[1]}
+        if index_error:
+            out["indexError"] = index_error
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+        return EXIT_ERROR if index_error else EXIT_OK
+    lines = [f"Memory Search ({st.agent_id})",
+             f"Provider: {st.provider} (requested: {st.requested_provider})",
+             f"Model: {st.model}",
+             f"Mode: {st.mode}",
+             f"Sources: {', '.join(st.sources)}"]
+    if st.extra_paths:
+        lines.append(f"Extra paths: {', '.join(st.extra_paths)}")
+    lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · {st.chunks} chunks",
+              f"Dirty: {'yes' if st.dirty else 'no'}",
+              f"Store: {st.store_path}",
+              f"Workspace: {st.workspace}"]
+    if probe is not None:
+        lines.append(f"Embeddings: {'ready' if probe[0] else 'unavailable'}")
+        if not probe[0] and probe[1]:
+            lines.append(f"Embeddings error: {probe[1]}")
+    if st.by_source:
+        lines.append("By source:")
+        lines += [f"  {s} · {v['files']} files · {v['chunks']} chunks" for s, v in st.by_source.items()]
+    if st.fallback:
+        lines.append(f"Fallback: {st.fallback['from']} ({st.fallback['reason']})")
+    vec = st.vector
+    if not vec["enabled"]:
+        lines.append("Vector: disabled")
+    elif vec["available"]:
+        lines.append("Vector: ready")
+        if vec["dims"]:
+            lines.append(f"Vector dims: {vec['dims']}")
+        lines.append(f"Vector path: {vec['path']}")
+    else:
+        lines.append("Vector: unavailable (searching vectors with NumPy)")
+        lines.append(f"Vector error: {vec['error']}")
+    lines.append("FTS: ready" if st.fts["available"] else "FTS: unavailable")
+    if st.fts["error"]:
+        lines.append(f"FTS error: {st.fts['error']}")
+    cache = st.cache
+    lines.append(f"Embedding cache: enabled ({cache['entries']} entries)" if cache["enabled"] else "Embedding cache: disabled")
+    if cache.get("max_entries"):
+        lines.append(f"Cache cap: {cache['max_entries']}")
+    if index_error:
+        lines.append(f"Index error: {index_error}")
+    if st.issues:
+        lines.append("Issues:")
+        lines += [f"  {i}" for i in st.issues]
+    print("\n".join(lines))
+    return EXIT_ERROR if index_error else EXIT_OK
+
+
+def _probe(mem: Any) -> tuple[bool, str | None]:
+    try:
+        emb = mem.embedder
+    except ClawmemError as exc:
+        return False, str(exc)
+    if emb is None:
+        return False, "no embedding provider configured (keyword-only mode)"
+    try:
+        from .embeddings.registry import probe
+    except ImportError:
+        probe = None
+    if probe is not None:
+        return probe(emb)
+    try:
+        emb.embed_query("ping")
+        return True, None
+    except Exception as exc:
+        return False, str(exc)
+
+
+def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
+    print(f"Watching {mem.workspace} (Ctrl-C to stop)…", file=sys.stderr)
+    mem.sync(reason="watch", progress=_Progress(sys.stderr))
+    mem.watch(block=True)
+    return EXIT_OK
+
+
+_COMMANDS = {"status": _cmd_status, "index": _cmd_index, "search": _cmd_search, "get": _cmd_get, "watch": _cmd_watch}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
