@@ -1,0 +1,144 @@
+"""Ollama embeddings (``nomic-embed-text``) over its HTTP API with ``httpx``. No API key needed.
+
+Uses ``/api/embed`` (many inputs per call); a server too old for it (404 without a model error)
+is switched to the legacy ``/api/embeddings`` (one ``prompt`` per call) for the embedder's life.
+Vectors are L2-normalised, as OpenClaw does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .limits import max_input_bytes
+from .remote import (
+    DOCUMENT_TIMEOUT,
+    QUERY_TIMEOUT,
+    RemoteEmbedder,
+    as_vector,
+    check_count,
+    import_httpx,
+    response_json,
+)
+from .retry import MalformedResponseError, RetryPolicy
+
+DEFAULT_BASE_URL = "http://127.0.0.1:11434"
+DEFAULT_MODEL = "nomic-embed-text"
+
+
+def normalize_ollama_model(model: str) -> str:
+    m = (model or "").strip()
+    if m.startswith("ollama/"):
+        m = m[len("ollama/"):]
+    return m or DEFAULT_MODEL
+
+
+def ollama_base_url(base_url: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """``remote.base_url``, else ``OLLAMA_HOST``, else localhost:11434; a trailing ``/v1`` is dropped."""
+    url = (base_url or (environ or {}).get("OLLAMA_HOST") or DEFAULT_BASE_URL).strip().rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class OllamaEmbedder(RemoteEmbedder):
+    """Embeddings from a local or remote Ollama server."""
+
+    provider = "ollama"
+    normalize = True
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = DOCUMENT_TIMEOUT,
+        query_timeout: float = QUERY_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._httpx = import_httpx("ollama", "ollama")
+        super().__init__(
+            model=normalize_ollama_model(model),
+            api_key=api_key,
+            base_url=ollama_base_url(base_url),
+            headers=headers,
+            timeout=timeout,
+            query_timeout=query_timeout,
+            retry=retry,
+        )
+        self.max_input_bytes = max_input_bytes("ollama", self.model)
+        self.legacy_endpoint = False
+        self._client = self._httpx.Client(timeout=self.timeout)
+
+    def _key_settings(self) -> dict[str, Any]:
+        return {"provider": self.provider, "model": self.model}
+
+    def request_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return {**headers, **self.headers}
+
+    def _use_legacy(self, response: Any) -> bool:
+        """A 404 from ``/api/embed`` that is not "model not found" means an old server."""
+        if response.status_code != 404 or "model" in response.text.lower():
+            return False
+        self.legacy_endpoint = True
+        return True
+
+    def _parse_embed(self, data: Any, expected: int) -> list[list[float]]:
+        items = data.get("embeddings") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise MalformedResponseError("ollama embeddings: malformed response: no 'embeddings' list")
+        check_count(items, expected, "ollama")
+        return [as_vector(v, "ollama", f"embeddings[{i}]") for i, v in enumerate(items)]
+
+    def _parse_legacy(self, data: Any) -> list[float]:
+        value = data.get("embedding") if isinstance(data, dict) else None
+        return as_vector(value, "ollama", "embedding")
+
+    def _post(self, path: str, body: dict[str, Any], timeout: float) -> Any:
+        return self._client.post(f"{self.base_url}{path}", json=body, headers=self.request_headers(), timeout=timeout)
+
+    def _embed(self, texts: list[str], timeout: float) -> list[list[float]]:
+        if not self.legacy_endpoint:
+            response = self._post("/api/embed", {"model": self.model, "input": texts}, timeout)
+            if not self._use_legacy(response):
+                return self._parse_embed(response_json(response, "ollama"), len(texts))
+        return [
+            self._parse_legacy(response_json(self._post("/api/embeddings", {"model": self.model, "prompt": t}, timeout),
+                                             "ollama"))
+            for t in texts
+        ]
+
+    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(texts, self.timeout)
+
+    def _request_query(self, text: str) -> list[float]:
+        return self._embed([text], self.query_timeout)[0]
+
+    async def _aembed(self, texts: list[str], timeout: float) -> list[list[float]]:
+        client = self._async_client(lambda: self._httpx.AsyncClient(timeout=self.timeout))
+
+        async def post(path: str, body: dict[str, Any]) -> Any:
+            return await client.post(f"{self.base_url}{path}", json=body, headers=self.request_headers(),
+                                     timeout=timeout)
+
+        if not self.legacy_endpoint:
+            response = await post("/api/embed", {"model": self.model, "input": texts})
+            if not self._use_legacy(response):
+                return self._parse_embed(response_json(response, "ollama"), len(texts))
+        return [self._parse_legacy(response_json(await post("/api/embeddings", {"model": self.model, "prompt": t}),
+                                                 "ollama"))
+                for t in texts]
+
+    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+        return await self._aembed(texts, self.timeout)
+
+    async def _arequest_query(self, text: str) -> list[float]:
+        return (await self._aembed([text], self.query_timeout))[0]
+
+    def close(self) -> None:
+        self._client.close()
+
