@@ -48,7 +48,10 @@ _MASK_MIN_LENGTH = 18
 _MASK_KEEP_START = 6
 _MASK_KEEP_END = 4
 
-# OpenClaw compiles every pattern with the "gi" flags, so all of these are case-insensitive.
+# OpenClaw compiles every pattern with the "gi" flags, so all of these are case-insensitive. Unlike OpenClaw, PEM
+# blocks are cut out first and the other rules run only between them: otherwise "key:\n-----BEGIN ..." lets the
+# env-style rule eat the armor line and the key body leaks.
+_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----", re.IGNORECASE)
 _SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -61,8 +64,6 @@ _SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         # Authorization headers.
         r"Authorization\s*[:=]\s*Bearer\s+([A-Za-z0-9._\-+=]+)",
         r"\bBearer\s+([A-Za-z0-9._\-+=]{18,})\b",
-        # PEM private keys.
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----",
         # Common token prefixes.
         r"\b(sk-[A-Za-z0-9_-]{8,})\b",
         r"\b(ghp_[A-Za-z0-9]{20,})\b",
@@ -94,8 +95,6 @@ def _mask_pem(block: str) -> str:
 
 def _redact_match(match: re.Match[str]) -> str:
     whole = match.group(0)
-    if "PRIVATE KEY-----" in whole:
-        return _mask_pem(whole)
     # The secret is the last non-empty group (the first group of some patterns is a quote).
     for index in range(match.re.groups, 0, -1):
         token = match.group(index)
@@ -114,6 +113,17 @@ def mask_secrets(text: str) -> str:
     """
     if not text:
         return text
+    pieces: list[str] = []
+    position = 0
+    for block in _PEM_BLOCK.finditer(text):
+        pieces.append(_mask_plain(text[position : block.start()]))
+        pieces.append(_mask_pem(block.group(0)))
+        position = block.end()
+    pieces.append(_mask_plain(text[position:]))
+    return "".join(pieces)
+
+
+def _mask_plain(text: str) -> str:
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(_redact_match, text)
     return text
@@ -502,15 +512,15 @@ def chat_store_to_jsonl(chat_store: Any) -> dict[str, str]:
     return {str(key): messages_to_jsonl(chat_store.get_messages(key)) for key in chat_store.get_keys()}
 
 
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 def write_session_file(sessions_dir: str | os.PathLike[str], session_id: str, messages: Iterable[Any]) -> Path:
     """Write a chat history to ``<sessions_dir>/<session_id>.jsonl`` atomically (temp file + rename).
 
-    The session id is reduced to ``[A-Za-z0-9._-]``. The directory is created when missing.
+    The session id is reduced to ``[A-Za-z0-9_-]``. The directory is created when missing.
     """
-    name = _UNSAFE_NAME.sub("-", session_id).strip(".-") or "session"
+    name = _UNSAFE_NAME.sub("-", session_id).strip("-") or "session"
     directory = Path(sessions_dir)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{name}.jsonl"
