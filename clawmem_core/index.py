@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .chunking import Chunk, chunk_id, chunk_markdown, enforce_input_limit
+from .chunking import Chunk, chunk_id, chunk_markdown, enforce_input_limit, remap_lines
 from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
@@ -35,6 +35,9 @@ from .store.base import ChunkRow, FileRow
 from .store.sqlite import SQLiteStore, remove_stale_temp_files
 from .text import search_terms
 
+if TYPE_CHECKING:
+    from .writing import WriteResult
+
 log = logging.getLogger("clawmem")
 
 #: progress(done, total, label)
@@ -52,6 +55,17 @@ def default_state_dir() -> Path:
     """``$CLAWMEM_STATE_DIR`` or ``~/.clawmem``."""
     env = os.environ.get("CLAWMEM_STATE_DIR")
     return Path(os.path.expanduser(env)) if env else Path.home() / ".clawmem"
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A file to index: display path, absolute path, source; ``deferred`` transcripts wait for
+    their delta thresholds."""
+
+    path: str
+    abs_path: Path
+    source: str
+    deferred: bool = False
 
 
 @dataclass
@@ -90,6 +104,8 @@ class MemoryIndex:
         config: MemoryConfig | Mapping[str, Any] | None = None,
         embedder: Any = None,
         state_dir: str | os.PathLike[str] | None = None,
+        *,
+        sessions_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         ws = Path(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
         if not ws.exists():
@@ -109,6 +125,16 @@ class MemoryIndex:
         self.config = config
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
         self.store_path = self._resolve_store_path()
+        #: Session transcripts (``*.jsonl``) indexed when ``sources`` includes "sessions".
+        self.sessions_dir = (
+            Path(os.path.expanduser(os.fspath(sessions_dir)))
+            if sessions_dir
+            else self.state_dir / "agents" / agent_id / "sessions"
+        )
+        from .sessions import SessionDeltaTracker
+
+        sessions_cfg = config.sync.sessions
+        self._sessions = SessionDeltaTracker(sessions_cfg.delta_bytes, sessions_cfg.delta_messages)
         self._user_embedder = embedder
         self._selection: _Selection | None = None
         self._fallback_used = False
@@ -120,6 +146,8 @@ class MemoryIndex:
         self._session_warmed = False
         self._last_scan: float = 0.0
         self._closed = False
+        self._watchers: list[Any] = []
+        self._interval_stop: threading.Event | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -243,7 +271,13 @@ class MemoryIndex:
             self._writer = self._new_store()
         return self._writer
 
-    def _sync_locked(self, force: bool, progress: ProgressCallback | None, reason: str) -> SyncReport:
+    def _sync_locked(
+        self,
+        force: bool,
+        progress: ProgressCallback | None,
+        reason: str,
+        session_files: Sequence[str | os.PathLike[str]] = (),
+    ) -> SyncReport:
         started = time.perf_counter()
         scan_started = time.time()
         writer = self._writer_store()
@@ -254,25 +288,68 @@ class MemoryIndex:
         full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
         report = SyncReport(full=full, reason=reason)
         found = list_memory_files(self.workspace, self.config.extra_paths)
-        report.files_scanned = len(found.files)
+        items = [_Item(f.path, f.abs_path, "memory") for f in found.files]
+        if self.config.sessions_enabled:
+            items += self._session_items(full, reason, session_files, writer)
+        report.files_scanned = len(items)
         try:
             if full:
                 with writer.rebuild() as tmp:
-                    self._index_files(tmp, [writer], found, {}, report, progress, full=True)
+                    self._index_items(tmp, [writer], items, report, progress, full=True)
                     if self.config.cache.max_entries:
                         tmp.cache_prune(self.config.cache.max_entries)
                     tmp.set_meta(identity)
             else:
-                known = writer.file_hashes("memory")
-                self._index_files(writer, [], found, known, report, progress, full=False)
+                self._index_items(writer, [], items, report, progress, full=False)
         except EmbeddingError as exc:
             if self._activate_fallback(exc):
                 return self._sync_locked(True, progress, "fallback")
             raise
+        for item in items:
+            if item.source == "sessions" and not item.deferred:
+                self._sessions.mark_indexed(item.abs_path)
         self._dirty = False
         self._last_scan = scan_started
         report.seconds = time.perf_counter() - started
         return report
+
+    def _session_items(
+        self, full: bool, reason: str, targets: Sequence[str | os.PathLike[str]], store: SQLiteStore
+    ) -> list["_Item"]:
+        """Session transcripts to consider. Automatic syncs re-index a grown transcript only once it
+        crossed the delta thresholds (or when named, after compaction); manual syncs take all."""
+        from .sessions import list_session_files, session_display_path
+
+        named = {os.path.abspath(os.fspath(t)) for t in targets}
+        automatic = reason in ("search", "watch", "interval", "session-start")
+        indexed = store.file_hashes("sessions")
+        dirty = {str(p) for p in self._sessions.dirty_files}
+        out = []
+        for p in list_session_files(self.sessions_dir):
+            shown = session_display_path(p)
+            deferred = (
+                automatic and not full and shown in indexed and str(p) not in dirty and os.path.abspath(p) not in named
+            )
+            out.append(_Item(shown, Path(p), "sessions", deferred))
+        return out
+
+    def notify_session_update(self, path: str | os.PathLike[str]) -> bool:
+        """Tell the index a transcript grew; returns True when it crossed the delta thresholds
+        (the index is then marked dirty and a background sync starts)."""
+        if not self.config.sessions_enabled:
+            return False
+        if self._sessions.observe(path):
+            self._dirty = True
+            self._maybe_background_sync()
+            return True
+        return False
+
+    def sync_sessions(self, paths: Sequence[str | os.PathLike[str]]) -> SyncReport:
+        """Re-index the named transcripts now, whatever their growth (after a compaction)."""
+        self._check_open()
+        with self._sync_lock:
+            with self._process_lock():
+                return self._sync_locked(False, None, "post-compaction", paths)
 
     def _activate_fallback(self, exc: Exception) -> bool:
         fb = self.config.fallback
@@ -294,12 +371,11 @@ class MemoryIndex:
         log.warning("embedding provider %s failed (%s); switched to %s and reindexing", old, exc, fb)
         return True
 
-    def _index_files(
+    def _index_items(
         self,
         store: SQLiteStore,
         cache_mirrors: list[SQLiteStore],
-        found: Discovery,
-        known: dict[str, str],
+        items: list["_Item"],
         report: SyncReport,
         progress: ProgressCallback | None,
         *,
@@ -307,45 +383,50 @@ class MemoryIndex:
     ) -> None:
         emb = self._selection_now().embedder
         model = emb.model if emb else "fts-only"
-        known_stat = {} if full else self._known_stats(store)
+        known: dict[str, dict[str, str]] = {}
+        known_stat: dict[str, dict[str, tuple[int, int]]] = {}
+        for source in ("memory", "sessions"):
+            known[source] = {} if full else store.file_hashes(source)
+            known_stat[source] = {} if full else self._known_stats(store, source)
         pending: list[tuple[FileRow, list[Chunk]]] = []
         pending_chunks = 0
-        total = len(found.files)
-        done = 0
-        for f in found.files:
-            done += 1
+        total = len(items)
+        for done, item in enumerate(items, start=1):
+            if progress:
+                progress(done - 1, total, "Indexing memory files")
+            if item.deferred:
+                continue
             try:
-                st = os.stat(f.abs_path)
+                st = os.stat(item.abs_path)
             except OSError:
                 continue  # vanished since discovery: picked up by the next sync
-            prev = known_stat.get(f.path)
+            prev = known_stat[item.source].get(item.path)
             if (
                 prev is not None
-                and prev[0] == st.st_size
-                and prev[1] == int(st.st_mtime * 1000)
+                and prev == (st.st_size, int(st.st_mtime * 1000))
                 and st.st_mtime < self._last_scan - _RACY_SECONDS
-                and f.path in known
             ):
                 report.files_unchanged += 1
                 continue
             try:
-                data = f.abs_path.read_bytes()
+                data = item.abs_path.read_bytes()
             except OSError as exc:
-                report.files_skipped.append(f"{f.path}: {exc.strerror or exc}")
+                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
                 continue
-            digest = hashlib.sha256(data).hexdigest()
-            row = FileRow(f.path, "memory", digest, int(st.st_mtime * 1000), st.st_size)
-            if known.get(f.path) == digest:
+            text, line_map, digest = self._load(item, data)
+            row = FileRow(item.path, item.source, digest, int(st.st_mtime * 1000), st.st_size)
+            if known[item.source].get(item.path) == digest:
                 report.files_unchanged += 1
-                if prev is None or prev[:2] != (row.size, row.mtime):
+                if prev != (row.size, row.mtime):
                     store.touch_file(row)
                 continue
-            if b"\x00" in data[:8192]:
-                report.files_skipped.append(f"{f.path}: binary content")
+            if text is None:
+                report.files_skipped.append(f"{item.path}: binary content")
                 chunks: list[Chunk] = []
             else:
-                text = data.decode("utf-8", errors="replace")
                 chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
+                if line_map is not None:
+                    chunks = remap_lines(chunks, line_map)
                 if emb is not None:
                     chunks = enforce_input_limit(chunks, emb.input_limit)
             pending.append((row, chunks))
@@ -353,21 +434,34 @@ class MemoryIndex:
             if pending_chunks >= _GROUP_CHUNKS:
                 self._write_group(store, cache_mirrors, pending, emb, model, report)
                 pending, pending_chunks = [], 0
-            if progress:
-                progress(done, total, "Indexing memory files")
         if pending:
             self._write_group(store, cache_mirrors, pending, emb, model, report)
         if progress:
             progress(total, total, "Indexing memory files")
-        present = {f.path for f in found.files}
-        gone = [p for p in known if p not in present]
-        if gone:
-            store.delete_files("memory", gone)
-            report.files_deleted = len(gone)
+        for source in ("memory", "sessions"):
+            present = {i.path for i in items if i.source == source}
+            gone = [p for p in known[source] if p not in present]
+            if gone:
+                store.delete_files(source, gone)
+                report.files_deleted += len(gone)
 
-    def _known_stats(self, store: SQLiteStore) -> dict[str, tuple[int, int]]:
+    @staticmethod
+    def _load(item: "_Item", data: bytes) -> tuple[str | None, list[int] | None, str]:
+        """Text to chunk (``None`` for binary content), the JSONL line map of a transcript (its
+        messages, secrets masked, one line each), and the file hash."""
+        if item.source == "sessions":
+            from .sessions import parse_transcript
+
+            entry = parse_transcript(data.decode("utf-8", errors="replace"))
+            return entry.content, list(entry.line_map), entry.hash
+        digest = hashlib.sha256(data).hexdigest()
+        if b"\x00" in data[:8192]:
+            return None, None, digest
+        return data.decode("utf-8", errors="replace"), None, digest
+
+    def _known_stats(self, store: SQLiteStore, source: str) -> dict[str, tuple[int, int]]:
         return {p: (size, mtime) for p, size, mtime in store.conn.execute(
-            "SELECT path, size, mtime FROM files WHERE source='memory'")}
+            "SELECT path, size, mtime FROM files WHERE source=?", (source,))}
 
     def _write_group(
         self,
@@ -384,9 +478,9 @@ class MemoryIndex:
         for row, chunks in group:
             rows = [
                 ChunkRow(
-                    id=chunk_id("memory", row.path, c.start_line, c.end_line, c.hash, model),
+                    id=chunk_id(row.source, row.path, c.start_line, c.end_line, c.hash, model),
                     path=row.path,
-                    source="memory",
+                    source=row.source,
                     start_line=c.start_line,
                     end_line=c.end_line,
                     hash=c.hash,
@@ -429,11 +523,14 @@ class MemoryIndex:
 
     def _maybe_background_sync(self) -> None:
         """Start a background sync when the index may be stale; a search never waits for it."""
-        if not self.config.sync.on_search and not (self.config.sync.on_session_start and not self._session_warmed):
-            return
-        if not self._dirty and self._session_warmed:
-            return
+        if self._last_scan:
+            self._session_warmed = True  # this process has synced: the session is warm
+        want = (self.config.sync.on_search and self._dirty) or (
+            self.config.sync.on_session_start and not self._session_warmed
+        )
         self._session_warmed = True
+        if not want:
+            return
         if self._bg_thread is not None and self._bg_thread.is_alive():
             return
 
@@ -562,6 +659,89 @@ class MemoryIndex:
         except OSError:
             return None
 
+    # -- writing and watching -----------------------------------------------------------------
+
+    def write(self, text: str, target: str = "daily", *, now: datetime | None = None) -> "WriteResult":
+        """Append a note to today's ``memory/YYYY-MM-DD.md`` (``target="daily"``) or to
+        ``MEMORY.md`` (``"long_term"``); never overwrites. The index is updated before returning,
+        so the note is searchable at once."""
+        from .writing import append_note
+
+        self._check_open()
+        result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
+        self._dirty = True
+        self.sync(reason="write")
+        return result
+
+    def archive_session(self, messages_text: str, slug: str | None = None, *, now: datetime | None = None) -> "WriteResult":
+        """Save a conversation to ``memory/YYYY-MM-DD-<slug>.md`` (a new file, never replacing one)
+        and index it."""
+        from .writing import archive_session
+
+        self._check_open()
+        result = archive_session(self.workspace, messages_text, slug, now)
+        self._dirty = True
+        self.sync(reason="write")
+        return result
+
+    def watch(self, block: bool = False) -> Any:
+        """Watch ``MEMORY.md``, ``memory/``, the extra paths (and transcripts when sessions are on)
+        and sync after each burst of changes (debounced by ``sync.watch_debounce_ms``). Also runs
+        the interval sync when ``sync.interval_minutes`` is set. ``block=True`` runs until
+        Ctrl-C; otherwise the watcher is returned (``stop()`` it, or close the index)."""
+        from .watcher import MemoryWatcher
+
+        self._check_open()
+
+        def on_change(paths: set[Path]) -> None:
+            sessions = [p for p in paths if p.suffix == ".jsonl"]
+            for p in sessions:
+                self._sessions.observe(p)
+            if sessions and len(sessions) == len(paths) and not self._sessions.dirty_files:
+                return  # transcripts grew, but not past the delta thresholds yet
+            self._dirty = True
+            try:
+                self.sync(reason="watch")
+            except Exception as exc:  # logged, the watcher keeps running
+                log.warning("memory sync after a file change failed: %s", exc)
+
+        watcher = MemoryWatcher.for_workspace(
+            self.workspace,
+            on_change,
+            self.config.extra_paths,
+            debounce_ms=self.config.sync.watch_debounce_ms,
+            sessions_dir=self.sessions_dir if self.config.sessions_enabled else None,
+        )
+        watcher.start()
+        self._watchers.append(watcher)
+        self._start_interval_sync()
+        if not block:
+            return watcher
+        try:
+            while watcher.running:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            watcher.stop()
+        return watcher
+
+    def _start_interval_sync(self) -> None:
+        minutes = self.config.sync.interval_minutes
+        if not minutes or minutes <= 0 or self._interval_stop is not None:
+            return
+        stop = threading.Event()
+        self._interval_stop = stop
+
+        def loop() -> None:
+            while not stop.wait(minutes * 60):
+                try:
+                    self.sync(reason="interval")
+                except Exception as exc:
+                    log.warning("interval memory sync failed: %s", exc)
+
+        threading.Thread(target=loop, name="clawmem-interval", daemon=True).start()
+
     # -- read ---------------------------------------------------------------------------------
 
     def read(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
@@ -639,6 +819,10 @@ class MemoryIndex:
         """Wait for a background sync, then close the index and the embedder."""
         if self._closed:
             return
+        for w in self._watchers:
+            w.stop()
+        if self._interval_stop is not None:
+            self._interval_stop.set()
         t = self._bg_thread
         if t is not None and t.is_alive():
             t.join()
