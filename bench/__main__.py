@@ -25,7 +25,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "full": {"scales": [1000, 10000, 100000], "datasets": ["locomo-en", "locomo-zh", "scifact"],
              "beir_embedders": True, "queries": 300, "cli_repeats": 5},
     # seconds: for the smoke test
-    "smoke": {"scales": [150], "datasets": [], "beir_embedders": False, "queries": 20, "cli_repeats": 1},
+    "smoke": {"scales": [150], "datasets": [], "beir_embedders": False, "queries": 20, "cli_repeats": 1,
+              "query_models": ["hash-384"]},
 }
 
 
@@ -110,7 +111,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         from . import speed
 
         res["speed"] = speed.run(prof["scales"], work, _log, queries=prof["queries"], zh_share=a.zh_share,
-                                 cli_repeats=prof["cli_repeats"])
+                                 cli_repeats=prof["cli_repeats"], query_models=prof.get("query_models"))
     res["seconds"] = time.perf_counter() - t_start
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{a.profile}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False, default=str) + "\n",

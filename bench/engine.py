@@ -37,10 +37,8 @@ def make_config(choice: EmbedderChoice, mode: str = "hybrid", mmr: bool = False,
     cfg.sync.interval_minutes = 0
     cfg.sync.on_session_start = False
     h = cfg.query.hybrid
-    if mode == "vector":
-        h.vector_weight, h.text_weight = 1.0, 0.0
-    elif mode == "keyword-side":  # keyword-only ranking on an index that also has vectors
-        h.vector_weight, h.text_weight = 0.0, 1.0
+    if mode == "vector":  # vector side only: no keyword candidates (SPEC 11 query.hybrid.enabled)
+        h.enabled = False
     h.mmr.enabled = bool(mmr)
     for key, val in over.items():
         obj = cfg

@@ -190,7 +190,7 @@ def speed_section(sp: dict[str, Any]) -> str:
     qm = {_get(scales[k], "search", "query_model") for k in keys} - {None}
     if qm:
         out.append(f"\nQuery embedding included: queries embedded by `{', '.join(sorted(qm))}`"
-                   + (" (a non-semantic stand-in: the local model was not available)" if qm <= {"hash-384"} else "")
+                   + (" (a non-semantic stand-in for a real model)" if qm <= {"hash-384"} else "")
                    + ", over the same index of zero-cost vectors.")
     errs = []
     for k in keys:

@@ -16,9 +16,14 @@ from . import synth
 from .data import REPO_ROOT
 
 
-def run_worker(task: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_worker(task: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
+    env = _env()
     proc = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(task)], capture_output=True,
                           text=True, timeout=timeout, cwd=str(REPO_ROOT), env=env)
     for line in reversed(proc.stdout.splitlines()):
@@ -31,7 +36,8 @@ def import_time(repeats: int = 5) -> dict[str, Any]:
     code = "import time; t=time.perf_counter(); import clawmem_core; print(time.perf_counter()-t)"
     xs = []
     for _ in range(repeats):
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO_ROOT))
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO_ROOT),
+                           env=_env())
         if p.returncode != 0:
             return {"ok": False, "error": p.stderr.strip().splitlines()[-1:] or ["failed"]}
         xs.append(float(p.stdout.strip().splitlines()[-1]))
@@ -49,6 +55,7 @@ def cold_cli_search(workspace: Path, state_dir: Path, queries: list[str], repeat
     """Wall time of ``clawmem search`` in a new process on an existing keyword-only index."""
     env = dict(os.environ)
     env["CLAWMEM_STATE_DIR"] = str(state_dir)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     forms = [
         lambda q: _cli() + ["search", q, "--workspace", str(workspace), "--provider", "none"],
         lambda q: _cli() + ["--workspace", str(workspace), "--provider", "none", "search", q],
@@ -78,7 +85,7 @@ def _edit_file(ws: Path) -> str:
 
 
 def run_scale(n: int, work: Path, log: Callable[[str], None], queries: int = 200, seed: int = 42,
-              zh_share: float = 0.25, cli_repeats: int = 5) -> dict[str, Any]:
+              zh_share: float = 0.25, cli_repeats: int = 5, query_models: list[str] | None = None) -> dict[str, Any]:
     ws = work / "workspaces" / f"ws-{n}"
     t0 = time.perf_counter()
     man = synth.ensure(ws, n, seed=seed, zh_share=zh_share)
@@ -100,7 +107,8 @@ def run_scale(n: int, work: Path, log: Callable[[str], None], queries: int = 200
     n_en = int(round(queries * (1 - zh_share)))
     r = run_worker({"task": "search", "workspace": str(ws), "keyword_state_dir": str(kw_sd),
                     "vector_state_dir": str(vec_sd), "queries_en": man.queries_en[:n_en],
-                    "queries_zh": man.queries_zh[: queries - n_en], "dims": 384})
+                    "queries_zh": man.queries_zh[: queries - n_en], "dims": 384,
+                    "query_models": query_models or ["local", "hash-384"]})
     out["search"] = r
     if r.get("ok"):
         log(f"speed {n}: search p50 keyword {r['keyword']['p50_ms']:.2f} ms, vector "

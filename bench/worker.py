@@ -117,6 +117,7 @@ def task_index(t: dict[str, Any]) -> dict[str, Any]:
 
 
 def _timed_search(mem: Any, queries: list[str], emb: Any, k: int, min_score: float, warm: int = 10):
+    mem.sync()  # a new instance's first search would start a background sync; settle it first
     for q in queries[:warm]:
         mem.search(q, max_results=k, min_score=min_score)
     incl, excl = [], []

@@ -1,0 +1,113 @@
+"""Smoke test of the benchmark harness (bench/): it runs end to end on tiny generated data in seconds.
+Benchmarks are not tests: nothing here asserts a timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rank_bm25")
+
+from bench import metrics, quality, report, synth  # noqa: E402
+from bench.baseline import BM25Baseline, Chunk, tokenize  # noqa: E402
+from bench.data import load_all  # noqa: E402
+from bench.embedders import resolve  # noqa: E402
+
+
+def test_metrics() -> None:
+    S = metrics.Span
+    res = [S("a.md", 1, 3), S("b.md", 5, 9), S("a.md", 10, 12)]
+    gold = [("a.md", 11), ("b.md", 2)]
+    assert metrics.hit_at(res, gold, 1) == 0.0
+    assert metrics.hit_at(res, gold, 3) == 1.0
+    assert metrics.recall_at(res, gold, 3) == 0.5
+    docs = metrics.rank_documents(res)
+    assert docs == ["a.md", "b.md"]
+    assert metrics.ndcg_at(docs, {"a.md"}) == 1.0
+    assert metrics.ndcg_at(["x", "a.md"], {"a.md"}) == pytest.approx(1 / 1.584962500721156)
+    assert metrics.doc_recall_at(docs, {"b.md", "z.md"}, 100) == 0.5
+    assert metrics.percentile([1, 2, 3, 4], 50) == 2.5
+
+
+def test_tokenize_and_baseline_match_rank_bm25() -> None:
+    assert tokenize("Hello, World_2 今天玩成语接龙") == ["hello", "world_2", "今天", "天玩", "玩成", "成语", "语接", "接龙"]
+    chunks = [Chunk("m.md", i, i, t) for i, t in enumerate(
+        ["alpha beta", "beta gamma gamma", "今天玩成语接龙游戏", "delta", "alpha alpha epsilon", "成语词典"], 1)]
+    bm = BM25Baseline(chunks)
+    for q in ("alpha beta beta", "成语", "gamma delta", "nothing"):
+        assert bm.check(q) < 1e-9
+    assert bm.search("成语", 5)[0].start_line in (3, 6)
+    assert bm.search("nothing", 5) == []
+
+
+def _tiny_data(root: Path) -> Path:
+    conv = root / "locomo" / "conv-01" / "memory"
+    conv.mkdir(parents=True)
+    (conv / "2023-01-01.md").write_text(
+        "# 2023-01-01\n\n## Session 1\n\n- Ann: I adopted a puppy named Biscuit.\n- Bob: Lovely! I started pottery.\n"
+        + "".join(f"- Ann: filler line {i} about the weather and groceries.\n" for i in range(60)),
+        encoding="utf-8")
+    (conv / "2023-02-01.md").write_text("# 2023-02-01\n\n- Bob: My pottery class moved to Tuesdays.\n", encoding="utf-8")
+    qs = [
+        {"qid": "c1/q1", "workspace": "conv-01", "question": "What is the name of Ann's puppy?", "category": 4,
+         "gold": [{"path": "memory/2023-01-01.md", "line": 5}]},
+        {"qid": "c1/q2", "workspace": "conv-01", "question": "When is Bob's pottery class?", "category": 2,
+         "gold": [{"path": "memory/2023-02-01.md", "line": 3}]},
+        {"qid": "c1/q3", "workspace": "conv-01", "question": "Unanswerable", "category": 5, "gold": []},
+    ]
+    (root / "locomo" / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in qs) + "\n", encoding="utf-8")
+    sf = root / "scifact" / "workspace" / "memory"
+    sf.mkdir(parents=True)
+    for i, text in enumerate(["Aspirin lowers the risk of stroke.", "Vitamin D and bone density.", "Gene editing in mice."]):
+        (sf / f"{i}.md").write_text(f"# Doc {i}\n\n{text}\n", encoding="utf-8")
+    (root / "scifact" / "queries-train.jsonl").write_text(
+        json.dumps({"qid": "1", "query": "aspirin stroke risk", "relevant_paths": ["memory/0.md"]}) + "\n", encoding="utf-8")
+    return root
+
+
+def test_quality_harness_end_to_end(tmp_path: Path) -> None:
+    pytest.importorskip("clawmem_core.index")
+    data = _tiny_data(tmp_path / "data")
+    datasets = load_all(data, ["locomo-en", "scifact"])
+    assert [d.name for d in datasets] == ["locomo-en", "scifact"]
+    assert datasets[0].skipped["adversarial"] == 1
+    choices = [resolve("none"), resolve("hash")]
+    q = quality.run(datasets, choices, tmp_path / "cache", lambda m: None)
+    loc = q["datasets"]["locomo-en"]["systems"]
+    for name in ("rank-bm25", "keyword", "keyword+mmr", "vector[hash]", "hybrid[hash]+mmr"):
+        assert 0.0 <= loc[name]["overall"]["hit@5"] <= 1.0
+    assert loc["rank-bm25"]["overall"]["hit@10"] == 1.0
+    assert set(loc["keyword"]["by_category"]) == {"single-hop", "temporal"}
+    sf = q["datasets"]["scifact"]["systems"]
+    assert sf["keyword"]["overall"]["ndcg@10"] == 1.0
+
+
+def test_generator_is_deterministic(tmp_path: Path) -> None:
+    a = synth.generate(tmp_path / "a", 60, seed=3)
+    b = synth.generate(tmp_path / "b", 60, seed=3)
+    fa = sorted(p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*.md"))
+    fb = sorted(p.relative_to(tmp_path / "b").as_posix() for p in (tmp_path / "b").rglob("*.md"))
+    assert fa == fb and a.queries_zh == b.queries_zh
+    assert (tmp_path / "a" / "MEMORY.md").read_text() == (tmp_path / "b" / "MEMORY.md").read_text()
+    assert a.chunks_estimate >= 60
+    assert any("\u4e00" <= ch <= "\u9fff" for p in (tmp_path / "a").rglob("*.md") for ch in p.read_text())
+
+
+def test_speed_harness_and_report(tmp_path: Path) -> None:
+    pytest.importorskip("clawmem_core.index")
+    from bench.__main__ import main
+
+    out = tmp_path / "results"
+    assert main(["run", "--profile", "smoke", "--out", str(out), "--scales", "80"]) == 0
+    res = json.loads((out / "smoke.json").read_text())
+    scale = res["speed"]["scales"]["80"]
+    assert scale["index_keyword"]["ok"], scale["index_keyword"]
+    assert scale["index_zero"]["ok"], scale["index_zero"]
+    assert scale["search"]["ok"], scale["search"]
+    assert scale["search"]["vector"]["recall@10"] >= 0.0
+    page = (out / "RESULTS.md").read_text()
+    assert "Speed and scale" in page and "Targets" in page
+    assert str(tmp_path) not in page  # no machine paths in results
+    assert report.write(out).exists()
