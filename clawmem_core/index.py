@@ -653,6 +653,27 @@ class MemoryIndex:
             for c in chosen
         ]
 
+    def _stale_on_disk(self, found: Discovery) -> bool:
+        """Whether the Markdown differs from the index (by path, size and mtime) or the index
+        identity no longer matches the configuration; cheap, reads no file content."""
+        store = self._store
+        meta = store.get_meta()
+        if meta is None:
+            return True
+        if self._selection is not None and any(meta.get(k) != v for k, v in self._identity(self._selection.embedder).items()):
+            return True
+        indexed = self._known_stats(store, "memory")
+        if len(indexed) != len(found.files):
+            return True
+        for f in found.files:
+            try:
+                st = os.stat(f.abs_path)
+            except OSError:
+                return True
+            if indexed.get(f.path) != (st.st_size, int(st.st_mtime * 1000)):
+                return True
+        return False
+
     def _mtime_of(self, path: str, source: str) -> float | None:
         try:
             return os.stat(self.workspace / path).st_mtime
@@ -791,7 +812,7 @@ class MemoryIndex:
             requested_provider=requested,
             model=model,
             mode=mode,
-            dirty=self._dirty,
+            dirty=self._dirty and self._stale_on_disk(found),
             sources=list(self.config.sources),
             extra_paths=list(self.config.extra_paths),
             vector={
