@@ -44,6 +44,8 @@ def _extends(ch: str) -> bool:
         or 0xFE00 <= o <= 0xFE0F  # variation selectors
         or 0x1F3FB <= o <= 0x1F3FF  # skin tone modifiers
         or 0xE0020 <= o <= 0xE007F  # emoji tag sequences
+        or 0x1160 <= o <= 0x11FF  # Hangul medial vowel and final consonant jamo
+        or 0xD7B0 <= o <= 0xD7FF  # Hangul jamo extended-B (vowels, finals)
         or unicodedata.category(ch) in ("Mn", "Me", "Mc")
     )
 
@@ -56,13 +58,18 @@ def _split_line(line: str, max_units: int) -> list[str]:
     start = 0
     size = 0
     prev = ""
+    regional = 0  # regional indicators in a row: a flag is a pair of them
     for i, ch in enumerate(line):
         w = char_weight(ch)
-        if size + w > max_units and i > start and not _extends(ch) and prev != "\u200d":
+        is_regional = 0x1F1E6 <= ord(ch) <= 0x1F1FF
+        second_of_flag = is_regional and regional % 2 == 1
+        if (size + w > max_units and i > start and not _extends(ch) and prev != "\u200d"
+                and not second_of_flag):
             pieces.append(line[start:i])
             start, size = i, 0
         size += w
         prev = ch
+        regional = regional + 1 if is_regional else 0
     pieces.append(line[start:])
     return pieces
 
