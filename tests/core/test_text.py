@@ -1,0 +1,129 @@
+"""Tokenisation: query terms, index terms, CJK weighing, MMR similarity tokens (SPEC 3, 6)."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+
+from clawmem_core.text import (
+    index_document,
+    index_terms,
+    openclaw_tokens,
+    quote_fts,
+    search_terms,
+    similarity_tokens,
+    weighted_length,
+    wide_count,
+)
+
+
+# -- OpenClaw's FTS query tokens (reference test 1) ---------------------------------------------
+
+
+def test_openclaw_tokens_split_on_letters_digits_underscore() -> None:
+    assert openclaw_tokens("hello world") == ["hello", "world"]
+    assert openclaw_tokens("FOO_bar baz-1") == ["FOO_bar", "baz", "1"]
+
+
+def test_openclaw_tokens_keep_a_cjk_run_whole() -> None:
+    assert openclaw_tokens("金银价格") == ["金银价格"]
+    assert openclaw_tokens("価格 2026年") == ["価格", "2026年"]
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t\n", "--- !!! ..."])
+def test_blank_or_punctuation_query_has_no_terms(blank: str) -> None:
+    assert openclaw_tokens(blank) == []
+    assert search_terms(blank) == []
+
+
+def test_search_terms_are_the_query_words_lower_cased() -> None:
+    # clawmem ORs quoted terms (SPEC 6 [beyond]); the terms themselves follow OpenClaw's split.
+    assert search_terms("FOO_bar baz-1") == ["foo_bar", "baz", "1"]
+
+
+def test_search_terms_deduplicate_in_order() -> None:
+    assert search_terms("deploy Deploy DEPLOY kubernetes deploy") == ["deploy", "kubernetes"]
+
+
+def test_search_terms_drop_stopwords_unless_nothing_else_is_left() -> None:
+    assert search_terms("what is the deploy plan") == ["deploy", "plan"]
+    assert search_terms("the") == ["the"]
+    assert search_terms("what is the deploy plan", stopwords=False) == ["what", "is", "the", "deploy", "plan"]
+
+
+def test_cjk_query_terms_are_characters_and_pairs() -> None:
+    assert search_terms("成语") == ["成", "语", "成语"]
+    terms = search_terms("金银价格")
+    assert {"金银", "银价", "价格"} <= set(terms)
+    assert "金银价格" not in terms  # the whole run is not a term: substrings must match
+
+
+def test_mixed_script_word_splits_cjk_from_latin() -> None:
+    terms = index_terms("2026年价格")
+    assert "2026" in terms and "年" in terms and "价格" in terms
+
+
+def test_index_terms_make_substrings_of_a_cjk_run_searchable() -> None:
+    terms = set(index_terms("今天玩成语接龙游戏"))
+    assert "成语" in terms and "接龙" in terms and "游戏" in terms
+    kana = set(index_terms("しりとりをしました"))
+    assert {"しり", "りと", "とり"} <= kana
+    hangul = set(index_terms("끝말잇기"))
+    assert "끝말" in hangul
+
+
+def test_index_document_is_lower_case_ascii_unchanged() -> None:
+    assert index_document("Deploy THE Service") == "deploy the service"
+
+
+# -- quoting ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("term", ['a"b', '"', 'NEAR(x', "AND", "*", "^x", "col:x", "-x", "(x)"])
+def test_quoted_terms_are_never_fts5_syntax(term: str) -> None:
+    conn = apsw.Connection(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text)")
+    conn.execute("INSERT INTO t(text) VALUES ('x and a b col')")
+    # Would raise apsw.SQLError if the quoted term were parsed as syntax.
+    conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (quote_fts(term),)).fetchall()
+    assert quote_fts(term).startswith('"') and quote_fts(term).endswith('"')
+
+
+def test_quote_doubles_inner_quotes() -> None:
+    assert quote_fts('say "hi"') == '"say ""hi"""'
+
+
+# -- CJK weighing -----------------------------------------------------------------------------
+
+
+def test_cjk_characters_weigh_one_token_each() -> None:
+    assert weighted_length("abcd") == 4
+    assert wide_count("abcd") == 0
+    assert weighted_length("中文") == 8
+    assert wide_count("中文") == 2
+    assert weighted_length("かな한글") == 16
+    assert weighted_length("a中") == 5
+
+
+# -- MMR similarity tokens (reference test 12) -------------------------------------------------
+
+
+def test_similarity_tokens_words_lower_cased_and_unique() -> None:
+    assert similarity_tokens("Hello World 123") == {"hello", "world", "123"}
+    assert similarity_tokens("hello hello HELLO") == {"hello"}
+    assert similarity_tokens("snake_case stays") == {"snake_case", "stays"}
+
+
+def test_similarity_tokens_of_empty_or_punctuation_are_empty() -> None:
+    assert similarity_tokens("") == set()
+    assert similarity_tokens("!@#$%^&*()") == set()
+
+
+def test_similarity_tokens_include_cjk_unigrams_and_bigrams() -> None:
+    assert similarity_tokens("今天讨论") == {"今", "天", "讨", "论", "今天", "天讨", "讨论"}
+
+
+def test_similarity_tokens_no_bigram_across_latin() -> None:
+    tokens = similarity_tokens("我a好")
+    assert "我好" not in tokens
+    assert {"我", "好", "a"} <= tokens
