@@ -304,7 +304,15 @@ class MemoryWatcher:
             relayout = relayout or changes_layout
             if report:
                 pending.add(path)
+                if change == _ADDED and path.suffix.lower() != ".md" and path.is_dir():
+                    # Files written into a new directory before its watch was added raise no event.
+                    self._scan_into(path, pending)
         return relayout
+
+    def _scan_into(self, directory: Path, pending: set[Path]) -> None:
+        for dirpath, dirnames, filenames in os.walk(directory):
+            dirnames[:] = [d for d in dirnames if d.lower() not in self._ignored]
+            pending.update(Path(dirpath) / f for f in filenames if f.lower().endswith(".md"))
 
     def _relayout(self, pending: set[Path]) -> None:
         # Keep what the current notifiers already hold (e.g. files deleted along with their directory),
@@ -319,9 +327,7 @@ class MemoryWatcher:
             self._build("deep")
             # Files created in a new root before its watch existed: report what is there now.
             for root in set(self._plan.deep) - before:
-                for dirpath, dirnames, filenames in os.walk(root):
-                    dirnames[:] = [d for d in dirnames if d.lower() not in self._ignored]
-                    pending.update(Path(dirpath) / f for f in filenames if f.lower().endswith(".md"))
+                self._scan_into(root, pending)
         self._build("flat")
 
     def _fire(self, pending: set[Path]) -> None:
