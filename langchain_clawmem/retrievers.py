@@ -1,0 +1,86 @@
+"""``ClawmemRetriever``: clawmem search as a LangChain retriever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field
+
+from clawmem_core import MemoryIndex, SearchResult
+
+_IGNORED_KWARGS = frozenset({"verbose"})
+
+
+def result_to_document(hit: SearchResult) -> Document:
+    """One search hit as a ``Document``: the snippet as content, the chunk id as ``id``."""
+    return Document(
+        id=hit.id or None,
+        page_content=hit.snippet,
+        metadata={
+            "path": hit.path,
+            "start_line": hit.start_line,
+            "end_line": hit.end_line,
+            "score": hit.score,
+            "vector_score": hit.vector_score,
+            "text_score": hit.text_score,
+            "source": hit.source,
+            "citation": hit.citation,
+        },
+    )
+
+
+class ClawmemRetriever(BaseRetriever):
+    """Hybrid search over a clawmem memory workspace.
+
+    Setup:
+        .. code-block:: python
+
+            from clawmem_core import MemoryIndex
+            from langchain_clawmem import ClawmemRetriever
+
+            retriever = ClawmemRetriever(memory=MemoryIndex("~/agent-workspace"), k=4)
+
+    Invoke:
+        .. code-block:: python
+
+            docs = retriever.invoke("what music do I like")
+            docs = retriever.invoke("what music do I like", k=2)   # per call
+            docs[0].metadata["citation"]                         # "MEMORY.md#L8-L10"
+
+    ``k`` and ``min_score`` default to the index configuration (6 and 0.35). Each ``Document``
+    has the chunk id as ``id`` and ``path``, ``start_line``, ``end_line``, ``score``,
+    ``vector_score``, ``text_score``, ``source`` and ``citation`` as metadata.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: MemoryIndex
+    """The memory index to search."""
+    k: int | None = Field(default=None, ge=1)
+    """Number of documents to return (``None``: the index's ``query.max_results``)."""
+    min_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Minimum score (``None``: the index's ``query.min_score``)."""
+
+    def _options(self, kwargs: dict[str, Any]) -> tuple[int | None, float | None]:
+        k = kwargs.pop("k", self.k)
+        min_score = kwargs.pop("min_score", self.min_score)
+        unknown = sorted(set(kwargs) - _IGNORED_KWARGS)
+        if unknown:
+            raise TypeError(f"ClawmemRetriever got unexpected argument(s): {', '.join(unknown)}")
+        return k, min_score
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k, min_score = self._options(kwargs)
+        return [result_to_document(h) for h in self.memory.search(query, max_results=k, min_score=min_score)]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k, min_score = self._options(kwargs)
+        hits = await self.memory.asearch(query, max_results=k, min_score=min_score)
+        return [result_to_document(h) for h in hits]

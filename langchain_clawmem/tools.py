@@ -1,0 +1,211 @@
+"""``memory_search`` and ``memory_get`` as LangChain tools, and the Memory Recall prompt.
+
+The tools return the SPEC payloads: the message content is the payload as JSON, the payload
+itself is the tool message's ``artifact``. Failures (provider errors, refused paths, invalid
+arguments) come back as payloads the model can read, never as exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Literal, Sequence
+
+from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clawmem_core import InvalidQueryError, MemoryIndex
+from clawmem_core.tools import (
+    MEMORY_GET_DESCRIPTION,
+    MEMORY_GET_NAME,
+    MEMORY_SEARCH_DESCRIPTION,
+    MEMORY_SEARCH_NAME,
+    CitationsMode,
+    asearch_payload,
+    get_payload,
+    memory_recall_section,
+    search_error_payload,
+    search_payload,
+)
+
+ToolName = Literal["memory_search", "memory_get"]
+ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type: ignore[assignment]
+
+#: ``metadata`` key on our tools recording the index's citations mode.
+CITATIONS_METADATA_KEY = "clawmem_citations"
+
+
+class MemorySearchInput(BaseModel):
+    """Arguments of ``memory_search`` (camelCase on the wire, as OpenClaw names them)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    query: str = Field(description="What to recall: a question or keywords.")
+    max_results: int | None = Field(
+        default=None, alias="maxResults", description="Maximum number of snippets to return (default 6)."
+    )
+    min_score: float | None = Field(
+        default=None, alias="minScore", description="Minimum relevance score from 0 to 1 (default 0.35)."
+    )
+
+
+class MemoryGetInput(BaseModel):
+    """Arguments of ``memory_get``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    path: str = Field(description="Workspace-relative path: MEMORY.md or memory/....md, as memory_search returned it.")
+    from_line: int | None = Field(default=None, alias="from", description="First line to read, 1-based.")
+    lines: int | None = Field(default=None, description="Number of lines to read (default: to the end of the file).")
+
+
+class MemoryStructuredTool(StructuredTool):
+    """A ``StructuredTool`` whose schema for the model is its ``args_schema`` as is, so the
+    SPEC argument names (``maxResults``, ``minScore``, ``from``) reach the model; LangChain's
+    default subset schema would use the Python field names (``from`` is a Python keyword)."""
+
+    @property
+    def tool_call_schema(self) -> Any:  # type: ignore[override]
+        return self.args_schema
+
+
+def _dumps(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def _first_line(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    parts = []
+    for err in errors:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "input"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "invalid arguments: " + "; ".join(parts)
+
+
+def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = None) -> MemoryStructuredTool:
+    """The ``memory_search`` tool over ``memory``.
+
+    ``session_key`` (e.g. ``"agent:main:group:42"``) lets ``citations="auto"`` drop citations in
+    group chats, as OpenClaw does.
+    """
+
+    def _search(query: str, max_results: int | None = None, min_score: float | None = None) -> tuple[str, dict[str, Any]]:
+        payload = search_payload(memory, query, max_results, min_score, session_key=session_key)
+        return _dumps(payload), payload
+
+    async def _asearch(
+        query: str, max_results: int | None = None, min_score: float | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        payload = await asearch_payload(memory, query, max_results, min_score, session_key=session_key)
+        return _dumps(payload), payload
+
+    def _invalid(exc: ValidationError) -> str:
+        return _dumps(search_error_payload(InvalidQueryError(_first_line(exc))))
+
+    return MemoryStructuredTool.from_function(
+        func=_search,
+        coroutine=_asearch,
+        name=MEMORY_SEARCH_NAME,
+        description=MEMORY_SEARCH_DESCRIPTION,
+        args_schema=MemorySearchInput,
+        response_format="content_and_artifact",
+        handle_validation_error=_invalid,
+        metadata={CITATIONS_METADATA_KEY: memory.config.citations},
+    )
+
+
+def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
+    """The ``memory_get`` tool over ``memory``: reads lines of ``MEMORY.md`` / ``memory/**/*.md``."""
+
+    def _get(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
+        payload = get_payload(memory, path, from_line, lines)
+        return _dumps(payload), payload
+
+    async def _aget(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
+        import asyncio
+
+        payload = await asyncio.to_thread(get_payload, memory, path, from_line, lines)
+        return _dumps(payload), payload
+
+    def _invalid(exc: ValidationError) -> str:
+        return _dumps({"path": "", "text": "", "disabled": True, "error": _first_line(exc)})
+
+    return MemoryStructuredTool.from_function(
+        func=_get,
+        coroutine=_aget,
+        name=MEMORY_GET_NAME,
+        description=MEMORY_GET_DESCRIPTION,
+        args_schema=MemoryGetInput,
+        response_format="content_and_artifact",
+        handle_validation_error=_invalid,
+        metadata={CITATIONS_METADATA_KEY: memory.config.citations},
+    )
+
+
+def create_memory_tools(
+    memory: MemoryIndex, *, include: Iterable[ToolName] = ALL_TOOLS, session_key: str | None = None
+) -> list[BaseTool]:
+    """``[memory_search, memory_get]`` (or the subset named in ``include``) over ``memory``."""
+    wanted = list(dict.fromkeys(include))
+    unknown = [n for n in wanted if n not in ALL_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown memory tool(s): {unknown}; expected {list(ALL_TOOLS)}")
+    tools: list[BaseTool] = []
+    for name in wanted:
+        if name == MEMORY_SEARCH_NAME:
+            tools.append(create_memory_search_tool(memory, session_key=session_key))
+        else:
+            tools.append(create_memory_get_tool(memory))
+    return tools
+
+
+def memory_recall_prompt(
+    tools: Sequence[BaseTool | str] | None = None, *, citations: CitationsMode | None = None
+) -> str:
+    """The Memory Recall system-prompt section for the given tools (both when ``None``).
+
+    With only one of the two tools the wording changes; ``citations="off"`` asks the model not to
+    cite paths. ``citations`` defaults to the mode of the index the tools were made for.
+    Returns ``""`` when neither tool is present.
+    """
+    if tools is None:
+        names = set(ALL_TOOLS)
+    else:
+        names = {t if isinstance(t, str) else t.name for t in tools}
+    if citations is None:
+        modes = [
+            (t.metadata or {}).get(CITATIONS_METADATA_KEY)
+            for t in (tools or [])
+            if isinstance(t, BaseTool)
+        ]
+        citations = next((m for m in modes if m), "auto")
+    return memory_recall_section(
+        has_search=MEMORY_SEARCH_NAME in names, has_get=MEMORY_GET_NAME in names, citations=citations
+    )
+
+
+class ClawmemToolkit(BaseToolkit):
+    """The memory tools and their system-prompt section, for an agent.
+
+    .. code-block:: python
+
+        from langchain.agents import create_agent
+
+        kit = ClawmemToolkit(memory=MemoryIndex("~/agent-workspace"))
+        agent = create_agent(model, kit.get_tools(), system_prompt=kit.get_prompt())
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: MemoryIndex
+    include: tuple[ToolName, ...] = ALL_TOOLS
+    session_key: str | None = None
+
+    def get_tools(self) -> list[BaseTool]:
+        """The tools, newly built over :attr:`memory`."""
+        return create_memory_tools(self.memory, include=self.include, session_key=self.session_key)
+
+    def get_prompt(self) -> str:
+        """The Memory Recall section matching :attr:`include` and the index's citations mode."""
+        return memory_recall_prompt(list(self.include), citations=self.memory.config.citations)

@@ -1,0 +1,36 @@
+"""LlamaIndex integration of clawmem: OpenClaw-style long-term memory for LlamaIndex agents.
+
+.. code-block:: python
+
+    from clawmem_core import MemoryIndex
+    from llama_index_clawmem import ClawmemToolSpec
+
+    spec = ClawmemToolSpec(MemoryIndex("~/agent-workspace"))
+    agent = FunctionAgent(tools=spec.to_tool_list(), llm=llm, system_prompt=spec.recall_prompt())
+
+A LlamaIndex ``BaseEmbedding`` can be given to ``MemoryIndex(..., embedder=...)`` directly.
+"""
+
+from .memory import ClawmemMemoryBlock
+from .retrievers import ClawmemRetriever
+from .tools import (
+    ClawmemToolSpec,
+    MemoryGetInput,
+    MemorySearchInput,
+    create_memory_get_tool,
+    create_memory_search_tool,
+    create_memory_tools,
+    memory_recall_prompt,
+)
+
+__all__ = [
+    "ClawmemMemoryBlock",
+    "ClawmemRetriever",
+    "ClawmemToolSpec",
+    "MemoryGetInput",
+    "MemorySearchInput",
+    "create_memory_get_tool",
+    "create_memory_search_tool",
+    "create_memory_tools",
+    "memory_recall_prompt",
+]

@@ -1,0 +1,88 @@
+"""``ClawmemRetriever``: clawmem search as a LlamaIndex retriever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from clawmem_core import MemoryIndex, SearchResult
+
+#: Metadata kept out of the text an LLM sees (path and citation stay in).
+LLM_EXCLUDED_METADATA = ["start_line", "end_line", "score", "vector_score", "text_score", "source"]
+METADATA_KEYS = ["path", "start_line", "end_line", "score", "vector_score", "text_score", "source", "citation"]
+
+
+def result_to_node(hit: SearchResult) -> NodeWithScore:
+    """One search hit as a scored ``TextNode``: the snippet as text, the chunk id as ``id_``."""
+    node = TextNode(
+        id_=hit.id or hit.citation,
+        text=hit.snippet,
+        metadata={
+            "path": hit.path,
+            "start_line": hit.start_line,
+            "end_line": hit.end_line,
+            "score": hit.score,
+            "vector_score": hit.vector_score,
+            "text_score": hit.text_score,
+            "source": hit.source,
+            "citation": hit.citation,
+        },
+        excluded_llm_metadata_keys=list(LLM_EXCLUDED_METADATA),
+        excluded_embed_metadata_keys=list(METADATA_KEYS),
+    )
+    return NodeWithScore(node=node, score=hit.score)
+
+
+class ClawmemRetriever(BaseRetriever):
+    """Hybrid search over a clawmem memory workspace.
+
+    .. code-block:: python
+
+        from clawmem_core import MemoryIndex
+        from llama_index_clawmem import ClawmemRetriever
+
+        retriever = ClawmemRetriever(MemoryIndex("~/agent-workspace"), similarity_top_k=4)
+        nodes = retriever.retrieve("what music do I like")
+        nodes[0].node.metadata["citation"]          # "MEMORY.md#L8-L10"
+
+    ``similarity_top_k`` and ``min_score`` default to the index configuration (6 and 0.35).
+    ``aretrieve`` awaits the engine's async search (the query embedding is awaited, the index
+    read runs in a worker thread), so it does not block the event loop.
+    """
+
+    def __init__(
+        self,
+        memory: MemoryIndex,
+        similarity_top_k: int | None = None,
+        min_score: float | None = None,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if similarity_top_k is not None and (isinstance(similarity_top_k, bool) or similarity_top_k < 1):
+            raise ValueError(f"similarity_top_k must be a positive integer, got {similarity_top_k!r}")
+        self._memory = memory
+        self._similarity_top_k = similarity_top_k
+        self._min_score = min_score
+        super().__init__(callback_manager=callback_manager, verbose=verbose, **kwargs)
+
+    @property
+    def memory(self) -> MemoryIndex:
+        return self._memory
+
+    @property
+    def similarity_top_k(self) -> int | None:
+        return self._similarity_top_k
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = self._memory.search(query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score)
+        return [result_to_node(h) for h in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = await self._memory.asearch(
+            query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score
+        )
+        return [result_to_node(h) for h in hits]
