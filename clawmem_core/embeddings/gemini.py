@@ -33,6 +33,7 @@ from .remote import (
     http_error,
     import_httpx,
     response_json,
+    shared_ssl_context,
 )
 from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
 
@@ -114,7 +115,7 @@ class GeminiEmbedder(RemoteEmbedder):
         self.output_dimensionality = resolve_output_dimensionality(model, output_dimensionality)
         self.max_input_bytes = max_input_bytes("gemini", model)
         self.model_path = f"models/{model}"
-        self._client = self._httpx.Client(timeout=self.timeout)
+        self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
     def _key_settings(self) -> dict[str, Any]:
         settings = super()._key_settings()
@@ -167,7 +168,7 @@ class GeminiEmbedder(RemoteEmbedder):
         return self._parse_one(response_json(response, "gemini"))
 
     def _new_async_client(self) -> Any:
-        return self._httpx.AsyncClient(timeout=self.timeout)
+        return self._httpx.AsyncClient(timeout=self.timeout, verify=shared_ssl_context())
 
     async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
         client = self._async_client(self._new_async_client)

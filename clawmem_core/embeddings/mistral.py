@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .limits import max_input_bytes
-from .remote import DOCUMENT_TIMEOUT, QUERY_TIMEOUT, RemoteEmbedder, as_vector, check_count, import_sdk
+from .remote import (
+    DOCUMENT_TIMEOUT,
+    QUERY_TIMEOUT,
+    RemoteEmbedder,
+    as_vector,
+    check_count,
+    import_sdk,
+    shared_ssl_context,
+)
 from .retry import MalformedResponseError, RetryPolicy
 
 #: The SDK appends ``/v1/embeddings`` to its server URL.
@@ -60,11 +68,14 @@ class MistralEmbedder(RemoteEmbedder):
         utils = import_sdk("mistralai.client.utils", "mistral", "mistral")
         # Our RetryPolicy governs retries: the SDK's own are off.
         no_retries = utils.RetryConfig("none", utils.BackoffStrategy(1, 1, 1.0, 1), False)
+        http = import_sdk("mistralai.client.sdk", "mistral", "mistral").httpx  # the HTTP library the SDK uses
         self._new_client = lambda: client_mod.Mistral(
             api_key=api_key,
             server_url=self.base_url,
             retry_config=no_retries,
             timeout_ms=int(self.timeout * 1000),
+            client=http.Client(follow_redirects=True, verify=shared_ssl_context()),
+            async_client=http.AsyncClient(follow_redirects=True, verify=shared_ssl_context()),
         )
         self._client = self._new_client()
 
@@ -108,3 +119,6 @@ class MistralEmbedder(RemoteEmbedder):
         client = self._async_client(self._new_client)
         response = await client.embeddings.create_async(inputs=[text], **self._kwargs(self.query_timeout))
         return self._parse(response, 1)[0]
+
+    def close(self) -> None:
+        self._client.sdk_configuration.client.close()

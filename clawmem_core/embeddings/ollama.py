@@ -18,6 +18,7 @@ from .remote import (
     check_count,
     import_httpx,
     response_json,
+    shared_ssl_context,
 )
 from .retry import MalformedResponseError, RetryPolicy
 
@@ -69,7 +70,7 @@ class OllamaEmbedder(RemoteEmbedder):
         )
         self.max_input_bytes = max_input_bytes("ollama", self.model)
         self.legacy_endpoint = False
-        self._client = self._httpx.Client(timeout=self.timeout)
+        self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
     def _key_settings(self) -> dict[str, Any]:
         return {"provider": self.provider, "model": self.model}
@@ -119,7 +120,7 @@ class OllamaEmbedder(RemoteEmbedder):
         return self._embed([text], self.query_timeout)[0]
 
     async def _aembed(self, texts: list[str], timeout: float) -> list[list[float]]:
-        client = self._async_client(lambda: self._httpx.AsyncClient(timeout=self.timeout))
+        client = self._async_client(lambda: self._httpx.AsyncClient(timeout=self.timeout, verify=shared_ssl_context()))
 
         async def post(path: str, body: dict[str, Any]) -> Any:
             return await client.post(f"{self.base_url}{path}", json=body, headers=self.request_headers(),

@@ -21,7 +21,7 @@ from .batch_api import (
     parse_jsonl,
 )
 from .limits import max_input_bytes
-from .remote import DOCUMENT_TIMEOUT, QUERY_TIMEOUT, RemoteEmbedder, as_vector, import_sdk
+from .remote import DOCUMENT_TIMEOUT, QUERY_TIMEOUT, RemoteEmbedder, as_vector, import_sdk, shared_ssl_context
 from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -75,6 +75,7 @@ class OpenAIEmbedder(RemoteEmbedder):
             default_headers=self.headers or None,
             max_retries=0,
             timeout=self.timeout,
+            http_client=sdk.DefaultHttpxClient(verify=shared_ssl_context(), timeout=self.timeout),
         )
 
     def _key_settings(self) -> dict[str, Any]:
@@ -116,6 +117,7 @@ class OpenAIEmbedder(RemoteEmbedder):
             default_headers=self.headers or None,
             max_retries=0,
             timeout=self.timeout,
+            http_client=self._sdk.DefaultAsyncHttpxClient(verify=shared_ssl_context(), timeout=self.timeout),
         )
 
     async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:

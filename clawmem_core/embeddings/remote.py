@@ -263,3 +263,25 @@ def response_json(response: Any, provider: str) -> Any:
 
 def import_httpx(provider: str, extra: str) -> Any:
     return import_sdk("httpx", extra, provider)
+
+
+_SSL_CONTEXT: list[Any] = []
+
+
+def shared_ssl_context() -> Any:
+    """One TLS context for every HTTP client we create (building one loads the CA bundle, which
+    costs tens of milliseconds per client). Built as httpx builds it (certifi, ``SSL_CERT_FILE``)."""
+    if not _SSL_CONTEXT:
+        for name in ("httpx", "httpx2"):
+            try:
+                factory = getattr(importlib.import_module(name), "create_ssl_context", None)
+            except ImportError:
+                continue
+            if factory is not None:
+                _SSL_CONTEXT.append(factory())
+                break
+        else:
+            import ssl
+
+            _SSL_CONTEXT.append(ssl.create_default_context())
+    return _SSL_CONTEXT[0]

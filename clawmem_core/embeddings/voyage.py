@@ -33,6 +33,7 @@ from .remote import (
     import_httpx,
     import_sdk,
     response_json,
+    shared_ssl_context,
 )
 from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
 
@@ -156,7 +157,7 @@ class VoyageBatchBackend:
         """One HTTP call (no retry)."""
         emb = self.embedder
         headers = {**emb.headers, "Authorization": f"Bearer {emb._api_key}"}
-        with self._httpx.Client(timeout=emb.timeout) as client:
+        with self._httpx.Client(timeout=emb.timeout, verify=shared_ssl_context()) as client:
             return client.request(method, f"{emb.base_url}{path}", headers=headers, **kwargs)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
