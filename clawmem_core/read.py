@@ -127,9 +127,14 @@ def read_memory_file(
         if exc.errno in (errno.ENOTDIR,):
             return ReadResult(shown, "", 1, 0, 0)
         raise
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+    try:
+        # Checked before wrapping the descriptor: os.fdopen itself raises IsADirectoryError.
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _refuse(str(path), "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
         text = fh.read().decode("utf-8", errors="replace")
     all_lines = text.split("\n")
     if all_lines and all_lines[-1] == "" and len(all_lines) > 1:
