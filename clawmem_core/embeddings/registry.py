@@ -186,7 +186,7 @@ def _resolve_auto(config: MemoryConfig, environ: Mapping[str, str] | None,
     if _local_configured(config):
         try:
             return EmbedderSelection(create_provider("local", config, environ, **options), "auto")
-        except (MissingDependencyError, ConfigError) as exc:
+        except (MissingDependencyError, ConfigError, OSError) as exc:
             reasons.append(f"local: {exc}")
     for name in AUTO_ORDER:
         try:

@@ -126,6 +126,46 @@ def http_error(provider: str, status: int, body: str) -> ProviderHTTPError:
     return ProviderHTTPError(f"{status} {' '.join(detail.split())[:500]}", status)
 
 
+#: Loggers of the client libraries (and their children) whose records are scrubbed of API keys.
+SDK_LOGGERS = ("openai", "voyage", "voyageai", "mistralai", "httpx", "httpx2", "httpcore", "urllib3", "aiohttp")
+
+
+class _SecretFilter(logging.Filter):
+    """Replaces any registered API key in a log record's message with ``***``."""
+
+    def __init__(self) -> None:
+        super().__init__("clawmem-secrets")
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken record is not ours to fix
+            return True
+        cleaned = redact(message, self.secrets)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+_SECRET_FILTER = _SecretFilter()
+
+
+def guard_secret(secret: str | None) -> None:
+    """Keep ``secret`` out of the client libraries' log records (filters their loggers)."""
+    if not secret or len(secret) < 4:
+        return
+    _SECRET_FILTER.secrets.add(secret)
+    names = [n for n in list(logging.root.manager.loggerDict)
+             if any(n == p or n.startswith(p + ".") for p in SDK_LOGGERS)]
+    for name in set(names) | set(SDK_LOGGERS):
+        logger = logging.getLogger(name)
+        if _SECRET_FILTER not in logger.filters:
+            logger.addFilter(_SECRET_FILTER)
+
+
 class RemoteEmbedder(Embedder):
     """Base of the HTTP providers: retries every call, hides the API key, and routes document
     batches through the provider's batch API when ``remote.batch.enabled``.
@@ -153,6 +193,7 @@ class RemoteEmbedder(Embedder):
         self.query_timeout = float(query_timeout)
         self.retry = retry or RetryPolicy()
         self.__api_key = api_key
+        guard_secret(api_key)
         self._batch: BatchRunner | None = None
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
