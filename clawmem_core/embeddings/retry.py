@@ -20,9 +20,9 @@ from ..errors import EmbeddingError, EmbeddingQuotaError
 
 T = TypeVar("T")
 
-#: OpenClaw's pattern of retryable error messages (numbers are matched as whole words here).
+#: OpenClaw's pattern of retryable error messages (a status number must stand alone: not ``0.512``).
 RETRYABLE_MESSAGE = re.compile(
-    r"(rate[_ ]limit|too many requests|\b429\b|resource has been exhausted|\b5\d\d\b|cloudflare"
+    r"(rate[_ ]limit|too many requests|(?<![\d.])(?:429|5\d\d)(?!\d|\.\d)|resource has been exhausted|cloudflare"
     r"|tokens per day)",
     re.IGNORECASE,
 )

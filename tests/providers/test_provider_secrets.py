@@ -1,0 +1,83 @@
+"""An API key never shows in ``repr``, ``provider_key``, exception messages or log output,
+even when the server echoes it back."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from clawmem_core.config import BatchConfig, MemoryConfig, RemoteConfig
+from clawmem_core.embeddings.registry import create_provider, resolve_embedder
+from clawmem_core.errors import EmbeddingError
+
+from .providers_wire import WIRES, Wire
+from .wire import API_KEY, FakeServer, Reply, Request
+
+SDK = {"openai": "openai", "mistral": "mistralai", "voyage": "voyageai", "gemini": "httpx", "ollama": "httpx"}
+
+
+def echo_key(status: int) -> Any:
+    def handler(req: Request) -> Reply:
+        sent = req.header("Authorization") or req.header("x-goog-api-key") or ""
+        text = f"Incorrect API key provided: {sent}"
+        return Reply(status, {"error": {"message": text, "type": "invalid_request_error", "code": "invalid_api_key"},
+                              "detail": text, "message": text})
+    return handler
+
+
+@pytest.mark.parametrize("name", sorted(WIRES))
+def test_key_never_leaks(name: str, server: FakeServer, fast_retry: Any, caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip(SDK[name])
+    wire: Wire = WIRES[name]
+    caplog.set_level(logging.DEBUG)  # everything the client libraries log, too
+    emb = wire.make(server, fast_retry, headers={"X-Trace": "1"})
+    assert API_KEY not in repr(emb) and API_KEY not in str(emb)
+    assert API_KEY not in emb.provider_key
+    settings = emb._key_settings()  # type: ignore[attr-defined]
+    assert API_KEY not in repr(settings)
+
+    server.route("POST", wire.docs_path, echo_key(401))
+    with pytest.raises(EmbeddingError) as info:
+        emb.embed_documents(["x"])
+    assert API_KEY not in str(info.value) and API_KEY not in repr(info.value)
+    assert "401" in str(info.value)
+
+    server.route("POST", wire.query_path, echo_key(503))  # retried, then given up
+    with pytest.raises(EmbeddingError) as info2:
+        emb.embed_query("y")
+    assert API_KEY not in str(info2.value)
+    assert server.requests, "the server was reached"
+    assert API_KEY not in caplog.text
+
+
+def test_auth_headers_are_not_part_of_provider_key(server: FakeServer) -> None:
+    pytest.importorskip("httpx")
+
+    def gemini(headers: dict[str, str], key: str) -> str:
+        config = MemoryConfig(provider="gemini", remote=RemoteConfig(base_url=server.url, api_key=key, headers=headers))
+        return create_provider("gemini", config, environ={}).provider_key
+
+    base = gemini({}, API_KEY)
+    assert gemini({"x-goog-api-key": API_KEY}, API_KEY) == base
+    assert gemini({"Authorization": "Bearer zzz"}, API_KEY) == base
+    assert gemini({}, "another-key-9999") == base
+    assert gemini({"X-Region": "eu"}, API_KEY) != base
+
+
+def test_key_absent_from_selection_reason_and_batch_errors(server: FakeServer, caplog: pytest.LogCaptureFixture,
+                                                           sleeps: Any) -> None:
+    pytest.importorskip("openai")
+    caplog.set_level(logging.DEBUG)
+    server.route("POST", "/v1/files", echo_key(400))
+    server.route("POST", "/v1/embeddings", WIRES["openai"].ok)
+    config = MemoryConfig(provider="openai", remote=RemoteConfig(
+        base_url=server.url + "/v1", api_key=API_KEY, batch=BatchConfig(enabled=True, poll_interval_ms=1)))
+    sel = resolve_embedder(config, environ={}, batch_options={"sleep": sleeps})
+    assert sel.embedder is not None
+    assert sel.embedder.embed_documents(["abc"])  # batch upload failed → plain embedding
+    runner = sel.embedder.batch  # type: ignore[attr-defined]
+    assert runner.failures == 1 and "Incorrect API key" in runner.last_error
+    assert API_KEY not in runner.last_error
+    assert API_KEY not in caplog.text and "falling back" in caplog.text
