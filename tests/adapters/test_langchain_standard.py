@@ -1,0 +1,74 @@
+"""LangChain's own conformance suites (``langchain-tests``) against our retriever and tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain_tests")
+
+from langchain_core.tools import BaseTool  # noqa: E402
+from langchain_tests.integration_tests import RetrieversIntegrationTests, ToolsIntegrationTests  # noqa: E402
+from langchain_tests.unit_tests import ToolsUnitTests  # noqa: E402
+
+from clawmem_core import MemoryIndex  # noqa: E402
+from langchain_clawmem import ClawmemRetriever, create_memory_get_tool, create_memory_search_tool  # noqa: E402
+
+
+class _WithMemory:
+    memory: MemoryIndex
+
+    @pytest.fixture(autouse=True)
+    def _bind_memory(self, request: pytest.FixtureRequest, keyword_memory: MemoryIndex) -> None:
+        type(self).memory = keyword_memory
+
+
+class TestClawmemRetrieverStandard(_WithMemory, RetrieversIntegrationTests):
+    @property
+    def retriever_constructor(self) -> type[ClawmemRetriever]:
+        return ClawmemRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"memory": self.memory}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "Priya Marco Porto Redis"
+
+
+class _SearchTool(_WithMemory):
+    @property
+    def tool_constructor(self) -> BaseTool:
+        return create_memory_search_tool(self.memory)
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return {"query": "When is my weekly 1:1 with Marco?", "maxResults": 3}
+
+
+class _GetTool(_WithMemory):
+    @property
+    def tool_constructor(self) -> BaseTool:
+        return create_memory_get_tool(self.memory)
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return {"path": "MEMORY.md", "from": 19, "lines": 1}
+
+
+class TestMemorySearchToolUnit(_SearchTool, ToolsUnitTests):
+    pass
+
+
+class TestMemorySearchToolIntegration(_SearchTool, ToolsIntegrationTests):
+    pass
+
+
+class TestMemoryGetToolUnit(_GetTool, ToolsUnitTests):
+    pass
+
+
+class TestMemoryGetToolIntegration(_GetTool, ToolsIntegrationTests):
+    pass
