@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .discovery import IGNORED_DIRS, ROOT_FILES
+
 __all__ = ["MemoryWatcher", "DEFAULT_IGNORED_DIRS", "is_ignored", "workspace_watch_paths"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
-_LONG_TERM_NAMES = ("MEMORY.md", "memory.md")
+DEFAULT_IGNORED_DIRS = IGNORED_DIRS
+_LONG_TERM_NAMES = ROOT_FILES
 _ADDED, _MODIFIED, _DELETED = 1, 2, 3
 _STEP_MS = 50  # how often the notifier checks for changes and for stop()
 _IDLE_WAIT_MS = 250  # longest wait in the notifier when nothing is pending
