@@ -1,0 +1,160 @@
+"""The ``clawmem`` command line (SPEC 12; OpenClaw test 76)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clawmem_core import MemoryIndex
+from clawmem_core.cli import main
+from clawmem_core.testing import HashEmbedder
+
+from .conftest import SAMPLE_FILES, WorkspaceFactory
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def ws(make_workspace: WorkspaceFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CLAWMEM_STATE_DIR", str(tmp_path / "cli-state"))
+    return make_workspace(SAMPLE_FILES | {"NOTES.md": "not memory\n"})
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_index_then_search(ws: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "--workspace", str(ws), "index")
+    assert code == 0 and "Memory index rebuilt (main)" in out and "3 files indexed" in out
+    assert (tmp_path / "cli-state" / "memory" / "main.sqlite").is_file()
+    code, out, _ = run(capsys, "search", "kubernetes", "--workspace", str(ws))
+    assert code == 0
+    first = out.splitlines()[0]
+    score, location = first.split(" ", 1)
+    assert location.startswith("memory/2026-01-05.md:1-")
+    assert 0 < float(score) <= 1
+    assert "Deployed the billing service" in out
+
+
+def test_no_matches(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "search", "xylophone", "--workspace", str(ws))
+    assert (code, out) == (0, "No matches.\n")
+
+
+def test_search_json_prints_the_tool_payload(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "search", "jazz espresso", "--json", "--max-results", "2", "--workspace", str(ws))
+    payload = json.loads(out)
+    assert code == 0
+    assert payload["mode"] == "fts-only" and payload["provider"] == "none"
+    assert 1 <= len(payload["results"]) <= 2
+    assert payload["results"][0]["path"] == "MEMORY.md"
+    assert {"path", "startLine", "endLine", "score", "snippet", "source", "citation"} <= set(payload["results"][0])
+
+
+def test_query_option_wins_over_positional(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "search", "xylophone", "--query", "kubernetes", "--workspace", str(ws))
+    assert code == 0 and "memory/2026-01-05.md" in out
+
+
+@pytest.mark.parametrize("argv", [["search"], ["search", "   "], ["search", "--query", ""]])
+def test_missing_query_is_one_line_and_exit_1(ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv, "--workspace", str(ws))
+    assert code == 1 and out == ""
+    assert "missing search query" in one_error_line(err).lower()
+
+
+def test_get_prints_lines(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "get", "MEMORY.md", "--from", "3", "--lines", "1", "--workspace", str(ws))
+    assert (code, out) == (0, "I like jazz music and espresso.\n")
+    code, out, _ = run(capsys, "get", "MEMORY.md", "--from", "3", "--lines", "1", "--json", "--workspace", str(ws))
+    assert json.loads(out) == {"path": "MEMORY.md", "text": "I like jazz music and espresso.", "from": 3,
+                               "lines": 1, "totalLines": 4}
+
+
+@pytest.mark.parametrize("path", ["NOTES.md", "../outside.md", "/etc/passwd", "memory/../../x.md"])
+def test_get_outside_memory_fails_cleanly(ws: Path, capsys: pytest.CaptureFixture[str], path: str) -> None:
+    code, out, err = run(capsys, "get", path, "--workspace", str(ws))
+    assert code != 0 and out == ""
+    assert one_error_line(err).startswith("clawmem: error:")
+
+
+def test_missing_workspace_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "status", "--workspace", str(tmp_path / "nope"))
+    assert code != 0 and out == ""
+    assert "workspace not found" in one_error_line(err)
+
+
+def test_bad_config_file_fails_cleanly(ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run(capsys, "status", "--config", str(bad), "--workspace", str(ws))
+    assert code != 0
+    one_error_line(err)
+
+
+def test_status_lines(ws: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Index with an embedder so the cache has entries, then ask the CLI.
+    with MemoryIndex(ws, embedder=HashEmbedder(), state_dir=tmp_path / "cli-state") as mem:
+        mem.sync()
+        entries = mem.status().cache["entries"]
+    assert entries > 0
+    code, out, _ = run(capsys, "status", "--workspace", str(ws))
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0] == "Memory Search (main)"
+    assert "Vector: ready" in lines
+    assert "Vector dims: 64" in lines
+    assert any(line.startswith("Vector path: ") for line in lines)
+    assert "FTS: ready" in lines
+    assert f"Embedding cache: enabled ({entries} entries)" in lines
+    assert "Indexed: 3/3 files · 3 chunks" in lines
+
+
+def test_status_json(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "index", "--workspace", str(ws))
+    code, out, _ = run(capsys, "status", "--json", "--workspace", str(ws))
+    data = json.loads(out)
+    assert code == 0 and data["agentId"] == "main"
+    assert data["status"]["files"] == 3 and data["status"]["mode"] == "fts-only"
+
+
+def test_unknown_option_is_a_usage_error(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["search", "x", "--bogus", "--workspace", str(ws)])
+    assert exc.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_installed_command_in_a_subprocess(ws: Path, tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "clawmem"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "clawmem_core.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["CLAWMEM_STATE_DIR"] = str(tmp_path / "sub-state")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+
+    def clawmem(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cmd, *args, "--workspace", str(ws)], capture_output=True, text=True, env=env,
+                              timeout=120, cwd=tmp_path)
+
+    done = clawmem("search", "espresso", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["results"][0]["path"] == "MEMORY.md"
+    assert (tmp_path / "sub-state" / "memory" / "main.sqlite").is_file()
+    bad = clawmem("get", "NOTES.md")
+    assert bad.returncode != 0 and bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
