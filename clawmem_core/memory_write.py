@@ -1,0 +1,44 @@
+"""The ``memory_write`` tool, framework-free: its name, description and payloads.
+
+The LangChain and LlamaIndex adapters only translate. A write appends a note to today's
+``memory/YYYY-MM-DD.md`` (or ``MEMORY.md``) and indexes it at once; failures come back as a payload the model
+can read (``{"error": ..., "disabled": true}``), never as an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .index import MemoryIndex
+
+__all__ = ["MEMORY_WRITE_NAME", "MEMORY_WRITE_DESCRIPTION", "WRITE_TARGETS", "awrite_payload", "write_payload"]
+
+MEMORY_WRITE_NAME = "memory_write"
+MEMORY_WRITE_DESCRIPTION = (
+    "Store a durable memory as Markdown: appends the note to today's memory/YYYY-MM-DD.md (target='daily', the "
+    "default) or to MEMORY.md (target='long_term', for lasting facts and preferences). Append-only: existing "
+    "entries are never changed. Write short, self-contained notes (facts, decisions, preferences, people, todos). "
+    "Returns the path and lines written; if the response has disabled=true, memory writing is unavailable."
+)
+WRITE_TARGETS = ("daily", "long_term")
+
+
+def write_payload(mem: "MemoryIndex", text: Any, target: Any = "daily") -> dict[str, Any]:
+    """Append ``text`` with :meth:`MemoryIndex.write` and return ``{path, startLine, endLine}`` (the path
+    relative to the workspace), or ``{error, disabled: true}`` when the write failed."""
+    try:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        if target not in WRITE_TARGETS:
+            raise ValueError(f"unknown target {target!r}; use 'daily' or 'long_term'")
+        result = mem.write(text, target=target)
+    except Exception as exc:  # the model must see the failure, not a crash
+        return {"error": str(exc) or type(exc).__name__, "disabled": True}
+    return {"path": result.relative_to(mem.workspace), "startLine": result.start_line, "endLine": result.end_line}
+
+
+async def awrite_payload(mem: "MemoryIndex", text: Any, target: Any = "daily") -> dict[str, Any]:
+    """Async twin of :func:`write_payload` (the write and its sync run in a worker thread)."""
+    return await asyncio.to_thread(write_payload, mem, text, target)

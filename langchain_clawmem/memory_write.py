@@ -1,0 +1,60 @@
+"""``memory_write`` as a LangChain tool: append a durable note to the Markdown memory.
+
+The message content is the payload as JSON and the payload itself the tool message's ``artifact``:
+``{path, startLine, endLine}``, or ``{error, disabled: true}`` when the write failed (never an exception).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from langchain_core.tools import StructuredTool
+from pydantic import BaseModel, Field, ValidationError
+
+from clawmem_core import MemoryIndex
+from clawmem_core.memory_write import MEMORY_WRITE_DESCRIPTION, MEMORY_WRITE_NAME, awrite_payload, write_payload
+
+__all__ = ["MemoryWriteInput", "create_memory_write_tool"]
+
+
+class MemoryWriteInput(BaseModel):
+    """Arguments of ``memory_write``."""
+
+    text: str = Field(description="The note to store, in Markdown (e.g. '- Dana prefers morning meetings').")
+    target: Literal["daily", "long_term"] = Field(
+        default="daily",
+        description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long_term' appends to MEMORY.md.",
+    )
+
+
+def _dumps(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def _invalid(exc: ValidationError) -> str:
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
+    return _dumps({"error": "invalid arguments: " + ("; ".join(parts) or str(exc)), "disabled": True})
+
+
+def create_memory_write_tool(memory: MemoryIndex) -> StructuredTool:
+    """The ``memory_write`` tool over ``memory``: appends to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` and
+    indexes the note at once, so a later ``memory_search`` finds it."""
+
+    def _write(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
+        payload = write_payload(memory, text, target)
+        return _dumps(payload), payload
+
+    async def _awrite(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
+        payload = await awrite_payload(memory, text, target)
+        return _dumps(payload), payload
+
+    return StructuredTool.from_function(
+        func=_write,
+        coroutine=_awrite,
+        name=MEMORY_WRITE_NAME,
+        description=MEMORY_WRITE_DESCRIPTION,
+        args_schema=MemoryWriteInput,
+        response_format="content_and_artifact",
+        handle_validation_error=_invalid,
+    )

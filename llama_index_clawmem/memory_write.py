@@ -1,0 +1,69 @@
+"""``memory_write`` as a LlamaIndex ``FunctionTool``: append a durable note to the Markdown memory.
+
+The tool output's ``content`` is the payload as JSON and ``raw_output`` the payload dict:
+``{path, startLine, endLine}``, or ``{error, disabled: true}`` when the write failed (never an exception).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from llama_index.core.bridge.pydantic import BaseModel, Field, ValidationError
+from llama_index.core.tools import FunctionTool, ToolMetadata
+
+from clawmem_core import MemoryIndex
+from clawmem_core.memory_write import MEMORY_WRITE_DESCRIPTION, MEMORY_WRITE_NAME, awrite_payload, write_payload
+
+__all__ = ["MemoryWriteInput", "create_memory_write_tool"]
+
+
+class MemoryWriteInput(BaseModel):
+    """Arguments of ``memory_write``."""
+
+    text: str = Field(description="The note to store, in Markdown (e.g. '- Dana prefers morning meetings').")
+    target: Literal["daily", "long_term"] = Field(
+        default="daily",
+        description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long_term' appends to MEMORY.md.",
+    )
+
+
+def _dumps(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+async def _adumps(payload: Any) -> str:
+    return _dumps(payload)
+
+
+def _validated(kwargs: dict[str, Any]) -> MemoryWriteInput | dict[str, Any]:
+    try:
+        return MemoryWriteInput.model_validate(kwargs)
+    except ValidationError as exc:
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
+        return {"error": "invalid arguments: " + ("; ".join(parts) or str(exc)), "disabled": True}
+
+
+def create_memory_write_tool(memory: MemoryIndex) -> FunctionTool:
+    """The ``memory_write`` tool over ``memory``: appends to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` and
+    indexes the note at once, so a later ``memory_search`` finds it."""
+
+    def memory_write(**kwargs: Any) -> dict[str, Any]:
+        args = _validated(kwargs)
+        if isinstance(args, dict):
+            return args
+        return write_payload(memory, args.text, args.target)
+
+    async def amemory_write(**kwargs: Any) -> dict[str, Any]:
+        args = _validated(kwargs)
+        if isinstance(args, dict):
+            return args
+        return await awrite_payload(memory, args.text, args.target)
+
+    return FunctionTool(
+        fn=memory_write,
+        async_fn=amemory_write,
+        metadata=ToolMetadata(name=MEMORY_WRITE_NAME, description=MEMORY_WRITE_DESCRIPTION, fn_schema=MemoryWriteInput),
+        callback=_dumps,
+        async_callback=_adumps,
+    )
