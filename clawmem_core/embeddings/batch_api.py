@@ -268,8 +268,10 @@ def openai_style_results(lines: list[dict[str, Any]]) -> dict[str, Any]:
         if not isinstance(cid, str):
             continue
         error = line.get("error")
-        response = line.get("response") if isinstance(line.get("response"), dict) else {}
-        body = response.get("body") if isinstance(response.get("body"), dict) else {}
+        raw_response = line.get("response")
+        response: dict[str, Any] = raw_response if isinstance(raw_response, dict) else {}
+        raw_body = response.get("body")
+        body: dict[str, Any] = raw_body if isinstance(raw_body, dict) else {}
         status = response.get("status_code")
         if isinstance(error, dict) and error.get("message"):
             out[cid] = str(error["message"])

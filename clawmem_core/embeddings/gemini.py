@@ -306,7 +306,8 @@ class GeminiBatchBackend:
         """Read a batch or an Operation wrapping one (``metadata`` holds the batch)."""
         if not isinstance(data, dict):
             raise BatchError("gemini embedding batch: malformed batch object")
-        batch = data.get("metadata") if isinstance(data.get("metadata"), dict) else data
+        meta = data.get("metadata")
+        batch: dict[str, Any] = meta if isinstance(meta, dict) else data
         status = str(batch.get("state") or data.get("state") or "")
         if not status and data.get("done"):
             status = "FAILED" if data.get("error") else "SUCCEEDED"

@@ -224,6 +224,12 @@ class RemoteEmbedder(Embedder):
         """The batch-API runner (``None`` when batching is off or unsupported)."""
         return self._batch
 
+    @property
+    def batch_active(self) -> bool:
+        """True when ``embed_documents`` goes through the provider's batch API: the indexer should
+        then pass all pending chunks in one call rather than 8000-byte groups."""
+        return self._batch is not None and self._batch.active
+
     # -- what subclasses implement --------------------------------------------------------------
 
     def _request_documents(self, texts: list[str]) -> list[list[float]]:

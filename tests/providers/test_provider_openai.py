@@ -201,7 +201,7 @@ def test_batch_flow_end_to_end(server: FakeServer, fast_retry: Any, sleeps: Any)
         ("POST", "/v1/embeddings", "c", "text-embedding-3-small")]
     assert len(server.calls("GET", r"/v1/batches/.*")) == 3
     assert 0.005 in sleeps.delays
-    assert emb.batch is not None and emb.batch.failures == 0 and emb.batch.active
+    assert emb.batch is not None and emb.batch.failures == 0 and emb.batch.active and emb.batch_active
 
 
 def test_transient_batch_create_failure_is_retried(server: FakeServer, fast_retry: Any, sleeps: Any) -> None:
@@ -222,7 +222,7 @@ def test_two_batch_failures_disable_batching(server: FakeServer, fast_retry: Any
     assert emb.embed_documents(["one"]) == [vec(3)]  # fell back to plain embedding
     assert runner.failures == 1 and runner.active
     assert emb.embed_documents(["two"]) == [vec(3)]
-    assert runner.failures == 2 and not runner.active
+    assert runner.failures == 2 and not runner.active and not emb.batch_active
     batches_before = len(server.calls("POST", "/v1/batches"))
     assert emb.embed_documents(["three"]) == [vec(5)]
     assert len(server.calls("POST", "/v1/batches")) == batches_before == 2  # no more batch calls
