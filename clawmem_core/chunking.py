@@ -56,17 +56,22 @@ def _split_line(line: str, max_units: int) -> list[str]:
         return [line]
     pieces: list[str] = []
     start = 0
-    size = 0
+    size = 0  # weight of line[start:i]
+    boundary = 0  # the last index after ``start`` where a cut is allowed ...
+    size_at_boundary = 0  # ... and the weight of line[start:boundary]
     prev = ""
     regional = 0  # regional indicators in a row: a flag is a pair of them
     for i, ch in enumerate(line):
         w = char_weight(ch)
         is_regional = 0x1F1E6 <= ord(ch) <= 0x1F1FF
         second_of_flag = is_regional and regional % 2 == 1
-        if (size + w > max_units and i > start and not _extends(ch) and prev != "\u200d"
-                and not second_of_flag):
-            pieces.append(line[start:i])
-            start, size = i, 0
+        if i > start and not _extends(ch) and prev != "\u200d" and not second_of_flag:
+            boundary, size_at_boundary = i, size
+        if size + w > max_units and boundary > start:
+            # Cut at the last grapheme boundary, so the piece stays within the limit (only a
+            # single grapheme heavier than the limit can exceed it).
+            pieces.append(line[start:boundary])
+            start, size = boundary, size - size_at_boundary
         size += w
         prev = ch
         regional = regional + 1 if is_regional else 0
