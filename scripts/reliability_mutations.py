@@ -1,0 +1,87 @@
+"""Check that each reliability test guards something: remove one protection at a time from a
+copy of the library and confirm that the tests named for it fail.
+
+    python scripts/reliability_mutations.py            # all mutations
+    python scripts/reliability_mutations.py cache-mirror temp-cleanup
+
+Each mutation is a textual edit of ``clawmem_core`` in a temporary copy (the working tree is never
+touched); the copy is put first on ``PYTHONPATH`` so test processes and their children import it.
+Exit status 0 when every mutation made its tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: name -> (file, original text, replacement, pytest node ids)
+MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
+    "cache-mirror": (
+        "clawmem_core/index.py",
+        "for target in [store, *cache_mirrors]:",
+        "for target in [store]:",
+        ["tests/reliability/test_crash.py::test_sigkill_during_full_reindex"],
+    ),
+    "temp-cleanup": (
+        "clawmem_core/index.py",
+        "        remove_stale_temp_files(self.store_path)\n",
+        "",
+        ["tests/reliability/test_crash.py::test_orphaned_temp_files_do_not_accumulate"],
+    ),
+    "atomic-swap": (
+        "clawmem_core/index.py",
+        "                with writer.rebuild() as tmp:\n"
+        "                    self._index_items(tmp, [writer], items, report, progress, full=True)",
+        "                with writer.rebuild() as tmp:\n"
+        "                    writer.delete_files('memory', list(writer.file_hashes('memory')))\n"
+        "                    self._index_items(writer, [writer], items, report, progress, full=True)",
+        ["tests/reliability/test_crash.py::test_sigkill_during_full_reindex"],
+    ),
+    "file-transaction": (
+        "clawmem_core/store/sqlite.py",
+        "        with self._tx():\n            self._delete_chunks(file.source, file.path)",
+        "        with contextlib.nullcontext():\n            self._delete_chunks(file.source, file.path)",
+        ["tests/reliability/test_concurrency.py"],
+    ),
+}
+
+
+def run(name: str) -> bool:
+    rel, old, new, tests = MUTATIONS[name]
+    with tempfile.TemporaryDirectory(prefix="clawmem-mut-") as tmp:
+        dst = Path(tmp)
+        shutil.copytree(ROOT / "clawmem_core", dst / "clawmem_core")
+        shutil.copytree(ROOT / "tests", dst / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+        if (ROOT / "scripts").is_dir():
+            shutil.copytree(ROOT / "scripts", dst / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+        target = dst / rel
+        text = target.read_text(encoding="utf-8")
+        if old not in text:
+            print(f"{name}: SKIPPED (the protected code changed; update the mutation)")
+            return False
+        target.write_text(text.replace(old, new, 1), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(dst)}
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+            cwd=dst, env=env, capture_output=True, text=True,
+        )
+        caught = r.returncode != 0
+        last = (r.stdout.strip().splitlines() or [""])[-1]
+        print(f"{name}: {'caught' if caught else 'NOT CAUGHT'} ({last})")
+        return caught
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(MUTATIONS)
+    results = [run(n) for n in names]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
