@@ -509,7 +509,9 @@ class MemoryIndex:
         report.embeddings_cached += len(vectors)
         missing = [h for h in hashes if h not in vectors]
         texts = [text_of[h] for h in missing]
-        for batch in batches_by_bytes(texts):
+        # A provider batch API takes everything in one job; otherwise calls of at most 8000 bytes.
+        groups = [list(range(len(texts)))] if texts and getattr(emb, "batch_active", False) else batches_by_bytes(texts)
+        for batch in groups:
             got = emb.embed_documents([texts[i] for i in batch])
             new = {missing[i]: v for i, v in zip(batch, got)}
             vectors.update(new)
