@@ -153,6 +153,8 @@ def test_close_unloads_and_a_later_call_reloads(offline: None) -> None:
 
 def test_offline_switches_are_restored_after_loading(offline: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     LocalEmbedder(PACKAGED).load()
     assert "HF_DATASETS_OFFLINE" not in os.environ
+    assert "OMP_WAIT_POLICY" not in os.environ
     assert os.environ["HF_HUB_OFFLINE"] == "1"
