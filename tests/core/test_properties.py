@@ -22,7 +22,7 @@ from clawmem_core.text import index_document, quote_fts, search_terms, weighted_
 
 from .conftest import SAMPLE_FILES, write_files
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- chunking -------------------------------------------------------------------------------------------
 
