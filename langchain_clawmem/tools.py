@@ -8,7 +8,7 @@ arguments) come back as payloads the model can read, never as exceptions.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Sequence, cast
 
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -103,7 +103,7 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
     def _invalid(exc: ValidationError) -> str:
         return _dumps(search_error_payload(InvalidQueryError(_first_line(exc))))
 
-    return MemoryStructuredTool.from_function(
+    tool = MemoryStructuredTool.from_function(
         func=_search,
         coroutine=_asearch,
         name=MEMORY_SEARCH_NAME,
@@ -113,6 +113,7 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
         handle_validation_error=_invalid,
         metadata={CITATIONS_METADATA_KEY: memory.config.citations},
     )
+    return cast(MemoryStructuredTool, tool)
 
 
 def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
@@ -131,7 +132,7 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
     def _invalid(exc: ValidationError) -> str:
         return _dumps({"path": "", "text": "", "disabled": True, "error": _first_line(exc)})
 
-    return MemoryStructuredTool.from_function(
+    tool = MemoryStructuredTool.from_function(
         func=_get,
         coroutine=_aget,
         name=MEMORY_GET_NAME,
@@ -141,6 +142,7 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
         handle_validation_error=_invalid,
         metadata={CITATIONS_METADATA_KEY: memory.config.citations},
     )
+    return cast(MemoryStructuredTool, tool)
 
 
 def create_memory_tools(
@@ -169,6 +171,7 @@ def memory_recall_prompt(
     cite paths. ``citations`` defaults to the mode of the index the tools were made for.
     Returns ``""`` when neither tool is present.
     """
+    names: set[str]
     if tools is None:
         names = set(ALL_TOOLS)
     else:

@@ -141,6 +141,7 @@ def memory_recall_prompt(
     With only one of the two tools the wording changes; ``citations="off"`` asks the model not to
     cite paths. Returns ``""`` when neither tool is present.
     """
+    names: set[str]
     if tools is None:
         names = set(ALL_TOOLS)
     else:
@@ -174,4 +175,5 @@ class ClawmemToolSpec(BaseToolSpec):
 
     def recall_prompt(self, spec_functions: Sequence[ToolName] | None = None) -> str:
         """The Memory Recall section for these tools and the index's citations mode."""
-        return memory_recall_prompt(list(spec_functions or self.spec_functions), citations=self.memory.config.citations)
+        names: list[str] = [str(n) for n in (spec_functions or self.spec_functions)]
+        return memory_recall_prompt(names, citations=self.memory.config.citations)

@@ -3,6 +3,7 @@ and with the deterministic ``HashEmbedder``."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import shutil
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 
 from clawmem_core import MemoryConfig, MemoryIndex
 from clawmem_core.testing import HashEmbedder
+
+_HAVE_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
@@ -67,5 +70,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     nodes = result if isinstance(result, list) else [result]
     for node in nodes:
         if isinstance(node, pytest.Function) and inspect.iscoroutinefunction(node.obj):
-            if node.get_closest_marker("asyncio") is None:
+            if not _HAVE_PYTEST_ASYNCIO:
+                node.add_marker(pytest.mark.skip(reason="pytest-asyncio is not installed"))
+            elif node.get_closest_marker("asyncio") is None:
                 node.add_marker(pytest.mark.asyncio)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import importlib.util
+
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,14 +37,18 @@ def loaded_modules() -> dict[str, set[str]]:
     out = {}
     for module, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=180)
-        assert proc.returncode == 0, stderr
-        out[module] = set(json.loads(stdout.strip().splitlines()[-1]))
+        # an adapter whose framework is not installed fails to import: its test skips
+        out[module] = set(json.loads(stdout.strip().splitlines()[-1])) if proc.returncode == 0 else set()
+        assert proc.returncode == 0 or "ModuleNotFoundError" in stderr, stderr
     return out
 
 
 @pytest.mark.parametrize("module", list(CASES))
 def test_import_pulls_in_only_its_own_framework(module: str, loaded_modules: dict[str, set[str]]) -> None:
     required, forbidden = CASES[module]
+    for framework in required:
+        if importlib.util.find_spec(framework) is None:
+            pytest.skip(f"{framework} is not installed")
     loaded = loaded_modules[module]
     assert module in loaded
     assert set(required) <= loaded

@@ -38,6 +38,30 @@ class TestClawmemRetrieverStandard(_WithMemory, RetrieversIntegrationTests):
         return "Priya Marco Porto Redis"
 
 
+class _WithHybridMemory:
+    memory: MemoryIndex
+
+    @pytest.fixture(autouse=True)
+    def _bind_memory(self, request: pytest.FixtureRequest, hash_memory: MemoryIndex) -> None:
+        type(self).memory = hash_memory
+
+
+class TestClawmemRetrieverHybridStandard(_WithHybridMemory, RetrieversIntegrationTests):
+    """The same suite in hybrid mode (HashEmbedder vectors + BM25), with no score threshold."""
+
+    @property
+    def retriever_constructor(self) -> type[ClawmemRetriever]:
+        return ClawmemRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"memory": self.memory, "min_score": 0.0}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "What did Priya do about the staging database?"
+
+
 class _SearchTool(_WithMemory):
     @property
     def tool_constructor(self) -> BaseTool:

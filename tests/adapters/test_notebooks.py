@@ -8,7 +8,8 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
+for _needed in ("ipykernel", "matplotlib", "langchain.agents", "llama_index.core"):
+    pytest.importorskip(_needed)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
