@@ -32,7 +32,7 @@ from .search import (
     truncate_snippet,
 )
 from .store.base import ChunkRow, FileRow
-from .store.sqlite import SQLiteStore, remove_stale_temp_files
+from .store.sqlite import CorruptIndexError, SQLiteStore, quarantine_index, remove_stale_temp_files
 from .text import search_terms
 
 if TYPE_CHECKING:
@@ -140,6 +140,7 @@ class MemoryIndex:
         self._fallback_used = False
         self._store = self._open_store()
         self._writer: SQLiteStore | None = None
+        self._retired: list[SQLiteStore] = []
         self._sync_lock = threading.Lock()
         self._bg_thread: threading.Thread | None = None
         self._dirty = True
@@ -167,7 +168,39 @@ class MemoryIndex:
         )
 
     def _open_store(self) -> SQLiteStore:
-        return self._new_store()
+        try:
+            return self._new_store()
+        except CorruptIndexError as exc:
+            with self._process_lock():
+                try:  # another process may have replaced it meanwhile
+                    return self._new_store()
+                except CorruptIndexError:
+                    self._set_aside(exc)
+            return self._new_store()
+
+    def _set_aside(self, exc: Exception) -> None:
+        """Keep a damaged index aside (call with the process lock held); the next sync rebuilds
+        it from the Markdown."""
+        kept = quarantine_index(self.store_path)
+        log.warning("%s; moved it to %s and rebuilding the index from the Markdown", exc, kept.name)
+
+    def _recover(self, exc: Exception) -> None:
+        """The live index turned out damaged while in use: set it aside and reopen an empty one
+        (call with both sync locks held)."""
+        import apsw
+
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        # the reader may be in use by a search in another thread: retired, closed with the index
+        self._retired.append(self._store)
+        if not isinstance(exc, CorruptIndexError):
+            exc = CorruptIndexError(f"index {self.store_path} is corrupt: {exc}")
+        try:
+            self._set_aside(exc)
+        except OSError as err:
+            raise StoreError(f"{exc}; cannot move it aside: {err.strerror or err}") from None
+        self._store = self._new_store()
 
     def _selection_now(self) -> _Selection:
         """Create the embedder on first need (never for an empty index or an empty query)."""
@@ -253,7 +286,23 @@ class MemoryIndex:
         with self._sync_lock:
             lock = self._process_lock()
             with lock:
-                return self._sync_locked(force, progress, reason)
+                return self._guarded_sync(force, progress, reason)
+
+    def _guarded_sync(self, force: bool, progress: ProgressCallback | None, reason: str,
+                      session_files: Sequence[str | os.PathLike[str]] = ()) -> SyncReport:
+        """``_sync_locked`` with storage failures turned into :class:`StoreError` and a damaged
+        index set aside and rebuilt (both locks held)."""
+        import apsw
+
+        try:
+            return self._sync_locked(force, progress, reason, session_files)
+        except (apsw.CorruptError, apsw.NotADBError, CorruptIndexError) as exc:
+            self._recover(exc)
+            return self._sync_locked(True, progress, "recovery", session_files)
+        except apsw.FullError:
+            raise StoreError(f"disk full: cannot write the index {self.store_path}; the previous index is unchanged") from None
+        except (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError, apsw.IOError) as exc:
+            raise StoreError(f"cannot write the index {self.store_path}: {exc}") from None
 
     async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None) -> SyncReport:
         """Async twin of :meth:`sync` (runs in a worker thread)."""
@@ -349,7 +398,7 @@ class MemoryIndex:
         self._check_open()
         with self._sync_lock:
             with self._process_lock():
-                return self._sync_locked(False, None, "post-compaction", paths)
+                return self._guarded_sync(False, None, "post-compaction", paths)
 
     def _activate_fallback(self, exc: Exception) -> bool:
         fb = self.config.fallback
@@ -544,7 +593,7 @@ class MemoryIndex:
 
                         try:
                             with self._process_lock().acquire(timeout=0):
-                                self._sync_locked(False, None, "search")
+                                self._guarded_sync(False, None, "search")
                         except Timeout:
                             pass  # another process is syncing this index
                     finally:
@@ -583,11 +632,31 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return []
+        import apsw
+
+        store = self._store
+        try:
+            return self._search_once(q, k, ms)
+        except (apsw.CorruptError, apsw.NotADBError) as exc:  # damaged while in use: rebuild, answer
+            self._rebuild_damaged(exc, store)
+            return self._search_once(q, k, ms)
+
+    def _search_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
         if not self._prepare_search():
             return []
         emb = self._selection_now().embedder
         qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
         return self._rank(q, qvec, k, ms)
+
+    def _rebuild_damaged(self, exc: Exception, failed: SQLiteStore) -> None:
+        with self._sync_lock:
+            with self._process_lock():
+                if self._store is failed and failed.file_id == failed.current_file_id():
+                    self._recover(exc)
+                    self._sync_locked(True, None, "recovery")
+                elif self._store is failed:  # another process already set it aside and rebuilt it
+                    self._retired.append(failed)
+                    self._store = self._new_store()
 
     async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
         """Async twin of :meth:`search`: the query embedding is awaited (``aembed_query``)."""
@@ -851,6 +920,8 @@ class MemoryIndex:
             t.join()
         self._closed = True
         self._store.close()
+        for store in self._retired:
+            store.close()
         if self._writer is not None:
             self._writer.close()
         if self._selection is not None and self._selection.embedder is not None:

@@ -56,6 +56,59 @@ CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache (up
 """
 
 
+#: Columns each table must have; an index file without them was written by something else.
+_COLUMNS = {
+    "meta": {"key", "value"},
+    "files": {"path", "source", "hash", "mtime", "size"},
+    "chunks": {"rid", "id", "path", "source", "start_line", "end_line", "hash", "model", "text", "embedding", "updated_at"},
+    "embedding_cache": {"provider", "model", "provider_key", "hash", "embedding", "dims", "updated_at"},
+}
+#: Damaged index files kept aside (``<name>.corrupt-<timestamp>``) for inspection.
+KEEP_CORRUPT = 2
+
+
+class CorruptIndexError(StoreError):
+    """The index file is damaged or is not a clawmem index (it can be rebuilt from the Markdown)."""
+
+
+def _check_file_header(path: Path) -> None:
+    """Cheap checks of an existing index file before SQLite opens it: the SQLite magic string,
+    and a file at least as long as its header says (a truncated copy or a half-written file)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return
+    if size == 0 or path.is_dir():
+        return
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise CorruptIndexError(f"index {path} is not a SQLite database (damaged or overwritten)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    wal = Path(f"{path}-wal")
+    wal_pending = wal.exists() and wal.stat().st_size > 0  # recovery may still grow the file
+    if head[24:28] == head[92:96] and pages and pages * page_size > size and not wal_pending:
+        raise CorruptIndexError(f"index {path} is truncated ({size} bytes, its header says {pages * page_size})")
+
+
+def quarantine_index(path: Path) -> Path:
+    """Move a damaged index aside as ``<name>.corrupt-<timestamp>`` (its WAL and shared-memory
+    files are dropped) and keep only the newest :data:`KEEP_CORRUPT` such copies."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:].replace(".", "")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    os.replace(path, target)
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}{suffix}")
+    old = sorted(path.parent.glob(f"{path.name}.corrupt-*"), key=lambda p: p.name)
+    for p in old[:-KEEP_CORRUPT]:
+        with contextlib.suppress(OSError):
+            os.remove(p)
+    return target
+
+
 def _blob(vec: Sequence[float]) -> bytes:
     return array("f", vec).tobytes()
 
@@ -92,6 +145,7 @@ class SQLiteStore(Store):
         self.vector_error: str | None = None
         self.vector_dims: int | None = None
         self._conn: apsw.Connection | None = None
+        self.file_id: tuple[int, int] | None = None
         self._writes = 0
         self._vec_queries = 0
         self._matrix: tuple[Any, list[str], Any] | None = None
@@ -111,8 +165,10 @@ class SQLiteStore(Store):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the index directory {self.path.parent}: {exc.strerror or exc}") from None
+        _check_file_header(self.path)
         try:
             conn = apsw.Connection(str(self.path))
+            self.file_id = self.current_file_id()
             conn.setbusytimeout(10_000)
             self._conn = conn
             self._load_vector_extension()
@@ -121,14 +177,36 @@ class SQLiteStore(Store):
             version = conn.execute("PRAGMA user_version").fetchall()[0][0]
             if version not in (0, SCHEMA_VERSION):
                 raise StoreError(f"index {self.path} has schema version {version}; this clawmem writes {SCHEMA_VERSION}")
+            self._check_columns()
             with self._tx():
                 conn.execute(_SCHEMA)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._ensure_fts()
             self.vector_dims = self._existing_vector_dims()
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            self.close()
+            raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
         except apsw.Error as exc:
             self.close()
             raise StoreError(f"cannot open index {self.path}: {exc}") from None
+        except StoreError:
+            self.close()
+            raise
+
+    def current_file_id(self) -> tuple[int, int] | None:
+        """Device and inode of the file now at :attr:`path` (changes when it is replaced)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _check_columns(self) -> None:
+        for table, want in _COLUMNS.items():
+            have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
+            if have and not want <= have:
+                missing = ", ".join(sorted(want - have))
+                raise CorruptIndexError(f"index {self.path} is not a clawmem index (table {table} lacks {missing})")
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:
