@@ -249,7 +249,10 @@ class SQLiteStore(Store):
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite has already rolled back after some errors (SQLITE_FULL, SQLITE_IOERR...): a
+            # second ROLLBACK would raise and hide the real error.
+            if not self.conn.getautocommit():
+                self.conn.execute("ROLLBACK")
             raise
         else:
             self.conn.execute("COMMIT")
