@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from .errors import ClawmemError, EmbeddingQuotaError
+from .errors import ClawmemError, EmbeddingError, EmbeddingQuotaError
 
 if TYPE_CHECKING:
     from .index import MemoryIndex
@@ -29,6 +29,8 @@ QUOTA_WARNING = "Memory search is unavailable because the embedding provider quo
 QUOTA_ACTION = "Top up or switch embedding provider, then retry memory_search."
 ERROR_WARNING = "Memory search is unavailable due to an embedding/provider error."
 ERROR_ACTION = "Check embedding provider configuration and retry memory_search."
+ARGS_WARNING = "memory_search was called with invalid arguments."
+ARGS_ACTION = "Fix the arguments (query text, maxResults >= 1, minScore between 0 and 1) and retry memory_search."
 _QUOTA_RE = re.compile(r"insufficient_quota|quota|429", re.IGNORECASE)
 
 CitationsMode = Literal["auto", "on", "off"]
@@ -103,7 +105,11 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
 
 
 def search_error_payload(exc: BaseException) -> dict[str, Any]:
+    """The payload of a failed ``memory_search``: invalid arguments, or an unavailable provider
+    (with OpenClaw's quota warning when the provider's quota is exhausted)."""
     message = str(exc) or type(exc).__name__
+    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, EmbeddingError):
+        return {"results": [], "disabled": True, "error": message, "warning": ARGS_WARNING, "action": ARGS_ACTION}
     quota = isinstance(exc, EmbeddingQuotaError) or bool(_QUOTA_RE.search(message))
     return {
         "results": [],

@@ -11,6 +11,7 @@
 A LangChain ``Embeddings`` can be given to ``MemoryIndex(..., embedder=...)`` directly.
 """
 
+from .memory_write import MemoryWriteInput, create_memory_write_tool
 from .retrievers import ClawmemRetriever
 from .tools import (
     ClawmemToolkit,
@@ -25,10 +26,22 @@ from .tools import (
 __all__ = [
     "ClawmemRetriever",
     "ClawmemToolkit",
+    "MemoryFlushMiddleware",
     "MemoryGetInput",
     "MemorySearchInput",
+    "MemoryWriteInput",
     "create_memory_get_tool",
     "create_memory_search_tool",
     "create_memory_tools",
+    "create_memory_write_tool",
     "memory_recall_prompt",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The middleware needs the ``langchain`` package (agents), not only langchain-core: import on use.
+    if name == "MemoryFlushMiddleware":
+        from .middleware import MemoryFlushMiddleware
+
+        return MemoryFlushMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

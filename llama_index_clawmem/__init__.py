@@ -11,7 +11,9 @@
 A LlamaIndex ``BaseEmbedding`` can be given to ``MemoryIndex(..., embedder=...)`` directly.
 """
 
+from .flush import ClawmemFlushBlock, archive_chat
 from .memory import ClawmemMemoryBlock
+from .memory_write import MemoryWriteInput, create_memory_write_tool
 from .retrievers import ClawmemRetriever
 from .tools import (
     ClawmemToolSpec,
@@ -24,13 +26,17 @@ from .tools import (
 )
 
 __all__ = [
+    "ClawmemFlushBlock",
     "ClawmemMemoryBlock",
     "ClawmemRetriever",
     "ClawmemToolSpec",
     "MemoryGetInput",
     "MemorySearchInput",
+    "MemoryWriteInput",
+    "archive_chat",
     "create_memory_get_tool",
     "create_memory_search_tool",
     "create_memory_tools",
+    "create_memory_write_tool",
     "memory_recall_prompt",
 ]

@@ -13,6 +13,7 @@ from clawmem_core.testing import HashEmbedder
 from clawmem_core.tools import (
     ERROR_ACTION,
     ERROR_WARNING,
+    ARGS_WARNING,
     MEMORY_GET_DESCRIPTION,
     MEMORY_SEARCH_DESCRIPTION,
     QUOTA_ACTION,
@@ -206,3 +207,12 @@ def test_tool_descriptions() -> None:
     assert MEMORY_SEARCH_DESCRIPTION.startswith("Mandatory recall step: semantically search MEMORY.md + memory/*.md")
     assert "disabled=true" in MEMORY_SEARCH_DESCRIPTION
     assert MEMORY_GET_DESCRIPTION.startswith("Safe snippet read from MEMORY.md or memory/*.md")
+
+
+def test_invalid_arguments_payload_is_not_a_provider_failure(make_workspace: WorkspaceFactory,
+                                                              open_index: IndexFactory) -> None:
+    mem = open_index(make_workspace(SAMPLE_FILES))
+    mem.sync()
+    payload = search_payload(mem, "jazz", max_results=0)
+    assert payload["results"] == [] and payload["disabled"] is True and "max_results" in payload["error"]
+    assert payload["warning"] == ARGS_WARNING and "unavailable" not in payload
