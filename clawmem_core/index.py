@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -26,6 +27,7 @@ from .search import (
     Candidate,
     apply_temporal_decay,
     bm25_rank_to_score,
+    dedupe_line_ranges,
     merge_hybrid,
     mmr_rerank,
     select_results,
@@ -44,6 +46,10 @@ log = logging.getLogger("clawmem")
 ProgressCallback = Callable[[int, int, str], None]
 
 MAX_QUERY_TERMS = 64
+#: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
+MAX_RESULTS = 1000
+#: Only the start of a very long query is split into keyword terms.
+MAX_QUERY_TERM_CHARS = 4000
 MAX_QUERY_EMBED_CHARS = 8000
 #: Chunks embedded and written per group during a sync (bounds memory; each group is durable).
 _GROUP_CHUNKS = 512
@@ -618,12 +624,18 @@ class MemoryIndex:
         if not isinstance(query, str):
             raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
         k = self.config.query.max_results if max_results is None else max_results
-        if isinstance(k, bool) or not isinstance(k, (int, float)) or k != k or k < 1 or (isinstance(k, float) and k != int(k)):
+        if (
+            isinstance(k, bool)
+            or not isinstance(k, (int, float))
+            or not math.isfinite(k)
+            or k < 1
+            or (isinstance(k, float) and k != int(k))
+        ):
             raise InvalidQueryError(f"max_results must be a positive integer, got {max_results!r}")
         ms = self.config.query.min_score if min_score is None else min_score
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms in (float("inf"), float("-inf")):
             raise InvalidQueryError(f"min_score must be a finite number, got {min_score!r}")
-        return query.replace("\x00", " ").strip(), int(min(k, 10_000)), max(0.0, min(1.0, float(ms)))
+        return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, min(1.0, float(ms)))
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
         """Hybrid search (SPEC 6). Empty query or empty index -> ``[]`` without creating the
@@ -690,7 +702,7 @@ class MemoryIndex:
         store = self._store
         emb = self._selection_now().embedder
         keyword_side = emb is None or (hybrid.enabled and store.fts_available)
-        kw_hits = store.keyword_search(search_terms(query)[:MAX_QUERY_TERMS], pool) if keyword_side else []
+        kw_hits = store.keyword_search(search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS], pool) if keyword_side else []
         vec_hits: list[tuple[str, float]] = []
         if qvec is not None and any(v != 0 for v in qvec):
             vec_hits = store.vector_search(qvec, pool)
@@ -713,6 +725,7 @@ class MemoryIndex:
         if hybrid.temporal_decay.enabled:
             merged = apply_temporal_decay(merged, hybrid.temporal_decay.half_life_days, datetime.now(timezone.utc), self._mtime_of)
         merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
+        merged = dedupe_line_ranges(merged)
         if hybrid.mmr.enabled:
             merged = mmr_rerank(merged, hybrid.mmr.lambda_)
         # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a

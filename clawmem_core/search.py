@@ -77,6 +77,19 @@ def merge_hybrid(
     return [replace(c, score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_id.values()]
 
 
+def dedupe_line_ranges(ranked: Sequence[Candidate]) -> list[Candidate]:
+    """Keep the best of candidates citing the same lines (pieces of a chunk split for the
+    embedding model's input limit share their parent's line range)."""
+    seen: set[tuple[str, str, int, int]] = set()
+    out = []
+    for c in ranked:
+        key = (c.source, c.path, c.start_line, c.end_line)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
 # -- temporal decay ---------------------------------------------------------------------------
 
 
