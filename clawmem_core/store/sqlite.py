@@ -188,6 +188,11 @@ class SQLiteStore(Store):
             raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
         except apsw.Error as exc:
             self.close()
+            if not os.access(self.path.parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+                raise StoreError(
+                    f"cannot open index {self.path}: the state directory {self.path.parent} is read-only or not "
+                    f"writable (set state_dir or CLAWMEM_STATE_DIR to a writable directory)"
+                ) from None
             raise StoreError(f"cannot open index {self.path}: {exc}") from None
         except StoreError:
             self.close()
