@@ -57,7 +57,11 @@ def environment() -> dict[str, Any]:
         commit += "+changes" if dirty else ""
     except Exception:
         commit = "?"
-    return {"when": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": commit,
+    try:
+        load = round(os.getloadavg()[0], 1)
+    except OSError:
+        load = None
+    return {"when": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": commit, "load_start": load,
             "python": platform.python_version(), "platform": f"{platform.system()} {platform.machine()}",
             "cpus": os.cpu_count(), "sqlite": sqlite, "packages": pk}
 
@@ -99,10 +103,11 @@ def cmd_run(a: argparse.Namespace) -> int:
                 except EmbedderUnavailable as exc:
                     _log(f"embedder {spec!r} skipped: {exc}")
                     skipped[spec] = str(exc)
+            beir = prof["beir_embedders"] if a.scifact_vectors is None else a.scifact_vectors
             q = quality.run(datasets, choices, work / "cache", _log,
-                            beir_embedders=prof["beir_embedders"] or a.scifact_vectors, mmr=not a.no_mmr)
+                            beir_embedders=beir, mmr=not a.no_mmr)
             q["skipped_embedders"] = skipped
-            if not (prof["beir_embedders"] or a.scifact_vectors):
+            if not beir and any(d.kind == "beir" for d in datasets):
                 res["notes"].append("SciFact is run keyword-only in this profile (embedding 5,183 abstracts with a "
                                     "local model takes about 10 minutes); pass --scifact-vectors or use the full profile")
             res["quality"] = q
@@ -113,8 +118,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         res["speed"] = speed.run(prof["scales"], work, _log, queries=prof["queries"], zh_share=a.zh_share,
                                  cli_repeats=prof["cli_repeats"], query_models=prof.get("query_models"))
     res["seconds"] = time.perf_counter() - t_start
+    try:
+        res["env"]["load_end"] = round(os.getloadavg()[0], 1)
+    except OSError:
+        pass
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{a.profile}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False, default=str) + "\n",
+    name = a.profile + (f"-{a.tag}" if a.tag else "")
+    res["name"] = name
+    (out_dir / f"{name}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False, default=str) + "\n",
                                                encoding="utf-8")
     page = report.write(out_dir)
     _log(f"done in {res['seconds']:.0f} s; results: {page.relative_to(REPO_ROOT) if page.is_relative_to(REPO_ROOT) else page}")
@@ -148,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--scales", help="comma-separated chunk counts for the speed runs (overrides the profile)")
     r.add_argument("--datasets", help="comma-separated: locomo-en,locomo-zh,scifact (overrides the profile)")
     r.add_argument("--limit", type=int, help="at most N queries per data set (for trying things out)")
-    r.add_argument("--scifact-vectors", action="store_true", help="also run the embedders on SciFact")
+    r.add_argument("--scifact-vectors", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the embedders on SciFact too (default: in the full profile only)")
+    r.add_argument("--tag", help="save as <profile>-<tag>.json (a separate section of the results page)")
     r.add_argument("--no-mmr", action="store_true", help="skip the MMR variants")
     r.add_argument("--skip-quality", action="store_true")
     r.add_argument("--skip-speed", action="store_true")

@@ -97,6 +97,51 @@ class QueryModelEmbedder(ZeroCostEmbedder):
         return [x / n for x in v]
 
 
+class QueryCache(_EmbedderBase):  # type: ignore[misc,valid-type]
+    """Wraps a model so that each query text is embedded once per run (the quality runs ask the same questions
+    in four modes) and the model is not unloaded when an index closes. Same identity as the wrapped model, so
+    indexes and the embedding cache are shared. ``query_seconds`` is the time spent embedding new queries."""
+
+    normalize = False  # the wrapped embedder's public methods already sanitise and normalise
+
+    def __init__(self, inner: Any) -> None:
+        if not hasattr(inner, "provider_key"):
+            from clawmem_core.embeddings.framework import wrap_embedder
+
+            inner = wrap_embedder(inner)
+        self.inner = inner
+        self.provider = inner.provider
+        self.model = inner.model
+        self.max_input_bytes = inner.max_input_bytes
+        self.query_timeout = inner.query_timeout
+        self._cache: dict[str, list[float]] = {}
+        self.query_seconds = 0.0
+        self.queries_embedded = 0
+
+    @property
+    def provider_key(self) -> str:
+        return self.inner.provider_key
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    def _embed_query(self, text: str) -> list[float]:
+        v = self._cache.get(text)
+        if v is None:
+            t0 = time.perf_counter()
+            v = self.inner.embed_query(text)
+            self.query_seconds += time.perf_counter() - t0
+            self.queries_embedded += 1
+            self._cache[text] = v
+        return v
+
+    def close(self) -> None:
+        """Kept open across indexes; :meth:`release` really closes."""
+
+    def release(self) -> None:
+        self.inner.close()
+
+
 @dataclass
 class EmbedderChoice:
     """What to pass to ``MemoryIndex``: an embedder object (or None) and config overrides."""
@@ -150,7 +195,7 @@ def resolve(spec: str) -> EmbedderChoice:
         except Exception as exc:
             raise EmbedderUnavailable(f"local model {path!r} could not load ({type(exc).__name__}: {exc})") from exc
         label = "local-" + LOCAL_LABELS.get(path.lower(), Path(path).name or "model")
-        return EmbedderChoice(label=label, embedder=emb, provider="local", local_model_path=path)
+        return EmbedderChoice(label=label, embedder=QueryCache(emb), provider="local", local_model_path=path)
     if ":" in spec:
         parts = spec.split(":", 2)
         modname, attr = parts[0], parts[1]
@@ -160,5 +205,9 @@ def resolve(spec: str) -> EmbedderChoice:
             obj = factory(**kwargs)
         except Exception as exc:
             raise EmbedderUnavailable(f"{spec}: {type(exc).__name__}: {exc}") from exc
-        return EmbedderChoice(label=f"{attr}", embedder=obj)
+        try:
+            wrapped = QueryCache(obj)
+        except Exception as exc:
+            raise EmbedderUnavailable(f"{spec}: not an embeddings object clawmem accepts ({exc})") from exc
+        return EmbedderChoice(label=f"{attr}", embedder=wrapped)
     raise EmbedderUnavailable(f"unknown embedder spec {spec!r}")

@@ -115,6 +115,9 @@ def quality_section(q: dict[str, Any]) -> str:
         order = _system_order(list(systems))
         parts.append(f"#### {name} ({ds.get('queries')} queries, {ds.get('chunks')} chunks"
                      + (f", skipped {ds['skipped']}" if ds.get("skipped") else "") + ")\n")
+        if ds.get("query_embedding_ms"):
+            parts.append("Query embedding, once per question (not in ms/query): " + ", ".join(
+                f"{k} {v:.1f} ms" for k, v in ds["query_embedding_ms"].items()) + ".\n")
         if ds.get("kind") == "beir":
             rows = [[n, _f(_get(systems, n, "overall", "ndcg@10"), 3), _f(_get(systems, n, "overall", "recall@100"), 3),
                      _f(_get(systems, n, "search_ms_mean"), 1)] for n in order]
@@ -280,16 +283,20 @@ def plots(res: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
 
 def env_line(env: dict[str, Any]) -> str:
     pk = ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())
+    load = ""
+    if env.get("load_start") is not None:
+        load = f" · load average {env.get('load_start')} at start, {env.get('load_end', '?')} at end"
     return (f"{env.get('when', '?')} · commit `{env.get('commit', '?')}` · Python {env.get('python')} · "
-            f"{env.get('platform')} · {env.get('cpus')} CPUs · SQLite {env.get('sqlite')} · {pk}")
+            f"{env.get('platform')} · {env.get('cpus')} CPUs{load} · SQLite {env.get('sqlite')} · {pk}")
 
 
 def write(out_dir: Path = RESULTS_DIR) -> Path:
     runs = []
-    for prof in PROFILES:
-        p = out_dir / f"{prof}.json"
-        if p.exists():
-            runs.append((prof, json.loads(p.read_text())))
+    order = {p: i for i, p in enumerate(PROFILES)}
+    files = sorted(out_dir.glob("*.json"), key=lambda p: (order.get(p.stem.split("-")[0], 9), p.stem))
+    for p in files:
+        if p.stem.split("-")[0] in order and (p.stem != "smoke" or len(files) == 1):
+            runs.append((p.stem, json.loads(p.read_text())))
     lines = [
         "# clawmem benchmark results",
         "",

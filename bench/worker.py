@@ -25,7 +25,16 @@ def _rss_mb() -> float:
 
 
 def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    """Peak resident memory of this process. VmHWM, because Linux carries ``ru_maxrss`` over from the parent
+    across fork and exec (a worker started by a process holding a model would report the parent's peak)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024.0 if sys.platform != "darwin" else 2**20)
 
 
 def _choice(spec: str):
@@ -190,6 +199,7 @@ def task_search(t: dict[str, Any]) -> dict[str, Any]:
     for spec in t.get("query_models", ["local", "hash-384"]):
         try:
             qm = resolve(spec).embedder
+            qm = getattr(qm, "inner", qm)  # uncached: every query pays its embedding
             qm_label = spec
             if qm is not None:
                 break
