@@ -99,31 +99,36 @@ def full_case(tmp_path_factory: pytest.TempPathFactory):
     template = root / "template"
     sync_in_process(ws, template)
     old = snapshot(template)
-    make_workspace(ws, 24, "new", lines=40)
+    # more than one write group (512 chunks), so a kill in the last group's embedding comes after
+    # the first group was written: a reindex that is not built aside would show half of it
+    make_workspace(ws, 130, "new", lines=40)
     ref = root / "ref"
     shutil.copytree(template, ref)
-    needed = sync_in_process(ws, ref, force=True).texts_embedded
+    ref_emb = sync_in_process(ws, ref, force=True)
     new = snapshot(ref)
-    assert needed > 40 and old != new
-    return ws, template, old, new, needed
+    assert ref_emb.texts_embedded > 512 and old != new
+    return ws, template, old, new, ref_emb.texts_embedded, ref_emb.calls
 
 
-def kill_args(rng: random.Random, round_: int) -> tuple[list[str], float | None]:
-    """Rounds 0-1 pause at a random batch (a deterministic kill point mid-embedding); later
-    rounds kill at a random time, which also lands in the writes and the final swap."""
-    if round_ < 2:
+def kill_args(rng: random.Random, round_: int, calls: int = 0) -> tuple[list[str], float | None]:
+    """Round 0 pauses at a random early batch, round 1 in the last write group (deterministic
+    kill points mid-embedding); later rounds kill at a random time, which also lands in the
+    writes and the final swap."""
+    if round_ == 0:
         return ["--pause-after", str(rng.randint(1, 14))], None
-    return ["--sleep", "0.01"], rng.uniform(0.0, 0.6)
+    if round_ == 1:
+        return ["--pause-after", str(calls - 1 if calls else rng.randint(1, 14))], None
+    return ["--sleep", "0.002"], rng.uniform(0.0, 1.0)
 
 
 @pytest.mark.parametrize("round_", range(4))
 def test_sigkill_during_full_reindex(full_case, tmp_path: Path, round_: int) -> None:
-    ws, template, old, new, needed = full_case
+    ws, template, old, new, needed, calls = full_case
     rng = random.Random(SEED + round_)
     state = tmp_path / "state"
     shutil.copytree(template, state)
     before = tree_digest(ws)
-    args, delay = kill_args(rng, round_)
+    args, delay = kill_args(rng, round_, calls)
     proc = start_worker("sync", str(ws), str(state), "--force", *args)
     confirmed = kill_during(proc, delay)
     if round_ < 2:
@@ -185,7 +190,7 @@ def test_sigkill_during_incremental_sync(incremental_case, tmp_path: Path, round
 def test_orphaned_temp_files_do_not_accumulate(full_case, tmp_path: Path) -> None:
     """Many killed rebuilds in a row leave at most the last one's temporary file, and the next
     sync removes it."""
-    ws, template, _old, _new, _needed = full_case
+    ws, template, _old, _new, _needed, _calls = full_case
     state = tmp_path / "state"
     shutil.copytree(template, state)
     for _ in range(3):
