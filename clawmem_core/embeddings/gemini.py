@@ -23,17 +23,17 @@ from .batch_api import (
     normalize_state,
     parse_jsonl,
 )
-from .limits import max_input_bytes
 from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
     RemoteEmbedder,
     as_vector,
-    check_count,
+    expect_list,
     http_error,
     import_httpx,
     response_json,
     shared_ssl_context,
+    strip_model_prefix,
 )
 from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
 
@@ -48,14 +48,7 @@ EMBEDDING_2_DIMS = (768, 1536, 3072)
 
 def normalize_gemini_model(model: str) -> str:
     """Strip ``models/``, ``gemini/`` and ``google/`` prefixes; empty → ``gemini-embedding-001``."""
-    m = (model or "").strip()
-    changed = True
-    while changed:
-        changed = False
-        for prefix in ("models/", "gemini/", "google/"):
-            if m.startswith(prefix):
-                m, changed = m[len(prefix):], True
-    return m or DEFAULT_MODEL
+    return strip_model_prefix(model, ("models/", "gemini/", "google/"), DEFAULT_MODEL, repeat=True)
 
 
 def is_embedding_2(model: str) -> bool:
@@ -113,7 +106,6 @@ class GeminiEmbedder(RemoteEmbedder):
             retry=retry,
         )
         self.output_dimensionality = resolve_output_dimensionality(model, output_dimensionality)
-        self.max_input_bytes = max_input_bytes("gemini", model)
         self.model_path = f"models/{model}"
         self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
@@ -141,10 +133,8 @@ class GeminiEmbedder(RemoteEmbedder):
         return as_vector(embedding.get("values"), "gemini", "embedding.values")
 
     def _parse_many(self, data: Any, expected: int) -> list[list[float]]:
-        items = data.get("embeddings") if isinstance(data, dict) else None
-        if not isinstance(items, list):
-            raise MalformedResponseError("gemini embeddings: malformed response: no 'embeddings' list")
-        check_count(items, expected, "gemini")
+        items = expect_list(data.get("embeddings") if isinstance(data, dict) else None, expected, "gemini",
+                            "'embeddings' list")
         return [as_vector(e.get("values") if isinstance(e, dict) else None, "gemini", f"embeddings[{i}].values")
                 for i, e in enumerate(items)]
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .limits import max_input_bytes
 from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
     RemoteEmbedder,
-    as_vector,
-    check_count,
     import_sdk,
+    parse_embedding_data,
     shared_ssl_context,
+    strip_model_prefix,
 )
-from .retry import MalformedResponseError, RetryPolicy
+from .retry import RetryPolicy
 
 #: The SDK appends ``/v1/embeddings`` to its server URL.
 DEFAULT_SERVER_URL = "https://api.mistral.ai"
@@ -23,10 +22,8 @@ ENV_KEYS = ("MISTRAL_API_KEY",)
 
 
 def normalize_mistral_model(model: str) -> str:
-    m = (model or "").strip()
-    if m.startswith("mistral/"):
-        m = m[len("mistral/"):]
-    return m or DEFAULT_MODEL
+    """Strip a ``mistral/`` prefix; empty → ``mistral-embed``."""
+    return strip_model_prefix(model, "mistral/", DEFAULT_MODEL)
 
 
 def server_url_of(base_url: str | None) -> str:
@@ -59,12 +56,11 @@ class MistralEmbedder(RemoteEmbedder):
             api_key=api_key,
             base_url=server_url_of(base_url),
             headers=headers,
+            dimensions=dimensions,
             timeout=timeout,
             query_timeout=query_timeout,
             retry=retry,
         )
-        self.dimensions = dimensions
-        self.max_input_bytes = max_input_bytes("mistral", self.model)
         utils = import_sdk("mistralai.client.utils", "mistral", "mistral")
         # Our RetryPolicy governs retries: the SDK's own are off.
         no_retries = utils.RetryConfig("none", utils.BackoffStrategy(1, 1, 1.0, 1), False)
@@ -79,12 +75,6 @@ class MistralEmbedder(RemoteEmbedder):
         )
         self._client = self._new_client()
 
-    def _key_settings(self) -> dict[str, Any]:
-        settings = super()._key_settings()
-        if self.dimensions:
-            settings["dimensions"] = self.dimensions
-        return settings
-
     def _kwargs(self, timeout: float) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "timeout_ms": max(1, int(timeout * 1000))}
         if self.headers:
@@ -94,13 +84,7 @@ class MistralEmbedder(RemoteEmbedder):
         return kwargs
 
     def _parse(self, response: Any, expected: int) -> list[list[float]]:
-        data = getattr(response, "data", None)
-        if not isinstance(data, list):
-            raise MalformedResponseError("mistral embeddings: malformed response: no 'data' list")
-        check_count(data, expected, "mistral")
-        items = sorted(data, key=lambda d: getattr(d, "index", 0) or 0)
-        return [as_vector(getattr(d, "embedding", None), "mistral", f"data[{i}].embedding")
-                for i, d in enumerate(items)]
+        return parse_embedding_data(response, expected, "mistral")
 
     def _request_documents(self, texts: list[str]) -> list[list[float]]:
         response = self._client.embeddings.create(inputs=texts, **self._kwargs(self.timeout))

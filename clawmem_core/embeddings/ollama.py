@@ -9,28 +9,26 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .limits import max_input_bytes
 from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
     RemoteEmbedder,
     as_vector,
-    check_count,
+    expect_list,
     import_httpx,
     response_json,
     shared_ssl_context,
+    strip_model_prefix,
 )
-from .retry import MalformedResponseError, RetryPolicy
+from .retry import RetryPolicy
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 DEFAULT_MODEL = "nomic-embed-text"
 
 
 def normalize_ollama_model(model: str) -> str:
-    m = (model or "").strip()
-    if m.startswith("ollama/"):
-        m = m[len("ollama/"):]
-    return m or DEFAULT_MODEL
+    """Strip an ``ollama/`` prefix; empty → ``nomic-embed-text``."""
+    return strip_model_prefix(model, "ollama/", DEFAULT_MODEL)
 
 
 def ollama_base_url(base_url: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -68,7 +66,6 @@ class OllamaEmbedder(RemoteEmbedder):
             query_timeout=query_timeout,
             retry=retry,
         )
-        self.max_input_bytes = max_input_bytes("ollama", self.model)
         self.legacy_endpoint = False
         self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
@@ -89,10 +86,8 @@ class OllamaEmbedder(RemoteEmbedder):
         return True
 
     def _parse_embed(self, data: Any, expected: int) -> list[list[float]]:
-        items = data.get("embeddings") if isinstance(data, dict) else None
-        if not isinstance(items, list):
-            raise MalformedResponseError("ollama embeddings: malformed response: no 'embeddings' list")
-        check_count(items, expected, "ollama")
+        items = expect_list(data.get("embeddings") if isinstance(data, dict) else None, expected, "ollama",
+                            "'embeddings' list")
         return [as_vector(v, "ollama", f"embeddings[{i}]") for i, v in enumerate(items)]
 
     def _parse_legacy(self, data: Any) -> list[float]:

@@ -20,9 +20,16 @@ from .batch_api import (
     normalize_state,
     parse_jsonl,
 )
-from .limits import max_input_bytes
-from .remote import DOCUMENT_TIMEOUT, QUERY_TIMEOUT, RemoteEmbedder, as_vector, import_sdk, shared_ssl_context
-from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
+from .remote import (
+    DOCUMENT_TIMEOUT,
+    QUERY_TIMEOUT,
+    RemoteEmbedder,
+    import_sdk,
+    parse_embedding_data,
+    shared_ssl_context,
+    strip_model_prefix,
+)
+from .retry import RetryPolicy, batch_call_policy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "text-embedding-3-small"
@@ -31,10 +38,7 @@ ENV_KEYS = ("OPENAI_API_KEY",)
 
 def normalize_openai_model(model: str) -> str:
     """Strip an ``openai/`` prefix; empty → the default model."""
-    m = (model or "").strip()
-    if m.startswith("openai/"):
-        m = m[len("openai/"):]
-    return m or DEFAULT_MODEL
+    return strip_model_prefix(model, "openai/", DEFAULT_MODEL)
 
 
 class OpenAIEmbedder(RemoteEmbedder):
@@ -61,12 +65,11 @@ class OpenAIEmbedder(RemoteEmbedder):
             api_key=api_key,
             base_url=base_url or DEFAULT_BASE_URL,
             headers=headers,
+            dimensions=dimensions,
             timeout=timeout,
             query_timeout=query_timeout,
             retry=retry,
         )
-        self.dimensions = dimensions
-        self.max_input_bytes = max_input_bytes("openai", self.model)
         self._sdk = sdk
         # Our RetryPolicy governs retries: the SDK's own are off.
         self._client = sdk.OpenAI(
@@ -78,12 +81,6 @@ class OpenAIEmbedder(RemoteEmbedder):
             http_client=sdk.DefaultHttpxClient(verify=shared_ssl_context(), timeout=self.timeout),
         )
 
-    def _key_settings(self) -> dict[str, Any]:
-        settings = super()._key_settings()
-        if self.dimensions:
-            settings["dimensions"] = self.dimensions
-        return settings
-
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "encoding_format": "float"}
         if self.dimensions:
@@ -91,16 +88,7 @@ class OpenAIEmbedder(RemoteEmbedder):
         return params
 
     def _parse(self, response: Any, expected: int) -> list[list[float]]:
-        data = getattr(response, "data", None)
-        if not isinstance(data, list):
-            raise MalformedResponseError("openai embeddings: malformed response: no 'data' list")
-        if len(data) != expected:
-            raise MalformedResponseError(
-                f"openai embeddings: malformed response: expected {expected} embeddings, got {len(data)}"
-            )
-        items = sorted(data, key=lambda d: getattr(d, "index", 0) or 0)
-        return [as_vector(getattr(d, "embedding", None), "openai", f"data[{i}].embedding")
-                for i, d in enumerate(items)]
+        return parse_embedding_data(response, expected, "openai")
 
     def _request_documents(self, texts: list[str]) -> list[list[float]]:
         response = self._client.embeddings.create(input=texts, **self._params())

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from ..errors import MissingApiKeyError, MissingDependencyError
 from .base import Embedder, provider_key_of
+from .limits import max_input_bytes
 from .retry import MalformedResponseError, ProviderHTTPError, RetryPolicy, redact
 
 if TYPE_CHECKING:
@@ -38,6 +39,24 @@ def import_sdk(module: str, extra: str, provider: str) -> Any:
             f"the {provider} embedding provider needs the '{module.split('.')[0]}' package: "
             f"pip install 'clawmem-py[{extra}]' ({exc})"
         ) from None
+
+
+def strip_model_prefix(model: str, prefix: str | Sequence[str], default: str, *, repeat: bool = False) -> str:
+    """``model`` without a leading provider ``prefix`` (``"openai/"``); empty → ``default``.
+
+    ``prefix`` may be several prefixes; with ``repeat`` they are stripped until none is left
+    (``"google/models/x"`` → ``"x"``), otherwise the first that matches is stripped once.
+    """
+    prefixes = (prefix,) if isinstance(prefix, str) else tuple(prefix)
+    m = (model or "").strip()
+    stripped = True
+    while stripped:
+        stripped = False
+        for p in prefixes:
+            if m.startswith(p):
+                m, stripped = m[len(p):], repeat
+                break
+    return m or default
 
 
 def resolve_api_key(
@@ -104,6 +123,29 @@ def check_count(vectors: Sequence[Any], expected: int, provider: str) -> None:
         raise MalformedResponseError(
             f"{provider} embeddings: malformed response: expected {expected} embeddings, got {len(vectors)}"
         )
+
+
+def field_of(data: Any, name: str) -> Any:
+    """``data[name]`` of a JSON object or ``data.name`` of an SDK object; ``None`` when absent."""
+    if isinstance(data, dict):
+        return data.get(name)
+    return getattr(data, name, None)
+
+
+def expect_list(value: Any, expected: int, provider: str, what: str) -> list[Any]:
+    """``value`` checked to be a list of ``expected`` items (``what`` names it in the error)."""
+    if not isinstance(value, list):
+        raise MalformedResponseError(f"{provider} embeddings: malformed response: no {what}")
+    check_count(value, expected, provider)
+    return value
+
+
+def parse_embedding_data(response: Any, expected: int, provider: str) -> list[list[float]]:
+    """The vectors of an OpenAI-style response (an SDK object or its JSON): a ``data`` list of
+    ``{"index", "embedding"}`` items, put in ``index`` order."""
+    data = expect_list(field_of(response, "data"), expected, provider, "'data' list")
+    items = sorted(data, key=lambda d: field_of(d, "index") or 0)
+    return [as_vector(field_of(d, "embedding"), provider, f"data[{i}].embedding") for i, d in enumerate(items)]
 
 
 def http_error(provider: str, status: int, body: str) -> ProviderHTTPError:
@@ -175,6 +217,9 @@ class RemoteEmbedder(Embedder):
     provider has a batch API.
     """
 
+    #: Requested vector size, for providers that take one (part of ``provider_key`` when set).
+    dimensions: int | None = None
+
     def __init__(
         self,
         *,
@@ -182,11 +227,15 @@ class RemoteEmbedder(Embedder):
         api_key: str | None,
         base_url: str,
         headers: Mapping[str, str] | None = None,
+        dimensions: int | None = None,
         timeout: float = DOCUMENT_TIMEOUT,
         query_timeout: float = QUERY_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.model = model
+        self.max_input_bytes = max_input_bytes(self.provider, model)
+        if dimensions is not None:
+            self.dimensions = dimensions
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
@@ -208,12 +257,15 @@ class RemoteEmbedder(Embedder):
 
     def _key_settings(self) -> dict[str, Any]:
         """Settings that change vectors; subclasses add theirs. Never holds a secret."""
-        return {
+        settings: dict[str, Any] = {
             "provider": self.provider,
             "baseUrl": self.base_url,
             "model": self.model,
             "headers": public_headers(self.headers, [self.__api_key]),
         }
+        if self.dimensions:
+            settings["dimensions"] = self.dimensions
+        return settings
 
     @property
     def provider_key(self) -> str:

@@ -22,18 +22,18 @@ from .batch_api import (
     openai_style_results,
     parse_jsonl,
 )
-from .limits import max_input_bytes
 from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
     RemoteEmbedder,
     as_vector,
-    check_count,
+    expect_list,
     http_error,
     import_httpx,
     import_sdk,
     response_json,
     shared_ssl_context,
+    strip_model_prefix,
 )
 from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
 
@@ -46,10 +46,7 @@ ENV_KEYS = ("VOYAGE_API_KEY",)
 
 def normalize_voyage_model(model: str) -> str:
     """Strip a ``voyage/`` prefix; empty → ``voyage-4-large``."""
-    m = (model or "").strip()
-    if m.startswith("voyage/"):
-        m = m[len("voyage/"):]
-    return m or DEFAULT_MODEL
+    return strip_model_prefix(model, "voyage/", DEFAULT_MODEL)
 
 
 class VoyageEmbedder(RemoteEmbedder):
@@ -76,12 +73,11 @@ class VoyageEmbedder(RemoteEmbedder):
             api_key=api_key,
             base_url=base_url or DEFAULT_BASE_URL,
             headers=headers,
+            dimensions=dimensions,
             timeout=timeout,
             query_timeout=query_timeout,
             retry=retry,
         )
-        self.dimensions = dimensions
-        self.max_input_bytes = max_input_bytes("voyage", self.model)
         self._sdk = sdk
         if self.headers:
             log.warning("voyage: remote.headers are sent on batch API calls only (the voyageai SDK drops them)")
@@ -89,17 +85,8 @@ class VoyageEmbedder(RemoteEmbedder):
         self._docs = sdk.Client(api_key=api_key, max_retries=0, timeout=self.timeout, base_url=self.base_url)
         self._queries = sdk.Client(api_key=api_key, max_retries=0, timeout=self.query_timeout, base_url=self.base_url)
 
-    def _key_settings(self) -> dict[str, Any]:
-        settings = super()._key_settings()
-        if self.dimensions:
-            settings["dimensions"] = self.dimensions
-        return settings
-
     def _parse(self, result: Any, expected: int) -> list[list[float]]:
-        vectors = getattr(result, "embeddings", None)
-        if not isinstance(vectors, list):
-            raise MalformedResponseError("voyage embeddings: malformed response: no embeddings")
-        check_count(vectors, expected, "voyage")
+        vectors = expect_list(getattr(result, "embeddings", None), expected, "voyage", "embeddings")
         return [as_vector(v, "voyage", f"data[{i}].embedding") for i, v in enumerate(vectors)]
 
     def _embed_with(self, client: Any, texts: list[str], input_type: str) -> list[list[float]]:
