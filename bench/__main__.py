@@ -115,6 +115,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     if not a.skip_speed and prof["scales"]:
         from . import speed
 
+        if a.blas_threads:
+            speed.BLAS_THREADS = a.blas_threads
+            res["config"]["blas_threads"] = a.blas_threads
+            res["notes"].append(f"Speed phases ran with OPENBLAS_NUM_THREADS={a.blas_threads}.")
         res["speed"] = speed.run(prof["scales"], work, _log, queries=prof["queries"], zh_share=a.zh_share,
                                  cli_repeats=prof["cli_repeats"], query_models=prof.get("query_models"))
     res["seconds"] = time.perf_counter() - t_start
@@ -161,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--limit", type=int, help="at most N queries per data set (for trying things out)")
     r.add_argument("--scifact-vectors", action=argparse.BooleanOptionalAction, default=None,
                    help="run the embedders on SciFact too (default: in the full profile only)")
+    r.add_argument("--blas-threads", type=int, help="OPENBLAS/OMP/MKL threads in the speed workers (default: "
+                   "the library's own choice, one per core)")
     r.add_argument("--tag", help="save as <profile>-<tag>.json (a separate section of the results page)")
     r.add_argument("--no-mmr", action="store_true", help="skip the MMR variants")
     r.add_argument("--skip-quality", action="store_true")

@@ -63,7 +63,10 @@ class ZeroCostEmbedder(_EmbedderBase):  # type: ignore[misc,valid-type]
 
     def vectors(self, texts: list[str]) -> np.ndarray:
         idx = np.array([_hash_indices(t, 3, len(self._pool)) for t in texts], dtype=np.int64).reshape(-1, 3)
-        v = np.einsum("nkd,k->nd", self._pool[idx], self._weights)
+        v = np.empty((len(idx), self.dims), dtype=np.float32)
+        for i in range(0, len(idx), 4096):  # bounded memory for 100k texts
+            part = idx[i : i + 4096]
+            v[i : i + 4096] = np.einsum("nkd,k->nd", self._pool[part], self._weights)
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
     def _embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -16,9 +16,15 @@ from . import synth
 from .data import REPO_ROOT
 
 
+BLAS_THREADS: int | None = None
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if BLAS_THREADS:
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(BLAS_THREADS)
     return env
 
 
@@ -53,9 +59,8 @@ def _cli() -> list[str]:
 
 def cold_cli_search(workspace: Path, state_dir: Path, queries: list[str], repeats: int = 5) -> dict[str, Any]:
     """Wall time of ``clawmem search`` in a new process on an existing keyword-only index."""
-    env = dict(os.environ)
+    env = _env()
     env["CLAWMEM_STATE_DIR"] = str(state_dir)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     forms = [
         lambda q: _cli() + ["search", q, "--workspace", str(workspace), "--provider", "none"],
         lambda q: _cli() + ["--workspace", str(workspace), "--provider", "none", "search", q],
