@@ -26,13 +26,13 @@ from .batch_api import (
 from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
-    RemoteEmbedder,
+    Exchange,
+    HttpxEmbedder,
     as_vector,
     expect_list,
     http_error,
     import_httpx,
     response_json,
-    shared_ssl_context,
     strip_model_prefix,
 )
 from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
@@ -76,7 +76,7 @@ def resolve_output_dimensionality(model: str, requested: int | None) -> int | No
     return dims
 
 
-class GeminiEmbedder(RemoteEmbedder):
+class GeminiEmbedder(HttpxEmbedder):
     """Embeddings from Gemini: documents as ``RETRIEVAL_DOCUMENT``, queries as ``RETRIEVAL_QUERY``."""
 
     provider = "gemini"
@@ -96,6 +96,7 @@ class GeminiEmbedder(RemoteEmbedder):
     ) -> None:
         self._httpx = import_httpx("gemini", "gemini")
         model = normalize_gemini_model(model)
+        dims = resolve_output_dimensionality(model, output_dimensionality)  # before any client is opened
         super().__init__(
             model=model,
             api_key=api_key,
@@ -105,9 +106,8 @@ class GeminiEmbedder(RemoteEmbedder):
             query_timeout=query_timeout,
             retry=retry,
         )
-        self.output_dimensionality = resolve_output_dimensionality(model, output_dimensionality)
+        self.output_dimensionality = dims
         self.model_path = f"models/{model}"
-        self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
     def _key_settings(self) -> dict[str, Any]:
         settings = super()._key_settings()
@@ -138,53 +138,25 @@ class GeminiEmbedder(RemoteEmbedder):
         return [as_vector(e.get("values") if isinstance(e, dict) else None, "gemini", f"embeddings[{i}].values")
                 for i, e in enumerate(items)]
 
-    def _documents_url_body(self, texts: list[str]) -> tuple[str, dict[str, Any]]:
+    def _exchange(self, texts: list[str], query: bool) -> Exchange:
+        if query:
+            url = f"{self.base_url}/{self.model_path}:embedContent"
+            response = yield url, self._request_body(texts[0], "RETRIEVAL_QUERY"), self.query_timeout
+            return [self._parse_one(response_json(response, "gemini"))]
         url = f"{self.base_url}/{self.model_path}:batchEmbedContents"
-        return url, {"requests": [self._request_body(t, "RETRIEVAL_DOCUMENT", True) for t in texts]}
-
-    def _request_documents(self, texts: list[str]) -> list[list[float]]:
         out: list[list[float]] = []
         for i in range(0, len(texts), MAX_SYNC_BATCH):
             group = texts[i:i + MAX_SYNC_BATCH]
-            url, body = self._documents_url_body(group)
-            response = self._client.post(url, json=body, headers=self.request_headers())
+            body = {"requests": [self._request_body(t, "RETRIEVAL_DOCUMENT", True) for t in group]}
+            response = yield url, body, self.timeout
             out.extend(self._parse_many(response_json(response, "gemini"), len(group)))
         return out
-
-    def _request_query(self, text: str) -> list[float]:
-        url = f"{self.base_url}/{self.model_path}:embedContent"
-        response = self._client.post(url, json=self._request_body(text, "RETRIEVAL_QUERY"),
-                                     headers=self.request_headers(), timeout=self.query_timeout)
-        return self._parse_one(response_json(response, "gemini"))
-
-    def _new_async_client(self) -> Any:
-        return self._httpx.AsyncClient(timeout=self.timeout, verify=shared_ssl_context())
-
-    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
-        client = self._async_client(self._new_async_client)
-        out: list[list[float]] = []
-        for i in range(0, len(texts), MAX_SYNC_BATCH):
-            group = texts[i:i + MAX_SYNC_BATCH]
-            url, body = self._documents_url_body(group)
-            response = await client.post(url, json=body, headers=self.request_headers())
-            out.extend(self._parse_many(response_json(response, "gemini"), len(group)))
-        return out
-
-    async def _arequest_query(self, text: str) -> list[float]:
-        client = self._async_client(self._new_async_client)
-        url = f"{self.base_url}/{self.model_path}:embedContent"
-        response = await client.post(url, json=self._request_body(text, "RETRIEVAL_QUERY"),
-                                     headers=self.request_headers(), timeout=self.query_timeout)
-        return self._parse_one(response_json(response, "gemini"))
 
     def enable_batch(self, config: Any, **runner_options: Any) -> None:
         """Route document batches through ``asyncBatchEmbedContent`` (``config`` is ``remote.batch``)."""
         from .batch_api import BatchRunner
 
         self._batch = BatchRunner.from_config(GeminiBatchBackend(self), config, **runner_options)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _dig(data: Any, *path: str) -> Any:

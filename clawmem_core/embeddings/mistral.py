@@ -86,23 +86,14 @@ class MistralEmbedder(RemoteEmbedder):
     def _parse(self, response: Any, expected: int) -> list[list[float]]:
         return parse_embedding_data(response, expected, "mistral")
 
-    def _request_documents(self, texts: list[str]) -> list[list[float]]:
-        response = self._client.embeddings.create(inputs=texts, **self._kwargs(self.timeout))
+    def _request(self, texts: list[str], query: bool) -> list[list[float]]:
+        response = self._client.embeddings.create(inputs=texts, **self._kwargs(self._timeout_for(query)))
         return self._parse(response, len(texts))
 
-    def _request_query(self, text: str) -> list[float]:
-        response = self._client.embeddings.create(inputs=[text], **self._kwargs(self.query_timeout))
-        return self._parse(response, 1)[0]
-
-    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+    async def _arequest(self, texts: list[str], query: bool) -> list[list[float]]:
         client = self._async_client(self._new_client)
-        response = await client.embeddings.create_async(inputs=texts, **self._kwargs(self.timeout))
+        response = await client.embeddings.create_async(inputs=texts, **self._kwargs(self._timeout_for(query)))
         return self._parse(response, len(texts))
-
-    async def _arequest_query(self, text: str) -> list[float]:
-        client = self._async_client(self._new_client)
-        response = await client.embeddings.create_async(inputs=[text], **self._kwargs(self.query_timeout))
-        return self._parse(response, 1)[0]
 
     def close(self) -> None:
         self._client.sdk_configuration.client.close()

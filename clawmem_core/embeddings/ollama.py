@@ -12,12 +12,12 @@ from typing import Any, Mapping
 from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
-    RemoteEmbedder,
+    Exchange,
+    HttpxEmbedder,
     as_vector,
     expect_list,
     import_httpx,
     response_json,
-    shared_ssl_context,
     strip_model_prefix,
 )
 from .retry import RetryPolicy
@@ -39,7 +39,7 @@ def ollama_base_url(base_url: str | None, environ: Mapping[str, str] | None = No
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-class OllamaEmbedder(RemoteEmbedder):
+class OllamaEmbedder(HttpxEmbedder):
     """Embeddings from a local or remote Ollama server."""
 
     provider = "ollama"
@@ -67,7 +67,6 @@ class OllamaEmbedder(RemoteEmbedder):
             retry=retry,
         )
         self.legacy_endpoint = False
-        self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
     def _key_settings(self) -> dict[str, Any]:
         return {"provider": self.provider, "model": self.model}
@@ -94,47 +93,14 @@ class OllamaEmbedder(RemoteEmbedder):
         value = data.get("embedding") if isinstance(data, dict) else None
         return as_vector(value, "ollama", "embedding")
 
-    def _post(self, path: str, body: dict[str, Any], timeout: float) -> Any:
-        return self._client.post(f"{self.base_url}{path}", json=body, headers=self.request_headers(), timeout=timeout)
-
-    def _embed(self, texts: list[str], timeout: float) -> list[list[float]]:
+    def _exchange(self, texts: list[str], query: bool) -> Exchange:
+        timeout = self._timeout_for(query)
         if not self.legacy_endpoint:
-            response = self._post("/api/embed", {"model": self.model, "input": texts}, timeout)
+            response = yield f"{self.base_url}/api/embed", {"model": self.model, "input": texts}, timeout
             if not self._use_legacy(response):
                 return self._parse_embed(response_json(response, "ollama"), len(texts))
-        return [
-            self._parse_legacy(response_json(self._post("/api/embeddings", {"model": self.model, "prompt": t}, timeout),
-                                             "ollama"))
-            for t in texts
-        ]
-
-    def _request_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._embed(texts, self.timeout)
-
-    def _request_query(self, text: str) -> list[float]:
-        return self._embed([text], self.query_timeout)[0]
-
-    async def _aembed(self, texts: list[str], timeout: float) -> list[list[float]]:
-        client = self._async_client(lambda: self._httpx.AsyncClient(timeout=self.timeout, verify=shared_ssl_context()))
-
-        async def post(path: str, body: dict[str, Any]) -> Any:
-            return await client.post(f"{self.base_url}{path}", json=body, headers=self.request_headers(),
-                                     timeout=timeout)
-
-        if not self.legacy_endpoint:
-            response = await post("/api/embed", {"model": self.model, "input": texts})
-            if not self._use_legacy(response):
-                return self._parse_embed(response_json(response, "ollama"), len(texts))
-        return [self._parse_legacy(response_json(await post("/api/embeddings", {"model": self.model, "prompt": t}),
-                                                 "ollama"))
-                for t in texts]
-
-    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
-        return await self._aembed(texts, self.timeout)
-
-    async def _arequest_query(self, text: str) -> list[float]:
-        return (await self._aembed([text], self.query_timeout))[0]
-
-    def close(self) -> None:
-        self._client.close()
-
+        out: list[list[float]] = []
+        for t in texts:
+            response = yield f"{self.base_url}/api/embeddings", {"model": self.model, "prompt": t}, timeout
+            out.append(self._parse_legacy(response_json(response, "ollama")))
+        return out

@@ -90,13 +90,13 @@ class OpenAIEmbedder(RemoteEmbedder):
     def _parse(self, response: Any, expected: int) -> list[list[float]]:
         return parse_embedding_data(response, expected, "openai")
 
-    def _request_documents(self, texts: list[str]) -> list[list[float]]:
-        response = self._client.embeddings.create(input=texts, **self._params())
-        return self._parse(response, len(texts))
+    def _call_params(self, query: bool) -> dict[str, Any]:
+        """``_params`` plus the query timeout (documents use the client's)."""
+        return {**self._params(), "timeout": self.query_timeout} if query else self._params()
 
-    def _request_query(self, text: str) -> list[float]:
-        response = self._client.embeddings.create(input=[text], timeout=self.query_timeout, **self._params())
-        return self._parse(response, 1)[0]
+    def _request(self, texts: list[str], query: bool) -> list[list[float]]:
+        response = self._client.embeddings.create(input=texts, **self._call_params(query))
+        return self._parse(response, len(texts))
 
     def _new_async_client(self) -> Any:
         return self._sdk.AsyncOpenAI(
@@ -108,15 +108,10 @@ class OpenAIEmbedder(RemoteEmbedder):
             http_client=self._sdk.DefaultAsyncHttpxClient(verify=shared_ssl_context(), timeout=self.timeout),
         )
 
-    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
+    async def _arequest(self, texts: list[str], query: bool) -> list[list[float]]:
         client = self._async_client(self._new_async_client)
-        response = await client.embeddings.create(input=texts, **self._params())
+        response = await client.embeddings.create(input=texts, **self._call_params(query))
         return self._parse(response, len(texts))
-
-    async def _arequest_query(self, text: str) -> list[float]:
-        client = self._async_client(self._new_async_client)
-        response = await client.embeddings.create(input=[text], timeout=self.query_timeout, **self._params())
-        return self._parse(response, 1)[0]
 
     def enable_batch(self, config: Any, **runner_options: Any) -> None:
         """Route document batches through the OpenAI Batch API (``config`` is ``remote.batch``)."""

@@ -7,7 +7,7 @@ import importlib
 import logging
 import math
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
 
 from ..errors import MissingApiKeyError, MissingDependencyError
 from .base import Embedder, provider_key_of
@@ -212,9 +212,9 @@ class RemoteEmbedder(Embedder):
     """Base of the HTTP providers: retries every call, hides the API key, and routes document
     batches through the provider's batch API when ``remote.batch.enabled``.
 
-    Subclasses implement ``_request_documents``/``_request_query`` (one HTTP call, no retry) and
-    may override the async twins; they set ``self._batch`` to a :class:`BatchRunner` when their
-    provider has a batch API.
+    Subclasses implement ``_request`` (one call for documents or a query, no retry) and may
+    override its async twin ``_arequest``; they set ``self._batch`` to a :class:`BatchRunner` when
+    their provider has a batch API.
     """
 
     #: Requested vector size, for providers that take one (part of ``provider_key`` when set).
@@ -284,17 +284,27 @@ class RemoteEmbedder(Embedder):
 
     # -- what subclasses implement --------------------------------------------------------------
 
-    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+    def _request(self, texts: list[str], query: bool) -> list[list[float]]:
+        """Embed ``texts`` in one call: documents, or (``query``) a single search query."""
         raise NotImplementedError
+
+    async def _arequest(self, texts: list[str], query: bool) -> list[list[float]]:
+        return await asyncio.to_thread(self._request, texts, query)
+
+    def _timeout_for(self, query: bool) -> float:
+        return self.query_timeout if query else self.timeout
+
+    def _request_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._request(texts, False)
 
     def _request_query(self, text: str) -> list[float]:
-        raise NotImplementedError
+        return self._request([text], True)[0]
 
     async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self._request_documents, texts)
+        return await self._arequest(texts, False)
 
     async def _arequest_query(self, text: str) -> list[float]:
-        return await asyncio.to_thread(self._request_query, text)
+        return (await self._arequest([text], True))[0]
 
     # -- Embedder -------------------------------------------------------------------------------
 
@@ -345,6 +355,56 @@ class RemoteEmbedder(Embedder):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+
+#: A provider's HTTP protocol written once for sync and async use: it yields each request as
+#: ``(url, JSON body, timeout)``, is sent the response, and returns the vectors.
+Exchange = Generator[tuple[str, dict[str, Any], float], Any, list[list[float]]]
+
+
+class HttpxEmbedder(RemoteEmbedder):
+    """A provider spoken to directly with ``httpx`` (JSON POSTs). Subclasses set ``self._httpx``
+    before ``super().__init__`` and write ``_exchange`` and ``request_headers``; the same exchange
+    runs on the sync client and on one async client per event loop."""
+
+    _httpx: Any
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
+
+    def request_headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _exchange(self, texts: list[str], query: bool) -> Exchange:
+        raise NotImplementedError
+
+    def _new_async_client(self) -> Any:
+        return self._httpx.AsyncClient(timeout=self.timeout, verify=shared_ssl_context())
+
+    def _request(self, texts: list[str], query: bool) -> list[list[float]]:
+        exchange = self._exchange(texts, query)
+        try:
+            url, body, timeout = next(exchange)
+            while True:
+                response = self._client.post(url, json=body, headers=self.request_headers(), timeout=timeout)
+                url, body, timeout = exchange.send(response)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _arequest(self, texts: list[str], query: bool) -> list[list[float]]:
+        client = self._async_client(self._new_async_client)
+        exchange = self._exchange(texts, query)
+        try:
+            url, body, timeout = next(exchange)
+            while True:
+                response = await client.post(url, json=body, headers=self.request_headers(), timeout=timeout)
+                url, body, timeout = exchange.send(response)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._client.close()
 
 
 def response_json(response: Any, provider: str) -> Any:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 from .batch_api import (
     COMPLETED_STATES,
@@ -47,6 +48,15 @@ ENV_KEYS = ("VOYAGE_API_KEY",)
 def normalize_voyage_model(model: str) -> str:
     """Strip a ``voyage/`` prefix; empty → ``voyage-4-large``."""
     return strip_model_prefix(model, "voyage/", DEFAULT_MODEL)
+
+
+@contextmanager
+def _sdk_response_errors() -> Iterator[None]:
+    """The SDK fails to read a malformed body with these errors: report them as malformed responses."""
+    try:
+        yield
+    except (KeyError, AttributeError, TypeError, ValueError) as exc:
+        raise MalformedResponseError(f"voyage embeddings: malformed response: {type(exc).__name__}: {exc}") from None
 
 
 class VoyageEmbedder(RemoteEmbedder):
@@ -89,33 +99,22 @@ class VoyageEmbedder(RemoteEmbedder):
         vectors = expect_list(getattr(result, "embeddings", None), expected, "voyage", "embeddings")
         return [as_vector(v, "voyage", f"data[{i}].embedding") for i, v in enumerate(vectors)]
 
-    def _embed_with(self, client: Any, texts: list[str], input_type: str) -> list[list[float]]:
-        try:
-            result = client.embed(texts, model=self.model, input_type=input_type, output_dimension=self.dimensions)
-        except (KeyError, AttributeError, TypeError, ValueError) as exc:
-            raise MalformedResponseError(f"voyage embeddings: malformed response: {type(exc).__name__}: {exc}") from None
+    def _embed_params(self, query: bool) -> dict[str, Any]:
+        return {"model": self.model, "input_type": "query" if query else "document",
+                "output_dimension": self.dimensions}
+
+    def _request(self, texts: list[str], query: bool) -> list[list[float]]:
+        client = self._queries if query else self._docs
+        with _sdk_response_errors():
+            result = client.embed(texts, **self._embed_params(query))
         return self._parse(result, len(texts))
 
-    async def _aembed_with(self, timeout: float, texts: list[str], input_type: str) -> list[list[float]]:
-        client = self._sdk.AsyncClient(api_key=self._api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
-        try:
-            result = await client.embed(texts, model=self.model, input_type=input_type,
-                                        output_dimension=self.dimensions)
-        except (KeyError, AttributeError, TypeError, ValueError) as exc:
-            raise MalformedResponseError(f"voyage embeddings: malformed response: {type(exc).__name__}: {exc}") from None
+    async def _arequest(self, texts: list[str], query: bool) -> list[list[float]]:
+        client = self._sdk.AsyncClient(api_key=self._api_key, max_retries=0, timeout=self._timeout_for(query),
+                                       base_url=self.base_url)
+        with _sdk_response_errors():
+            result = await client.embed(texts, **self._embed_params(query))
         return self._parse(result, len(texts))
-
-    def _request_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._embed_with(self._docs, texts, "document")
-
-    def _request_query(self, text: str) -> list[float]:
-        return self._embed_with(self._queries, [text], "query")[0]
-
-    async def _arequest_documents(self, texts: list[str]) -> list[list[float]]:
-        return await self._aembed_with(self.timeout, texts, "document")
-
-    async def _arequest_query(self, text: str) -> list[float]:
-        return (await self._aembed_with(self.query_timeout, [text], "query"))[0]
 
     def enable_batch(self, config: Any, **runner_options: Any) -> None:
         """Route document batches through Voyage's batch API (``config`` is ``remote.batch``)."""
