@@ -29,7 +29,7 @@ def normalize_mistral_model(model: str) -> str:
 def server_url_of(base_url: str | None) -> str:
     """The SDK's server URL: OpenClaw-style base URLs end in ``/v1``, which the SDK adds itself."""
     url = (base_url or DEFAULT_SERVER_URL).rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+    return url.removesuffix("/v1")
 
 
 class MistralEmbedder(RemoteEmbedder):

@@ -36,7 +36,7 @@ def ollama_base_url(base_url: str | None, environ: Mapping[str, str] | None = No
     url = (base_url or (environ or {}).get("OLLAMA_HOST") or DEFAULT_BASE_URL).strip().rstrip("/")
     if "://" not in url:
         url = f"http://{url}"
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+    return url.removesuffix("/v1")
 
 
 class OllamaEmbedder(HttpxEmbedder):
