@@ -151,7 +151,11 @@ class MemoryIndex:
         self._bg_thread: threading.Thread | None = None
         self._dirty = True
         self._session_warmed = False
-        self._last_scan: float = 0.0
+        self._synced_here = False
+        try:
+            self._last_scan: float = float(self._store.get_value("last_scan") or 0.0)
+        except ValueError:
+            self._last_scan = 0.0
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
@@ -365,6 +369,9 @@ class MemoryIndex:
                 self._sessions.mark_indexed(item.abs_path)
         self._dirty = False
         self._last_scan = scan_started
+        self._synced_here = True
+        # Persisted, so that the next process can trust size + mtime of files older than this scan.
+        writer.set_value("last_scan", repr(scan_started))
         report.seconds = time.perf_counter() - started
         return report
 
@@ -530,6 +537,7 @@ class MemoryIndex:
         vectors: dict[str, list[float]] = {}
         if emb is not None:
             vectors = self._embed(store, cache_mirrors, [c for _, cs in group for c in cs], emb, report)
+        batch = []
         for row, chunks in group:
             rows = [
                 ChunkRow(
@@ -545,9 +553,10 @@ class MemoryIndex:
                 )
                 for c in chunks
             ]
-            store.replace_file(row, rows)
+            batch.append((row, rows))
             report.files_indexed += 1
             report.chunks_indexed += len(rows)
+        store.replace_files(batch)
 
     def _embed(
         self,
@@ -580,7 +589,7 @@ class MemoryIndex:
 
     def _maybe_background_sync(self) -> None:
         """Start a background sync when the index may be stale; a search never waits for it."""
-        if self._last_scan:
+        if self._synced_here:
             self._session_warmed = True  # this process has synced: the session is warm
         want = (self.config.sync.on_search and self._dirty) or (
             self.config.sync.on_session_start and not self._session_warmed

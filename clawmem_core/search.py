@@ -162,10 +162,17 @@ def mmr_score(relevance: float, max_similarity: float, lambda_: float) -> float:
     return lambda_ * relevance - (1 - lambda_) * max_similarity
 
 
-def mmr_rerank(items: Sequence[Candidate], lambda_: float = 0.7) -> list[Candidate]:
-    """Greedy maximal marginal relevance over snippets. Reorders, never drops. Relevance is
-    min-max normalised; ties go to the higher original score."""
+#: MMR re-ranks this many of the best candidates (the rest keep their order after them): the
+#: greedy loop is quadratic, and nothing below the top few dozen reaches an answer.
+MMR_WINDOW = 60
+
+
+def mmr_rerank(items: Sequence[Candidate], lambda_: float = 0.7, window: int = MMR_WINDOW) -> list[Candidate]:
+    """Greedy maximal marginal relevance over snippets of the ``window`` best items. Reorders,
+    never drops. Relevance is min-max normalised; ties go to the higher original score."""
     items = list(items)
+    if len(items) > window:
+        return mmr_rerank(items[:window], lambda_, window) + items[window:]
     if len(items) < 2:
         return items
     lam = 0.7 if not math.isfinite(lambda_) else max(0.0, min(1.0, lambda_))

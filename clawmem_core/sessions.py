@@ -51,7 +51,10 @@ _MASK_KEEP_END = 4
 # OpenClaw compiles every pattern with the "gi" flags, so all of these are case-insensitive. Unlike OpenClaw, PEM
 # blocks are cut out first and the other rules run only between them: otherwise "key:\n-----BEGIN ..." lets the
 # env-style rule eat the armor line and the key body leaks.
-_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----", re.IGNORECASE)
+# A key cut before its END line (a truncated paste) is masked to the end of the text.
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*\Z)", re.IGNORECASE
+)
 _SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -88,8 +91,9 @@ def _mask_token(token: str) -> str:
 
 def _mask_pem(block: str) -> str:
     lines = [line for line in re.split(r"\r?\n", block) if line]
-    if len(lines) < 2:
-        return "***"
+    if len(lines) < 2 or "-----END" not in lines[-1].upper():
+        head = re.match(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", block, re.IGNORECASE)
+        return f"{head.group(0)}\n…redacted…" if head and len(lines) > 1 else "***"
     return f"{lines[0]}\n…redacted…\n{lines[-1]}"
 
 

@@ -60,8 +60,12 @@ class Store(ABC):
         """``path -> hash`` of every indexed file of ``source`` (one query)."""
 
     @abstractmethod
+    def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
+        """Atomically replace files' rows and all their chunks (keyword and vector rows too)."""
+
     def replace_file(self, file: FileRow, chunks: list[ChunkRow]) -> None:
-        """Atomically replace a file's row and all its chunks (keyword and vector rows too)."""
+        """Replace one file and its chunks."""
+        self.replace_files([(file, chunks)])
 
     @abstractmethod
     def delete_files(self, source: str, paths: Iterable[str]) -> None:

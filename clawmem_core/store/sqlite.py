@@ -312,6 +312,15 @@ class SQLiteStore(Store):
 
     # -- files and chunks ---------------------------------------------------------------------
 
+    def get_value(self, key: str) -> str | None:
+        """A small bookkeeping value from ``meta`` (not the index identity)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchall()
+        return row[0][0] if row else None
+
+    def set_value(self, key: str, value: str) -> None:
+        with self._tx():
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
     def file_hashes(self, source: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
 
@@ -326,31 +335,36 @@ class SQLiteStore(Store):
             self.conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", rids)
         self.conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", rids)
 
-    def replace_file(self, file: FileRow, chunks: list[ChunkRow]) -> None:
-        dims = next((len(c.embedding) for c in chunks if c.embedding), None)
+    def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
+        """Replace several files and their chunks in one transaction."""
+        dims = next((len(c.embedding) for _, chunks in items for c in chunks if c.embedding), None)
         if dims and dims != self.vector_dims:
             self.ensure_vector_table(dims)
         now = _now_ms()
         conn = self.conn
+        cjk = self.fts_tokenizer == "cjk"
         with self._tx():
-            self._delete_chunks(file.source, file.path)
-            conn.execute(
-                "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
-                (file.path, file.source, file.hash, file.mtime, file.size),
-            )
-            for c in chunks:
-                blob = _blob(c.embedding) if c.embedding else None
+            for file, chunks in items:
+                self._delete_chunks(file.source, file.path)
                 conn.execute(
-                    "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
-                    "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now),
+                    "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
+                    (file.path, file.source, file.hash, file.mtime, file.size),
                 )
-                rid = conn.last_insert_rowid()
-                if self.fts_available:
-                    doc = index_document(c.text) if self.fts_tokenizer == "cjk" else c.text
-                    conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rid, doc))
-                if blob is not None and self.vector_extension and len(c.embedding or ()) == self.vector_dims:
-                    conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rid, blob))
+                for c in chunks:
+                    blob = _blob(c.embedding) if c.embedding else None
+                    conn.execute(
+                        "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
+                        "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now),
+                    )
+                    rid = conn.last_insert_rowid()
+                    if self.fts_available:
+                        conn.execute(
+                            "INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)",
+                            (rid, index_document(c.text) if cjk else c.text),
+                        )
+                    if blob is not None and self.vector_extension and len(c.embedding or ()) == self.vector_dims:
+                        conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rid, blob))
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
@@ -556,7 +570,10 @@ class SQLiteStore(Store):
             fts_tokenizer=self.fts_tokenizer,
         )
         try:
-            tmp.conn.execute("PRAGMA journal_mode=DELETE")
+            # The temporary index is thrown away on any failure: it needs no durability until
+            # the swap, which the live index's own journal protects.
+            tmp.conn.execute("PRAGMA journal_mode=MEMORY")
+            tmp.conn.execute("PRAGMA synchronous=OFF")
             tmp.copy_cache_from(self)
             yield tmp
             with self.conn.backup("main", tmp.conn, "main") as backup:

@@ -118,7 +118,6 @@ def test_session_transcripts_are_masked_in_the_index(tmp_path: Path) -> None:
         assert s.encode() not in raw, f"{s[:12]}... reached the index"
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: a PEM private key cut before its END line is not masked")
 def test_truncated_private_key_is_masked(tmp_path: Path) -> None:
     from clawmem_core.sessions import parse_transcript
 
