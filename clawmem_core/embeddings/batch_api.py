@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..errors import EmbeddingError
 from .remote import as_vector
+from .retry import RetryPolicy, batch_call_policy
 
 log = logging.getLogger("clawmem.embeddings")
 
@@ -87,6 +88,35 @@ def normalize_state(status: str, *, completed: Sequence[str], failed: Sequence[s
 #: States shared by OpenAI-style APIs (OpenAI, Voyage) and Gemini.
 COMPLETED_STATES = ("completed", "succeeded", "done")
 FAILED_STATES = ("failed", "expired", "cancelled", "canceled", "cancelling")
+
+
+def batch_state(status: str) -> str:
+    """``pending``, ``completed`` or ``failed`` for a provider's batch status (shared state words)."""
+    return normalize_state(status, completed=COMPLETED_STATES, failed=FAILED_STATES)
+
+
+class ProviderBatchBackend:
+    """What the providers' batch backends share: each HTTP call retried with the batch policy,
+    and the embedder's API key kept out of errors."""
+
+    provider: str
+    max_requests = MAX_BATCH_REQUESTS
+
+    def __init__(self, embedder: Any, retry: RetryPolicy | None = None) -> None:
+        self.embedder = embedder
+        self.retry = retry or batch_call_policy(embedder.retry.sleep)
+
+    def redact(self, text: str) -> str:
+        return str(self.embedder._redact(text))
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        return self.retry.call(fn, provider=self.provider, secrets=[self.embedder._api_key])
+
+    def _output_of(self, job: BatchJob) -> str:
+        """The output file of a completed job."""
+        if not job.output:
+            raise BatchError(f"{self.provider} embedding batch {job.id} completed without output file")
+        return job.output
 
 
 class BatchRunner:

@@ -14,13 +14,11 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError
 from .batch_api import (
-    COMPLETED_STATES,
-    FAILED_STATES,
-    MAX_BATCH_REQUESTS,
     BatchError,
     BatchJob,
     BatchUnavailableError,
-    normalize_state,
+    ProviderBatchBackend,
+    batch_state,
     parse_jsonl,
 )
 from .remote import (
@@ -35,7 +33,7 @@ from .remote import (
     response_json,
     strip_model_prefix,
 )
-from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
+from .retry import MalformedResponseError, RetryPolicy
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 DEFAULT_MODEL = "gemini-embedding-001"
@@ -167,18 +165,11 @@ def _dig(data: Any, *path: str) -> Any:
     return data
 
 
-class GeminiBatchBackend:
+class GeminiBatchBackend(ProviderBatchBackend):
     """Gemini's async batch: upload a JSONL file, ``:asyncBatchEmbedContent``, poll the batch, download."""
 
     provider = "gemini"
-    max_requests = MAX_BATCH_REQUESTS
-
-    def __init__(self, embedder: GeminiEmbedder, retry: RetryPolicy | None = None) -> None:
-        self.embedder = embedder
-        self.retry = retry or batch_call_policy(embedder.retry.sleep)
-
-    def redact(self, text: str) -> str:
-        return self.embedder._redact(text)
+    embedder: GeminiEmbedder
 
     def _urls(self) -> tuple[str, str]:
         """(upload base, download base): ``…/v1beta`` becomes ``…/upload/v1beta`` / ``…/download/v1beta``."""
@@ -187,9 +178,6 @@ class GeminiBatchBackend:
             root = base[: -len("/v1beta")]
             return f"{root}/upload/v1beta", f"{root}/download/v1beta"
         return f"{base}/upload", base
-
-    def _call(self, fn: Any) -> Any:
-        return self.retry.call(fn, provider="gemini", secrets=[self.embedder._api_key])
 
     def submit(self, texts: Sequence[str], custom_ids: Sequence[str]) -> BatchJob:
         emb = self.embedder
@@ -238,10 +226,9 @@ class GeminiBatchBackend:
             emb._client.get(f"{emb.base_url}/{name}", headers=emb.request_headers()), "gemini")))
 
     def results(self, job: BatchJob) -> Mapping[str, Any]:
-        if not job.output:
-            raise BatchError(f"gemini embedding batch {job.id} completed without output file")
+        output = self._output_of(job)
         emb = self.embedder
-        name = job.output if job.output.startswith("files/") else f"files/{job.output}"
+        name = output if output.startswith("files/") else f"files/{output}"
         _, download_base = self._urls()
 
         def download() -> str:
@@ -282,7 +269,7 @@ class GeminiBatchBackend:
         )
         return BatchJob(
             id=str(data.get("name") or batch.get("name") or ""),
-            state=normalize_state(status, completed=COMPLETED_STATES, failed=FAILED_STATES),
+            state=batch_state(status),
             status=status,
             output=output,
             error=_dig(data, "error", "message") or _dig(batch, "error", "message"),

@@ -11,13 +11,11 @@ import json
 from typing import Any, Mapping, Sequence
 
 from .batch_api import (
-    COMPLETED_STATES,
-    FAILED_STATES,
-    MAX_BATCH_REQUESTS,
     BatchError,
     BatchJob,
+    ProviderBatchBackend,
+    batch_state,
     openai_style_results,
-    normalize_state,
     parse_jsonl,
 )
 from .remote import (
@@ -29,7 +27,7 @@ from .remote import (
     shared_ssl_context,
     strip_model_prefix,
 )
-from .retry import RetryPolicy, batch_call_policy
+from .retry import RetryPolicy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "text-embedding-3-small"
@@ -71,15 +69,7 @@ class OpenAIEmbedder(RemoteEmbedder):
             retry=retry,
         )
         self._sdk = sdk
-        # Our RetryPolicy governs retries: the SDK's own are off.
-        self._client = sdk.OpenAI(
-            api_key=api_key,
-            base_url=self.base_url,
-            default_headers=self.headers or None,
-            max_retries=0,
-            timeout=self.timeout,
-            http_client=sdk.DefaultHttpxClient(verify=shared_ssl_context(), timeout=self.timeout),
-        )
+        self._client = self._new_client()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "encoding_format": "float"}
@@ -98,18 +88,24 @@ class OpenAIEmbedder(RemoteEmbedder):
         response = self._client.embeddings.create(input=texts, **self._call_params(query))
         return self._parse(response, len(texts))
 
-    def _new_async_client(self) -> Any:
-        return self._sdk.AsyncOpenAI(
+    def _new_client(self, asynchronous: bool = False) -> Any:
+        """An SDK client on our TLS context. Our RetryPolicy governs retries: the SDK's own are off."""
+        sdk = self._sdk
+        if asynchronous:
+            client, http = sdk.AsyncOpenAI, sdk.DefaultAsyncHttpxClient
+        else:
+            client, http = sdk.OpenAI, sdk.DefaultHttpxClient
+        return client(
             api_key=self._api_key,
             base_url=self.base_url,
             default_headers=self.headers or None,
             max_retries=0,
             timeout=self.timeout,
-            http_client=self._sdk.DefaultAsyncHttpxClient(verify=shared_ssl_context(), timeout=self.timeout),
+            http_client=http(verify=shared_ssl_context(), timeout=self.timeout),
         )
 
     async def _arequest(self, texts: list[str], query: bool) -> list[list[float]]:
-        client = self._async_client(self._new_async_client)
+        client = self._async_client(lambda: self._new_client(asynchronous=True))
         response = await client.embeddings.create(input=texts, **self._call_params(query))
         return self._parse(response, len(texts))
 
@@ -123,23 +119,13 @@ class OpenAIEmbedder(RemoteEmbedder):
         self._client.close()
 
 
-class OpenAIBatchBackend:
+class OpenAIBatchBackend(ProviderBatchBackend):
     """OpenAI's files + ``/batches`` protocol, spoken through the SDK."""
 
     provider = "openai"
-    max_requests = MAX_BATCH_REQUESTS
+    embedder: OpenAIEmbedder
     endpoint = "/v1/embeddings"
     completion_window = "24h"
-
-    def __init__(self, embedder: OpenAIEmbedder, retry: RetryPolicy | None = None) -> None:
-        self.embedder = embedder
-        self.retry = retry or batch_call_policy(embedder.retry.sleep)
-
-    def redact(self, text: str) -> str:
-        return self.embedder._redact(text)
-
-    def _call(self, fn: Any) -> Any:
-        return self.retry.call(fn, provider="openai", secrets=[self.embedder._api_key])
 
     def submit(self, texts: Sequence[str], custom_ids: Sequence[str]) -> BatchJob:
         body = self.embedder._params()
@@ -167,10 +153,9 @@ class OpenAIBatchBackend:
         return self._job(self._call(lambda: client.batches.retrieve(job.id)))
 
     def results(self, job: BatchJob) -> Mapping[str, Any]:
-        if not job.output:
-            raise BatchError(f"openai embedding batch {job.id} completed without output file")
+        output = self._output_of(job)
         client = self.embedder._client
-        content = self._call(lambda: client.files.content(job.output))
+        content = self._call(lambda: client.files.content(output))
         return openai_style_results(parse_jsonl(content.text, "openai"))
 
     def _job(self, batch: Any) -> BatchJob:
@@ -182,7 +167,7 @@ class OpenAIBatchBackend:
             error_text = "; ".join(str(getattr(e, "message", e)) for e in data)
         return BatchJob(
             id=str(getattr(batch, "id", "") or ""),
-            state=normalize_state(status, completed=COMPLETED_STATES, failed=FAILED_STATES),
+            state=batch_state(status),
             status=status,
             output=getattr(batch, "output_file_id", None),
             error=error_text,

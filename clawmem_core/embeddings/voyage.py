@@ -14,12 +14,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 from .batch_api import (
-    COMPLETED_STATES,
-    FAILED_STATES,
-    MAX_BATCH_REQUESTS,
     BatchError,
     BatchJob,
-    normalize_state,
+    ProviderBatchBackend,
+    batch_state,
     openai_style_results,
     parse_jsonl,
 )
@@ -36,7 +34,7 @@ from .remote import (
     shared_ssl_context,
     strip_model_prefix,
 )
-from .retry import MalformedResponseError, RetryPolicy, batch_call_policy
+from .retry import MalformedResponseError, RetryPolicy
 
 log = logging.getLogger("clawmem.embeddings")
 
@@ -123,21 +121,17 @@ class VoyageEmbedder(RemoteEmbedder):
         self._batch = BatchRunner.from_config(VoyageBatchBackend(self), config, **runner_options)
 
 
-class VoyageBatchBackend:
+class VoyageBatchBackend(ProviderBatchBackend):
     """Voyage's files + ``/batches`` protocol over ``httpx``."""
 
     provider = "voyage"
-    max_requests = MAX_BATCH_REQUESTS
+    embedder: VoyageEmbedder
     endpoint = "/v1/embeddings"
     completion_window = "12h"
 
     def __init__(self, embedder: VoyageEmbedder, retry: RetryPolicy | None = None) -> None:
-        self.embedder = embedder
-        self.retry = retry or batch_call_policy(embedder.retry.sleep)
+        super().__init__(embedder, retry)
         self._httpx = import_httpx("voyage", "voyage")
-
-    def redact(self, text: str) -> str:
-        return self.embedder._redact(text)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         """One HTTP call (no retry)."""
@@ -147,8 +141,7 @@ class VoyageBatchBackend:
             return client.request(method, f"{emb.base_url}{path}", headers=headers, **kwargs)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.retry.call(lambda: response_json(self._send(method, path, **kwargs), "voyage"),
-                               provider="voyage", secrets=[self.embedder._api_key])
+        return self._call(lambda: response_json(self._send(method, path, **kwargs), "voyage"))
 
     def _text(self, path: str) -> str:
         def once() -> str:
@@ -157,7 +150,7 @@ class VoyageBatchBackend:
                 raise http_error("voyage", response.status_code, response.text)
             return str(response.text)
 
-        return self.retry.call(once, provider="voyage", secrets=[self.embedder._api_key])
+        return self._call(once)
 
     def submit(self, texts: Sequence[str], custom_ids: Sequence[str]) -> BatchJob:
         lines = [json.dumps({"custom_id": cid, "body": {"input": [text]}}) for cid, text in zip(custom_ids, texts)]
@@ -183,9 +176,8 @@ class VoyageBatchBackend:
         return self._job(self._json("GET", f"/batches/{job.id}"))
 
     def results(self, job: BatchJob) -> Mapping[str, Any]:
-        if not job.output:
-            raise BatchError(f"voyage embedding batch {job.id} completed without output file")
-        return openai_style_results(parse_jsonl(self._text(f"/files/{job.output}/content"), "voyage"))
+        output = self._output_of(job)
+        return openai_style_results(parse_jsonl(self._text(f"/files/{output}/content"), "voyage"))
 
     def _job(self, data: Any) -> BatchJob:
         if not isinstance(data, dict):
@@ -193,7 +185,7 @@ class VoyageBatchBackend:
         status = str(data.get("status") or "")
         return BatchJob(
             id=str(data.get("id") or ""),
-            state=normalize_state(status, completed=COMPLETED_STATES, failed=FAILED_STATES),
+            state=batch_state(status),
             status=status,
             output=data.get("output_file_id"),
             error=str(data.get("error_file_id")) if data.get("error_file_id") and status != "completed" else None,
