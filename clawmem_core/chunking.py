@@ -52,8 +52,6 @@ def _extends(ch: str) -> bool:
 
 def _split_line(line: str, max_units: int) -> list[str]:
     """Cut a line into pieces of at most ``max_units`` weighted units at grapheme boundaries."""
-    if weighted_length(line) <= max_units:
-        return [line]
     pieces: list[str] = []
     start = 0
     size = 0  # weight of line[start:i]
@@ -120,9 +118,15 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
             seg_text, seg_line, seg_cost = [], [], []
         total = acc
 
+    ascii_only = content.isascii()
     for number, line in enumerate(content.split("\n"), start=1):
-        for segment in _split_line(line, max_units):
-            cost = weighted_length(segment) + 1
+        weight = len(line) if ascii_only else weighted_length(line)
+        if weight <= max_units:
+            pieces: list[tuple[str, int]] = [(line, weight)]
+        else:
+            pieces = [(p, weighted_length(p)) for p in _split_line(line, max_units)]
+        for segment, weight in pieces:
+            cost = weight + 1
             if seg_text and total + cost > max_units:
                 flush()
                 carry(cost)

@@ -32,6 +32,8 @@ _CJK_LETTER = f"[{_WIDE_RANGES}]"
 _WORD_RE = re.compile(r"\w+")
 _SPLIT_CJK_RE = re.compile(f"({_CJK_LETTER}+)")
 _CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
+# CJK letters only (the wide punctuation 、。「」 etc. is not a word character).
+_CJK_FIND_RE = re.compile(f"(?:(?=\\w){_CJK_LETTER})+")
 
 #: Function words that carry no meaning in a query. They are dropped from keyword queries
 #: (unless nothing else is left), which keeps OR-queries fast on large indexes.
@@ -88,11 +90,17 @@ def index_terms(text: str) -> list[str]:
     return out
 
 
+def _expand_cjk(match: re.Match[str]) -> str:
+    return " " + " ".join(_cjk_terms(match.group(0))) + " "
+
+
 def index_document(text: str) -> str:
-    """The text stored in the FTS5 table: :func:`index_terms` joined by spaces."""
+    """The text stored in the FTS5 table: the text itself, with each CJK run replaced by its
+    characters and character pairs (FTS5's tokenizer then finds the same terms as
+    :func:`index_terms`: words, lower-cased, and the CJK terms)."""
     if text.isascii():
-        return text.lower()
-    return " ".join(index_terms(text))
+        return text
+    return _CJK_FIND_RE.sub(_expand_cjk, text)
 
 
 def search_terms(text: str, stopwords: bool = True) -> list[str]:

@@ -343,28 +343,38 @@ class SQLiteStore(Store):
         now = _now_ms()
         conn = self.conn
         cjk = self.fts_tokenizer == "cjk"
+        with_vectors = self.vector_extension and bool(self.vector_dims)
         with self._tx():
-            for file, chunks in items:
+            for file, _ in items:
                 self._delete_chunks(file.source, file.path)
-                conn.execute(
-                    "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
-                    (file.path, file.source, file.hash, file.mtime, file.size),
-                )
+            conn.executemany(
+                "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
+                [(f.path, f.source, f.hash, f.mtime, f.size) for f, _ in items],
+            )
+            # Row ids are assigned here so that chunks, keywords and vectors go in as three bulk inserts.
+            rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchall()[0][0]
+            rows, docs, vecs = [], [], []
+            seen: set[str] = set()
+            for _, chunks in items:
                 for c in chunks:
+                    if c.id in seen:
+                        continue  # identical pieces of one chunk: one row
+                    seen.add(c.id)
+                    rid += 1
                     blob = _blob(c.embedding) if c.embedding else None
-                    conn.execute(
-                        "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
-                        "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                        (c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now),
-                    )
-                    rid = conn.last_insert_rowid()
-                    if self.fts_available:
-                        conn.execute(
-                            "INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)",
-                            (rid, index_document(c.text) if cjk else c.text),
-                        )
-                    if blob is not None and self.vector_extension and len(c.embedding or ()) == self.vector_dims:
-                        conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rid, blob))
+                    rows.append((rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now))
+                    docs.append((rid, index_document(c.text) if cjk else c.text))
+                    if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims:
+                        vecs.append((rid, blob))
+            conn.executemany(
+                "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
+                "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            if self.fts_available:
+                conn.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", docs)
+            if vecs:
+                conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""

@@ -72,8 +72,10 @@ def test_index_terms_make_substrings_of_a_cjk_run_searchable() -> None:
     assert "끝말" in hangul
 
 
-def test_index_document_is_lower_case_ascii_unchanged() -> None:
-    assert index_document("Deploy THE Service") == "deploy the service"
+def test_index_document_leaves_ascii_to_the_fts_tokenizer() -> None:
+    # FTS5's unicode61 tokenizer folds case and splits words; only CJK runs are rewritten.
+    assert index_document("Deploy THE Service") == "Deploy THE Service"
+    assert index_document("Deploy 成语") == "Deploy  成 语 成语 "
 
 
 # -- quoting ----------------------------------------------------------------------------------
