@@ -19,8 +19,12 @@ ROOT_FILES = ("MEMORY.md", "memory.md")
 class MemoryFile:
     """A Markdown file to index: its absolute path and its workspace-relative display path."""
 
-    abs_path: Path
+    abs: str
     path: str
+
+    @property
+    def abs_path(self) -> Path:
+        return Path(self.abs)
 
 
 @dataclass
@@ -56,11 +60,13 @@ def display_path(workspace: Path, abs_path: Path) -> str:
     return os.path.relpath(abs_path, workspace).replace(os.sep, "/")
 
 
-def _walk(root: Path) -> list[Path]:
-    found: list[Path] = []
-    stack = [root]
+def _walk(root: str) -> list[str]:
+    """``.md`` files under ``root`` as paths relative to it (``/``-separated), sorted per
+    directory; symlinks and ignored directories are not entered."""
+    found: list[str] = []
+    stack = [(root, "")]
     while stack:
-        d = stack.pop()
+        d, rel = stack.pop()
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError:
@@ -72,9 +78,9 @@ def _walk(root: Path) -> list[Path]:
                     continue
                 if e.is_dir(follow_symlinks=False):
                     if e.name not in IGNORED_DIRS:
-                        subdirs.append(Path(e.path))
-                elif e.is_file(follow_symlinks=False) and e.name.endswith(".md"):
-                    found.append(Path(e.path))
+                        subdirs.append((e.path, f"{rel}{e.name}/"))
+                elif e.name.endswith(".md") and e.is_file(follow_symlinks=False):
+                    found.append(rel + e.name)
             except OSError:
                 continue
         stack.extend(reversed(subdirs))
@@ -84,15 +90,17 @@ def _walk(root: Path) -> list[Path]:
 def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> Discovery:
     """Every memory file of ``workspace`` in a stable order (SPEC 2)."""
     workspace = Path(os.path.abspath(workspace))
+    ws = str(workspace)
     result = Discovery()
-    candidates: list[Path] = []
-    for name in ROOT_FILES:
-        p = workspace / name
-        if p.is_file() and not p.is_symlink():
-            candidates.append(p)
-    mem_dir = workspace / "memory"
-    if mem_dir.is_dir() and not mem_dir.is_symlink():
-        candidates.extend(_walk(mem_dir))
+    # (root directory, files relative to it); nothing below a root is a symlink, so a file's real
+    # path is its root's real path plus its relative path (one realpath call per root).
+    groups: list[tuple[str, list[str]]] = []
+    roots = [name for name in ROOT_FILES if os.path.isfile(os.path.join(ws, name))
+             and not os.path.islink(os.path.join(ws, name))]
+    groups.append((ws, roots))
+    mem_dir = os.path.join(ws, "memory")
+    if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
+        groups.append((mem_dir, _walk(mem_dir)))
     seen_extra: set[Path] = set()
     for raw in extra_paths or []:
         if not raw or not raw.strip():
@@ -104,20 +112,23 @@ def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> 
         if p.is_symlink():
             continue
         if p.is_dir():
-            candidates.extend(_walk(p))
+            groups.append((str(p), _walk(str(p))))
         elif p.is_file():
             if p.name.endswith(".md"):
-                candidates.append(p)
+                groups.append((str(p.parent), [p.name]))
         else:
             result.missing_extra_paths.append(raw)
     seen: set[str] = set()
-    for p in candidates:
-        try:
-            real = os.path.realpath(p)
-        except OSError:
+    for root, rels in groups:
+        if not rels:
             continue
-        if real in seen:
-            continue
-        seen.add(real)
-        result.files.append(MemoryFile(p, display_path(workspace, p)))
+        real_root = os.path.realpath(root)
+        shown_root = display_path(workspace, Path(root))
+        prefix = "" if shown_root == "." else shown_root + "/"
+        for rel in rels:
+            real = f"{real_root}/{rel}"
+            if real in seen:
+                continue
+            seen.add(real)
+            result.files.append(MemoryFile(os.path.join(root, rel), prefix + rel))
     return result

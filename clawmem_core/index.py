@@ -69,7 +69,7 @@ class _Item:
     their delta thresholds."""
 
     path: str
-    abs_path: Path
+    abs_path: str
     source: str
     deferred: bool = False
 
@@ -347,7 +347,7 @@ class MemoryIndex:
         full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
         report = SyncReport(full=full, reason=reason)
         found = list_memory_files(self.workspace, self.config.extra_paths)
-        items = [_Item(f.path, f.abs_path, "memory") for f in found.files]
+        items = [_Item(f.path, f.abs, "memory") for f in found.files]
         if self.config.sessions_enabled:
             items += self._session_items(full, reason, session_files, writer)
         report.files_scanned = len(items)
@@ -392,7 +392,7 @@ class MemoryIndex:
             deferred = (
                 automatic and not full and shown in indexed and str(p) not in dirty and os.path.abspath(p) not in named
             )
-            out.append(_Item(shown, Path(p), "sessions", deferred))
+            out.append(_Item(shown, str(p), "sessions", deferred))
         return out
 
     def notify_session_update(self, path: str | os.PathLike[str]) -> bool:
@@ -471,7 +471,8 @@ class MemoryIndex:
                 report.files_unchanged += 1
                 continue
             try:
-                data = item.abs_path.read_bytes()
+                with open(item.abs_path, "rb") as fh:
+                    data = fh.read()
             except OSError as exc:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
                 continue
@@ -760,7 +761,7 @@ class MemoryIndex:
             return True
         for f in found.files:
             try:
-                st = os.stat(f.abs_path)
+                st = os.stat(f.abs)
             except OSError:
                 return True
             if indexed.get(f.path) != (st.st_size, int(st.st_mtime * 1000)):
