@@ -28,6 +28,7 @@ from .search import (
     apply_temporal_decay,
     bm25_rank_to_score,
     dedupe_line_ranges,
+    MMR_WINDOW,
     merge_hybrid,
     mmr_rerank,
     select_results,
@@ -716,20 +717,18 @@ class MemoryIndex:
         vec_hits: list[tuple[str, float]] = []
         if qvec is not None and any(v != 0 for v in qvec):
             vec_hits = store.vector_search(qvec, pool)
-        rows = store.get_chunks([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
+        meta = store.get_chunk_meta([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
 
         def cand(cid: str, **scores: float) -> Candidate | None:
-            r = rows.get(cid)
-            if r is None:
-                return None
-            return Candidate(cid, r.path, r.source, r.start_line, r.end_line, truncate_snippet(r.text), **scores)
+            m = meta.get(cid)  # None: removed since the candidate lists were read
+            return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
 
-        kw = [c for c in (cand(i, text_score=bm25_rank_to_score(s)) for i, s in kw_hits) if c]
+        kw = [c for c in (cand(i, text_score=bm25_rank_to_score(r)) for i, r in kw_hits) if c]
         vec = [c for c in (cand(i, vector_score=s) for i, s in vec_hits) if c]
         if emb is None:
-            merged = [replace(c, score=c.text_score, from_keyword=True) for c in kw]
+            merged = merge_hybrid([], kw, 0.0, 1.0)
         elif not keyword_side:
-            merged = [replace(c, score=c.vector_score) for c in vec]
+            merged = merge_hybrid(vec, [], 1.0, 0.0)
         else:
             merged = merge_hybrid(vec, kw, hybrid.vector_weight, hybrid.text_weight)
         if hybrid.temporal_decay.enabled:
@@ -737,15 +736,24 @@ class MemoryIndex:
         merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
         merged = dedupe_line_ranges(merged)
         if hybrid.mmr.enabled:
-            merged = mmr_rerank(merged, hybrid.mmr.lambda_)
+            window = self._with_snippets(merged[:MMR_WINDOW])
+            merged = mmr_rerank(window + merged[MMR_WINDOW:], hybrid.mmr.lambda_)
         # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a
         # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
         floor = 0.0 if emb is None else min(min_score, hybrid.text_weight)
         chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
         return [
             SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
-            for c in chosen
+            for c in self._with_snippets(chosen)
         ]
+
+    def _with_snippets(self, cands: list[Candidate]) -> list[Candidate]:
+        """Fill in the snippets (text is read only for the candidates that are shown or compared)."""
+        need = [c.id for c in cands if not c.snippet]
+        if not need:
+            return cands
+        rows = self._store.get_chunks(need)
+        return [c if c.snippet or c.id not in rows else c._replace(snippet=truncate_snippet(rows[c.id].text)) for c in cands]
 
     def _stale_on_disk(self, found: Discovery) -> bool:
         """Whether the Markdown differs from the index (by path, size and mtime) or the index

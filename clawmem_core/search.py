@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from .text import similarity_tokens
 
@@ -24,9 +23,9 @@ _LN2 = math.log(2)
 _DATED = re.compile(r"(?:^|/)memory/(?:.+/)?(\d{4})-(\d{2})-(\d{2})(?:-[^/]*)?\.md$")
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A chunk under consideration, with both side scores and the merged score."""
+class Candidate(NamedTuple):
+    """A chunk under consideration, with both side scores and the merged score (a tuple: search
+    creates thousands per query, so it is cheap to build and to copy with ``_replace``)."""
 
     id: str
     path: str
@@ -67,14 +66,14 @@ def merge_hybrid(
     snippet is kept. Returned unsorted (decay comes first)."""
     by_id: dict[str, Candidate] = {}
     for c in vector:
-        by_id[c.id] = replace(c, text_score=0.0)
+        by_id[c.id] = c._replace(text_score=0.0)
     for c in keyword:
         prev = by_id.get(c.id)
         if prev is None:
-            by_id[c.id] = replace(c, vector_score=0.0, from_keyword=True)
+            by_id[c.id] = c._replace(vector_score=0.0, from_keyword=True)
         else:
-            by_id[c.id] = replace(prev, text_score=c.text_score, snippet=c.snippet or prev.snippet, from_keyword=True)
-    return [replace(c, score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_id.values()]
+            by_id[c.id] = prev._replace(text_score=c.text_score, snippet=c.snippet or prev.snippet, from_keyword=True)
+    return [c._replace(score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_id.values()]
 
 
 def dedupe_line_ranges(ranked: Sequence[Candidate]) -> list[Candidate]:
@@ -141,7 +140,7 @@ def apply_temporal_decay(
             else:
                 ts = mtime_of(c.path, c.source)
             memo[key] = 1.0 if ts is None else decay_multiplier((now_ts - ts) / 86400.0, half_life_days)
-        out.append(replace(c, score=c.score * memo[key]))
+        out.append(c._replace(score=c.score * memo[key]))
     return out
 
 

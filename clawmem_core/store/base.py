@@ -80,6 +80,10 @@ class Store(ABC):
         """``(chunk id, cosine similarity)`` best first."""
 
     @abstractmethod
+    def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
+        """``id -> (path, source, start_line, end_line)`` without the text."""
+
+    @abstractmethod
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         """Chunk rows by id (without embeddings)."""
 
