@@ -99,7 +99,7 @@ def create_provider(
                                   headers=headers, **options)
         return embedder
 
-    from .remote import resolve_api_key
+    from .keys import resolve_api_key
 
     key = resolve_api_key(name, remote.api_key, ENV_KEYS[name], env)
     common: dict[str, Any] = {"api_key": key, "model": model, "base_url": remote.base_url, "headers": headers,

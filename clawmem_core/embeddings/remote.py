@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, T
 from ..errors import MissingApiKeyError, MissingDependencyError
 from .base import Embedder, provider_key_of
 from .limits import max_input_bytes
+from .keys import resolve_api_key
 from .retry import MalformedResponseError, ProviderHTTPError, RetryPolicy, redact
 
 if TYPE_CHECKING:
@@ -57,36 +58,6 @@ def strip_model_prefix(model: str, prefix: str | Sequence[str], default: str, *,
                 m, stripped = m[len(p):], repeat
                 break
     return m or default
-
-
-def resolve_api_key(
-    provider: str,
-    configured: str | None,
-    env_names: Sequence[str],
-    environ: Mapping[str, str],
-    *,
-    required: bool = True,
-) -> str | None:
-    """The API key from ``remote.api_key`` or the provider's environment variables.
-
-    A blank configured key falls back to the environment. A configured key that is exactly the
-    name of one of the provider's variables (``"GEMINI_API_KEY"``) is read from that variable.
-    """
-    key = (configured or "").strip()
-    if key and key in env_names:
-        key = (environ.get(key) or "").strip()
-    if not key:
-        for name in env_names:
-            value = (environ.get(name) or "").strip()
-            if value:
-                key = value
-                break
-    if not key and required:
-        names = " or ".join(env_names)
-        raise MissingApiKeyError(
-            f"No API key found for provider {provider}: set remote.api_key or {names}"
-        )
-    return key or None
 
 
 def public_headers(headers: Mapping[str, str], secrets: Sequence[str | None] = ()) -> dict[str, str]:

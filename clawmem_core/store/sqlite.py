@@ -109,6 +109,17 @@ def quarantine_index(path: Path) -> Path:
     return target
 
 
+def _sqlite_vec_path() -> str:
+    """Where the ``sqlite-vec`` package keeps its loadable extension, found without importing
+    the package (its module imports the stdlib ``sqlite3`` and NumPy, ~0.2 s on a cold start)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("sqlite-vec is not installed")
+    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+
+
 def _blob(vec: Sequence[float]) -> bytes:
     return array("f", vec).tobytes()
 
@@ -220,9 +231,7 @@ class SQLiteStore(Store):
         try:
             path = self.extension_path
             if not path:
-                import sqlite_vec
-
-                path = sqlite_vec.loadable_path()
+                path = _sqlite_vec_path()
             self.conn.enable_load_extension(True)
             self.conn.load_extension(path)
             self.conn.enable_load_extension(False)
