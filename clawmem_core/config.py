@@ -76,16 +76,26 @@ class TemporalDecayConfig:
 
 @dataclass
 class HybridConfig:
-    """How keyword (BM25) and vector scores combine."""
+    """How keyword (BM25) and vector scores combine.
+
+    ``text_score`` picks the BM25 conversion: ``"saturate"`` (OpenClaw's ``|r| / (1 + |r|)``) or
+    ``"normalize"`` (``|r|`` over the query's best ``|r|``, so the best keyword hit scores 1). The
+    saturating form squeezes all good keyword hits into 0.8-0.95, which lets a weak embedding
+    model outvote them; with a small local model, ``"normalize"`` and weights 0.5 / 0.5 keep
+    hybrid search at least as good as keyword search (see the benchmarks).
+    """
 
     enabled: bool = True
     vector_weight: float = 0.7
     text_weight: float = 0.3
     candidate_multiplier: int = 4
+    text_score: Literal["saturate", "normalize"] = "saturate"
     mmr: MMRConfig = field(default_factory=MMRConfig)
     temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
 
     def __post_init__(self) -> None:
+        if self.text_score not in ("saturate", "normalize"):
+            raise ConfigError(f"hybrid.text_score must be 'saturate' or 'normalize', got {self.text_score!r}")
         vw = _num(self.vector_weight, "hybrid.vector_weight")
         tw = _num(self.text_weight, "hybrid.text_weight")
         vw = _clamp(vw, 0.0, 1.0) if math.isfinite(vw) else 0.7

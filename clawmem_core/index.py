@@ -26,8 +26,8 @@ from .search import (
     CANDIDATE_POOL,
     Candidate,
     apply_temporal_decay,
-    bm25_rank_to_score,
     dedupe_line_ranges,
+    keyword_scores,
     MMR_WINDOW,
     merge_hybrid,
     mmr_rerank,
@@ -723,7 +723,10 @@ class MemoryIndex:
             m = meta.get(cid)  # None: removed since the candidate lists were read
             return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
 
-        kw = [c for c in (cand(i, text_score=bm25_rank_to_score(r)) for i, r in kw_hits) if c]
+        # Keyword-only mode keeps OpenClaw's conversion: its scores meet min_score on their own.
+        mode = hybrid.text_score if emb is not None else "saturate"
+        scores = keyword_scores([r for _, r in kw_hits], mode)
+        kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
         vec = [c for c in (cand(i, vector_score=s) for i, s in vec_hits) if c]
         if emb is None:
             merged = merge_hybrid([], kw, 0.0, 1.0)

@@ -49,6 +49,17 @@ def bm25_rank_to_score(rank: float) -> float:
     return 1 / (1 + rank)
 
 
+def keyword_scores(ranks: Sequence[float], mode: str = "saturate") -> list[float]:
+    """Scores of a query's keyword hits from their FTS5 ranks: ``"saturate"`` converts each rank
+    on its own (:func:`bm25_rank_to_score`); ``"normalize"`` divides each ``|rank|`` by the best
+    one (the best hit scores 1; ranks that are not negative score 0)."""
+    if mode != "normalize":
+        return [bm25_rank_to_score(r) for r in ranks]
+    mags = [-r if math.isfinite(r) and r < 0 else 0.0 for r in ranks]
+    best = max(mags, default=0.0)
+    return [m / best if best > 0 else 0.0 for m in mags]
+
+
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
     """At most ``limit`` characters, never ending inside a surrogate pair."""
     if len(text) <= limit:

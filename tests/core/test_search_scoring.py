@@ -4,6 +4,7 @@ temporal decay, MMR and the min-score selection."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -323,3 +324,35 @@ def test_snippet_is_at_most_700_characters_and_pair_safe() -> None:
     assert truncate_snippet("short") == "short"
     utf16ish = "a" * 699 + "\ud83d\ude00"  # a surrogate pair as two code units
     assert truncate_snippet(utf16ish) == "a" * 699
+
+
+def test_keyword_scores_saturate_by_default_and_normalize_on_request() -> None:
+    from clawmem_core.search import keyword_scores
+
+    ranks = [-12.0, -6.0, -3.0, 0.5]
+    assert keyword_scores(ranks) == [bm25_rank_to_score(r) for r in ranks]
+    assert keyword_scores(ranks, "normalize") == [1.0, 0.5, 0.25, 0.0]
+    assert keyword_scores([], "normalize") == []
+    assert keyword_scores([0.0, float("nan")], "normalize") == [0.0, 0.0]
+
+
+def test_normalized_keyword_scores_change_the_hybrid_balance(tmp_path: Path) -> None:
+    from clawmem_core import MemoryConfig, MemoryIndex
+    from clawmem_core.config import HybridConfig, QueryConfig
+    from clawmem_core.testing import HashEmbedder
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(30):
+        (ws / "memory" / f"note-{i}.md").write_text(f"note {i} about gardening and tomatoes {i}\n")
+    (ws / "memory" / "target.md").write_text("the zephyrine protocol was approved on tuesday\n")
+    results = {}
+    for mode in ("saturate", "normalize"):
+        cfg = MemoryConfig(query=QueryConfig(hybrid=HybridConfig(text_score=mode)))
+        with MemoryIndex(ws, config=cfg, embedder=HashEmbedder(), state_dir=tmp_path / mode) as mem:
+            mem.sync()
+            hits = mem.search("zephyrine protocol", min_score=0)
+            results[mode] = hits
+    best = {m: next(h for h in r if h.path == "memory/target.md") for m, r in results.items()}
+    assert best["normalize"].text_score == 1.0
+    assert 0 < best["saturate"].text_score < 1.0
