@@ -4,6 +4,7 @@
     clawmem index [--force]
     clawmem search QUERY [--max-results N] [--min-score X] [--json]
     clawmem get PATH [--from N] [--lines N] [--json]
+    clawmem write TEXT [--long-term] [--json]
     clawmem watch
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
@@ -79,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line (1-based)")
     p.add_argument("--lines", type=int, metavar="N", help="how many lines")
     p.add_argument("--json", action="store_true", help="print the memory_get payload")
+
+    p = sub.add_parser("write", help="append a note to today's memory/YYYY-MM-DD.md (or MEMORY.md)")
+    _common(p, suppress=True)
+    p.add_argument("text", help="the note; '-' reads it from standard input")
+    p.add_argument("--long-term", action="store_true", help="append to MEMORY.md instead of today's note")
+    p.add_argument("--json", action="store_true", help="print the memory_write payload")
 
     p = sub.add_parser("watch", help="keep the index fresh while files change (Ctrl-C to stop)")
     _common(p, suppress=True)
@@ -310,6 +317,17 @@ def _probe(mem: Any) -> tuple[bool, str | None]:
         return False, str(exc)
 
 
+def _cmd_write(mem: Any, args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    result = mem.write(text, "long_term" if args.long_term else "daily")
+    shown = os.path.relpath(result.path, mem.workspace).replace(os.sep, "/")
+    if args.json:
+        print(json.dumps({"path": shown, "startLine": result.start_line, "endLine": result.end_line}))
+    else:
+        print(f"Appended to {shown}#L{result.start_line}-L{result.end_line}")
+    return EXIT_OK
+
+
 def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
     print(f"Watching {mem.workspace} (Ctrl-C to stop)…", file=sys.stderr)
     mem.sync(reason="watch", progress=_Progress(sys.stderr))
@@ -317,7 +335,14 @@ def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"status": _cmd_status, "index": _cmd_index, "search": _cmd_search, "get": _cmd_get, "watch": _cmd_watch}
+_COMMANDS = {
+    "status": _cmd_status,
+    "index": _cmd_index,
+    "search": _cmd_search,
+    "get": _cmd_get,
+    "write": _cmd_write,
+    "watch": _cmd_watch,
+}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -151,6 +151,7 @@ class MemoryIndex:
         self._sync_lock = threading.Lock()
         self._bg_thread: threading.Thread | None = None
         self._dirty = True
+        self._dirty_gen = 0  # bumped by every change notice; a sync clears only what it saw
         self._session_warmed = False
         self._synced_here = False
         try:
@@ -340,6 +341,7 @@ class MemoryIndex:
     ) -> SyncReport:
         started = time.perf_counter()
         scan_started = time.time()
+        gen = self._dirty_gen
         writer = self._writer_store()
         remove_stale_temp_files(self.store_path)
         sel = self._selection_now()
@@ -368,7 +370,8 @@ class MemoryIndex:
         for item in items:
             if item.source == "sessions" and not item.deferred:
                 self._sessions.mark_indexed(item.abs_path)
-        self._dirty = False
+        if self._dirty_gen == gen:  # a change noticed during this sync keeps the index dirty
+            self._dirty = False
         self._last_scan = scan_started
         self._synced_here = True
         # Persisted, so that the next process can trust size + mtime of files older than this scan.
@@ -402,7 +405,7 @@ class MemoryIndex:
         if not self.config.sessions_enabled:
             return False
         if self._sessions.observe(path):
-            self._dirty = True
+            self.mark_dirty()
             self._maybe_background_sync()
             return True
         return False
@@ -610,7 +613,11 @@ class MemoryIndex:
 
                         try:
                             with self._process_lock().acquire(timeout=0):
-                                self._guarded_sync(False, None, "search")
+                                # Changes noticed while syncing are picked up by another round.
+                                for _ in range(3):
+                                    self._guarded_sync(False, None, "search")
+                                    if not self._dirty:
+                                        break
                         except Timeout:
                             pass  # another process is syncing this index
                     finally:
@@ -623,6 +630,7 @@ class MemoryIndex:
 
     def mark_dirty(self) -> None:
         """Tell the index the Markdown changed (the watcher calls this)."""
+        self._dirty_gen += 1
         self._dirty = True
 
     @property
@@ -795,7 +803,7 @@ class MemoryIndex:
 
         self._check_open()
         result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
-        self._dirty = True
+        self.mark_dirty()
         self.sync(reason="write")
         return result
 
@@ -806,7 +814,7 @@ class MemoryIndex:
 
         self._check_open()
         result = archive_session(self.workspace, messages_text, slug, now)
-        self._dirty = True
+        self.mark_dirty()
         self.sync(reason="write")
         return result
 
@@ -825,7 +833,7 @@ class MemoryIndex:
                 self._sessions.observe(p)
             if sessions and len(sessions) == len(paths) and not self._sessions.dirty_files:
                 return  # transcripts grew, but not past the delta thresholds yet
-            self._dirty = True
+            self.mark_dirty()
             try:
                 self.sync(reason="watch")
             except Exception as exc:  # logged, the watcher keeps running

@@ -290,3 +290,28 @@ def test_two_processes_writing_lose_no_line(tmp_path: Path, workspace: Path) -> 
             indexed = "\n".join(row[0] for row in conn.execute("SELECT text FROM chunks WHERE source = 'memory'"))
         assert all(f"zebra{w}x{i:02d}" in indexed for w in (1, 2) for i in range(WRITES_PER_PROCESS))
         assert paths_for(mem, "zebra2x24") == {daily.relative_to(workspace).as_posix()}
+
+
+def test_a_change_noticed_during_a_sync_is_not_lost(tmp_path: Path) -> None:
+    """A change notice that arrives while a sync runs keeps the index dirty, so the next
+    trigger syncs again instead of forgetting it."""
+    from clawmem_core import MemoryIndex
+    from clawmem_core.testing import HashEmbedder
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("alpha note\n")
+    holder: dict[str, MemoryIndex] = {}
+
+    class NoticingEmbedder(HashEmbedder):
+        def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+            (ws / "memory" / "b.md").write_text("bravo note written mid-sync\n")
+            holder["mem"].mark_dirty()
+            return super()._embed_documents(texts)
+
+    with MemoryIndex(ws, embedder=NoticingEmbedder(), state_dir=tmp_path / "s") as mem:
+        holder["mem"] = mem
+        mem.sync()
+        assert mem.dirty
+        mem.sync()
+        assert any(h.path == "memory/b.md" for h in mem.search("bravo", min_score=0))

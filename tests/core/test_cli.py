@@ -158,3 +158,27 @@ def test_installed_command_in_a_subprocess(ws: Path, tmp_path: Path) -> None:
     bad = clawmem("get", "NOTES.md")
     assert bad.returncode != 0 and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def test_write_appends_a_note_that_search_finds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from clawmem_core.cli import main
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\n- likes tea\n")
+    monkeypatch.setenv("CLAWMEM_STATE_DIR", str(tmp_path / "state"))
+    assert main(["-w", str(ws), "write", "The quokka sanctuary opens in March."]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Appended to memory/") and "#L" in out
+    daily = list((ws / "memory").glob("*.md"))
+    assert len(daily) == 1 and "quokka sanctuary" in daily[0].read_text()
+    assert main(["-w", str(ws), "write", "--long-term", "--json", "Prefers green tea."]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["path"] == "MEMORY.md" and payload["startLine"] >= 4
+    assert (ws / "MEMORY.md").read_text().startswith("# Memory\n\n- likes tea\n")
+    assert main(["-w", str(ws), "search", "--json", "quokka sanctuary"]) == 0
+    hits = json.loads(capsys.readouterr().out)["results"]
+    assert hits and hits[0]["path"] == daily[0].relative_to(ws).as_posix()
+    assert main(["-w", str(ws), "write", "   "]) == 1
+    assert "error" in capsys.readouterr().err
