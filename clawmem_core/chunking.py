@@ -119,7 +119,10 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
         total = acc
 
     ascii_only = content.isascii()
-    for number, line in enumerate(content.split("\n"), start=1):
+    lines = content.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()  # a final newline ends the last line; it does not start another one
+    for number, line in enumerate(lines, start=1):
         weight = len(line) if ascii_only else weighted_length(line)
         if weight <= max_units:
             pieces: list[tuple[str, int]] = [(line, weight)]

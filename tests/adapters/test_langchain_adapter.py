@@ -166,8 +166,8 @@ def test_memory_search_payload(keyword_memory: MemoryIndex) -> None:
     assert payload["mode"] == "fts-only" and payload["provider"] == "none"
     (hit,) = payload["results"]
     assert set(hit) == {"path", "startLine", "endLine", "score", "snippet", "source", "citation"}
-    assert hit["path"] == "MEMORY.md" and hit["citation"] == "MEMORY.md#L1-L22"
-    assert hit["snippet"].endswith("Source: MEMORY.md#L1-L22")
+    assert hit["path"] == "MEMORY.md" and hit["citation"] == "MEMORY.md#L1-L21"
+    assert hit["snippet"].endswith("Source: MEMORY.md#L1-L21")
 
 
 def test_memory_search_citations_off(tmp_path: Path) -> None:

@@ -229,7 +229,7 @@ async def test_memory_block_recalls_into_the_context(keyword_memory: MemoryIndex
     assert system.role.value == "system"
     text = system.content or ""
     assert "<clawmem_recall>" in text and "08:39 from Santa Apolónia" in text
-    assert "Source: memory/2026-11-19.md#L1-L6" in text
+    assert "Source: memory/2026-11-19.md#L1-L5" in text
     assert [m.content for m in messages[1:]] == ["Any plans for the weekend?", "Tell me more."]
     # the block is read-only: Markdown stays the source of truth
     await block.aput([ChatMessage(role="user", content="remember: I like tea")])

@@ -116,8 +116,8 @@ def test_results_carry_the_documented_fields(make_workspace: WorkspaceFactory, o
     mem.sync()
     [hit] = mem.search("kubernetes deploy", min_score=0)
     assert hit.path == "MEMORY.md" and hit.source == "memory"
-    assert (hit.start_line, hit.end_line) == (1, 5)  # the final newline opens line 5
-    assert hit.citation == "MEMORY.md#L1-L5"
+    assert (hit.start_line, hit.end_line) == (1, 4)  # a final newline does not open a line 5
+    assert hit.citation == "MEMORY.md#L1-L4"
     assert len(hit.snippet) <= 700 and hit.snippet.startswith("intro")
     assert 0 < hit.score <= 1
 
