@@ -47,6 +47,14 @@ def _state_dir(cache: Path, ds: Dataset, ws: Path, label: str) -> Path:
     return cache / "quality" / ds.name / ws.name / label
 
 
+#: ``query.hybrid`` settings of the "hybrid-norm" rows (see ``HybridConfig.text_score``).
+HYBRID_NORM = {
+    "query.hybrid.text_score": "normalize",
+    "query.hybrid.vector_weight": 0.5,
+    "query.hybrid.text_weight": 0.5,
+}
+
+
 def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Callable[[str], None],
                 mmr: bool = True) -> dict[str, Any]:
     k = BEIR_CHUNKS if ds.kind == "beir" else max(LOCOMO_K)
@@ -106,6 +114,13 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
                             t = time.perf_counter()
                             systems[name][q.qid] = engine.search_spans(m2, q.text, k)
                             timing[name].append(time.perf_counter() - t)
+            # the alternative fusion: BM25 normalised by the query's best hit, weights 0.5 / 0.5
+            name = f"hybrid-norm[{ch.label}]"
+            with engine.open_index(ws, sd, ch, **HYBRID_NORM) as m2:
+                for q in queries:
+                    t = time.perf_counter()
+                    systems[name][q.qid] = engine.search_spans(m2, q.text, k)
+                    timing[name].append(time.perf_counter() - t)
         log(f"  {ds.name}/{ws.name}: {len(queries)} queries, {len(chunks)} chunks")
 
     score = _score_beir if ds.kind == "beir" else _score_locomo

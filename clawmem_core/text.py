@@ -32,8 +32,8 @@ _CJK_LETTER = f"[{_WIDE_RANGES}]"
 _WORD_RE = re.compile(r"\w+")
 _SPLIT_CJK_RE = re.compile(f"({_CJK_LETTER}+)")
 _CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
-# CJK letters only (the wide punctuation 、。「」 etc. is not a word character).
-_CJK_FIND_RE = re.compile(f"(?:(?=\\w){_CJK_LETTER})+")
+# Runs of wide characters (letters and punctuation); the letters are picked out of each run.
+_WIDE_RUN_RE = re.compile(f"[{_WIDE_RANGES}]+")
 
 #: Function words that carry no meaning in a query. They are dropped from keyword queries
 #: (unless nothing else is left), which keeps OR-queries fast on large indexes.
@@ -91,16 +91,22 @@ def index_terms(text: str) -> list[str]:
 
 
 def _expand_cjk(match: re.Match[str]) -> str:
-    return " " + " ".join(_cjk_terms(match.group(0))) + " "
+    # The terms of _cjk_terms, built with C-level joins (this runs over every CJK character).
+    parts = []
+    for run in _WORD_RE.findall(match.group(0)):
+        parts.append(" ".join(run))
+        if len(run) > 1:
+            parts.append(" ".join(map(str.__add__, run[:-1], run[1:])))
+    return " " + " ".join(parts) + " "
 
 
 def index_document(text: str) -> str:
     """The text stored in the FTS5 table: the text itself, with each CJK run replaced by its
     characters and character pairs (FTS5's tokenizer then finds the same terms as
     :func:`index_terms`: words, lower-cased, and the CJK terms)."""
-    if text.isascii():
+    if text.isascii() or not _WIDE_RE.search(text):
         return text
-    return _CJK_FIND_RE.sub(_expand_cjk, text)
+    return _WIDE_RUN_RE.sub(_expand_cjk, text)
 
 
 def search_terms(text: str, stopwords: bool = True) -> list[str]:

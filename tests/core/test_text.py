@@ -5,6 +5,9 @@ from __future__ import annotations
 import apsw
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from clawmem_core.text import (
     index_document,
     index_terms,
@@ -129,3 +132,14 @@ def test_similarity_tokens_no_bigram_across_latin() -> None:
     tokens = similarity_tokens("我a好")
     assert "我好" not in tokens
     assert {"我", "好", "a"} <= tokens
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab Z_9 .,、。「」中文成语接龙しりとり끝말잇기ＡＢ１\n-é")), max_size=60))
+def test_fts_document_holds_the_query_side_terms(text: str) -> None:
+    # The FTS5 document is tokenised by unicode61 (words, lower-cased); its terms must be exactly
+    # the terms queries are built from, or a query term could miss its own text.
+    import re
+
+    doc_terms = [w.lower() for w in re.findall(r"\w+", index_document(text))]
+    assert doc_terms == index_terms(text)
