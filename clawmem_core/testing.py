@@ -48,3 +48,19 @@ class HashEmbedder(Embedder):
     def _embed_query(self, text: str) -> list[float]:
         self.query_calls += 1
         return self._vector(text)
+
+
+def best_line(text: str, question: str) -> tuple[int, str] | None:
+    """The 0-based index and text of the line sharing the most query terms with ``question``
+    (headings skipped; ``None`` when no line shares any). The scripted chat models of both
+    adapters answer from it."""
+    want = set(search_terms(question))
+    scored = [
+        (len(want & set(search_terms(line))), -i, i, line.strip())
+        for i, line in enumerate(text.splitlines())
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not scored:
+        return None
+    score, _, index, line = max(scored)
+    return (index, line) if score > 0 else None

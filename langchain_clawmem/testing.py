@@ -10,7 +10,6 @@ tools really returned. It is **not** a language model: use a real chat model in 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable, Sequence
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -21,20 +20,11 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
-_STOP = frozenset(
-    "a an and are as at be did do does for from had has have how i in is it me my of on or "
-    "our so that the their this to was we were what when where which who why with you your".split()
-)
+from clawmem_core.testing import best_line
+
 
 NOTHING_FOUND = "I checked memory and found nothing about that."
 
-
-def _terms(text: str) -> set[str]:
-    words = {w.lower() for w in _WORD.findall(text)} - _STOP
-    cjk = _CJK.findall(text)
-    return words | set(cjk) | {a + b for a, b in zip(cjk, cjk[1:])}
 
 
 def _text_of(message: BaseMessage) -> str:
@@ -45,19 +35,6 @@ def _text_of(message: BaseMessage) -> str:
         part if isinstance(part, str) else str(part.get("text", "")) for part in content if isinstance(part, (str, dict))
     )
 
-
-def best_line(text: str, question: str) -> tuple[int, str] | None:
-    """The 0-based index and text of the line sharing the most terms with ``question``."""
-    want = _terms(question)
-    scored = [
-        (len(want & _terms(line)), -i, i, line.strip())
-        for i, line in enumerate(text.splitlines())
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    if not scored:
-        return None
-    score, _, index, line = max(scored)
-    return (index, line) if score > 0 else None
 
 
 class ScriptedRecallChatModel(BaseChatModel):

@@ -11,9 +11,10 @@ import json
 from typing import Any, Iterable, Literal, Sequence, cast
 
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from clawmem_core import InvalidQueryError, MemoryIndex
+from clawmem_core.tool_schemas import MemoryGetInput, MemorySearchInput
 from clawmem_core.tools import (
     MEMORY_GET_DESCRIPTION,
     MEMORY_GET_NAME,
@@ -32,30 +33,6 @@ ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type:
 
 #: ``metadata`` key on our tools recording the index's citations mode.
 CITATIONS_METADATA_KEY = "clawmem_citations"
-
-
-class MemorySearchInput(BaseModel):
-    """Arguments of ``memory_search`` (camelCase on the wire, as OpenClaw names them)."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    query: str = Field(description="What to recall: a question or keywords.")
-    max_results: int | None = Field(
-        default=None, alias="maxResults", description="Maximum number of snippets to return (default 6)."
-    )
-    min_score: float | None = Field(
-        default=None, alias="minScore", description="Minimum relevance score from 0 to 1 (default 0.35)."
-    )
-
-
-class MemoryGetInput(BaseModel):
-    """Arguments of ``memory_get``."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    path: str = Field(description="Workspace-relative path: MEMORY.md or memory/....md, as memory_search returned it.")
-    from_line: int | None = Field(default=None, alias="from", description="First line to read, 1-based.")
-    lines: int | None = Field(default=None, description="Number of lines to read (default: to the end of the file).")
 
 
 class MemoryStructuredTool(StructuredTool):

@@ -11,11 +11,12 @@ import asyncio
 import json
 from typing import Any, Iterable, Literal, Sequence
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, ValidationError
+from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.tools import BaseTool, FunctionTool, ToolMetadata
 from llama_index.core.tools.tool_spec.base import BaseToolSpec
 
 from clawmem_core import InvalidQueryError, MemoryIndex
+from clawmem_core.tool_schemas import MemoryGetInput, MemorySearchInput
 from clawmem_core.tools import (
     MEMORY_GET_DESCRIPTION,
     MEMORY_GET_NAME,
@@ -31,30 +32,6 @@ from clawmem_core.tools import (
 
 ToolName = Literal["memory_search", "memory_get"]
 ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type: ignore[assignment]
-
-
-class MemorySearchInput(BaseModel):
-    """Arguments of ``memory_search`` (camelCase on the wire, as OpenClaw names them)."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    query: str = Field(description="What to recall: a question or keywords.")
-    max_results: int | None = Field(
-        default=None, alias="maxResults", description="Maximum number of snippets to return (default 6)."
-    )
-    min_score: float | None = Field(
-        default=None, alias="minScore", description="Minimum relevance score from 0 to 1 (default 0.35)."
-    )
-
-
-class MemoryGetInput(BaseModel):
-    """Arguments of ``memory_get``."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    path: str = Field(description="Workspace-relative path: MEMORY.md or memory/....md, as memory_search returned it.")
-    from_line: int | None = Field(default=None, alias="from", description="First line to read, 1-based.")
-    lines: int | None = Field(default=None, description="Number of lines to read (default: to the end of the file).")
 
 
 def _dumps(payload: Any) -> str:
