@@ -269,13 +269,12 @@ def test_two_processes_writing_lose_no_line(tmp_path: Path, workspace: Path) -> 
     with MemoryIndex(workspace, config=_config(), state_dir=state) as mem:
         mem.sync()
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    start = ctx.Barrier(2)  # both processes write at once, however long each takes to start
     out = ctx.Queue()
     procs = [ctx.Process(target=_process_writer, args=(str(workspace), str(state), w, start, out)) for w in (1, 2)]
     for proc in procs:
         proc.start()
-    start.set()
-    done = sorted(out.get(timeout=60) for _ in procs)
+    done = sorted(out.get(timeout=180) for _ in procs)
     for proc in procs:
         proc.join(timeout=30)
         assert proc.exitcode == 0

@@ -156,7 +156,7 @@ LINES_PER_WRITER = 500
 _NOTE = re.compile(r"writer(\d)-(\d{4}) " + "x" * 80)
 
 
-def _writer(workspace: str, writer: int, start: "multiprocessing.synchronize.Event", out: "multiprocessing.Queue") -> None:
+def _writer(workspace: str, writer: int, start: "multiprocessing.synchronize.Barrier", out: "multiprocessing.Queue") -> None:
     start.wait()
     positions = []
     for i in range(LINES_PER_WRITER):
@@ -167,12 +167,13 @@ def _writer(workspace: str, writer: int, start: "multiprocessing.synchronize.Eve
 
 def test_two_processes_appending_lose_no_line(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    # A barrier, not an event set here: both writers start appending only once both have started
+    # up, so they overlap even when one process takes much longer to launch.
+    start = ctx.Barrier(2)
     out = ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, start, out)) for w in (1, 2)]
     for proc in procs:
         proc.start()
-    start.set()
     results = dict(out.get(timeout=120) for _ in procs)
     for proc in procs:
         proc.join(timeout=60)
