@@ -93,7 +93,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         data_dir = Path(a.data).expanduser().resolve() if a.data else default_data_dir()
         datasets = load_all(data_dir, prof["datasets"], limit=a.limit)
         if not datasets:
-            _log(f"no evaluation data found (use --data DIR or CLAWMEM_BENCH_DATA); quality skipped")
+            _log("no evaluation data found (use --data DIR or CLAWMEM_BENCH_DATA); quality skipped")
             res["notes"].append("quality skipped: no evaluation data")
         else:
             choices, skipped = [], {}

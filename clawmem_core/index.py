@@ -199,8 +199,6 @@ class MemoryIndex:
     def _recover(self, exc: Exception) -> None:
         """The live index turned out damaged while in use: set it aside and reopen an empty one
         (call with both sync locks held)."""
-        import apsw
-
         if self._writer is not None:
             self._writer.close()
         self._writer = None

@@ -11,7 +11,7 @@ import json
 from typing import Any, Iterable, Literal, Sequence, cast
 
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from clawmem_core import InvalidQueryError, MemoryIndex
 from clawmem_core.tool_schemas import MemoryGetInput, MemorySearchInput

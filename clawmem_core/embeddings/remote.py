@@ -9,14 +9,12 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
 
-from ..errors import MissingApiKeyError, MissingDependencyError
+from ..errors import MissingDependencyError
 from .base import Embedder, provider_key_of
 from .limits import max_input_bytes
-from .keys import resolve_api_key
 from .retry import MalformedResponseError, ProviderHTTPError, RetryPolicy, redact
 
 if TYPE_CHECKING:
-    from ..config import BatchConfig
     from .batch_api import BatchRunner
 
 log = logging.getLogger("clawmem.embeddings")

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa
 from langchain_core.tools import StructuredTool  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
 
-from clawmem_core import MemoryConfig, MemoryIndex  # noqa: E402
+from clawmem_core import MemoryIndex  # noqa: E402
 from clawmem_core.testing import HashEmbedder  # noqa: E402
 from clawmem_core.tools import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION  # noqa: E402
 from langchain_clawmem import (  # noqa: E402

@@ -11,7 +11,7 @@ import apsw
 import pytest
 import sqlite_vec
 
-from clawmem_core import MemoryConfig, MemoryIndex, SearchResult
+from clawmem_core import MemoryConfig, SearchResult
 from clawmem_core.chunking import chunk_markdown
 from clawmem_core.config import HybridConfig, MMRConfig, QueryConfig, TemporalDecayConfig
 from clawmem_core.embeddings.base import MAX_INPUT_BYTES

@@ -10,7 +10,7 @@ import pytest
 from clawmem_core.errors import ClawmemError, InvalidQueryError, PathNotAllowedError
 from clawmem_core.read import read_memory_file, resolve_memory_path
 
-from .conftest import IndexFactory, WorkspaceFactory, keyword_only, write_files
+from .conftest import IndexFactory, WorkspaceFactory, write_files
 
 THREE = "line 1\nline 2\nline 3\n"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest

@@ -8,7 +8,6 @@ process had already embedded (the embedding cache is written to the live index p
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil

@@ -4,13 +4,12 @@ keeps answering, no temporary file is left, the Markdown is untouched."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from clawmem_core import MemoryConfig, MemoryIndex
-from clawmem_core.errors import ClawmemError, StoreError
+from clawmem_core.errors import StoreError
 from clawmem_core.testing import HashEmbedder
 
 from .conftest import make_workspace, tree_digest
