@@ -29,6 +29,20 @@ class SearchResult:
     def citation(self) -> str:
         return citation_for(self.path, self.start_line, self.end_line)
 
+    def metadata(self) -> dict[str, Any]:
+        """Where the snippet comes from and how it scored: the metadata of the adapters'
+        ``Document`` / ``TextNode``."""
+        return {
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "score": self.score,
+            "vector_score": self.vector_score,
+            "text_score": self.text_score,
+            "source": self.source,
+            "citation": self.citation,
+        }
+
     def to_payload(self) -> dict[str, Any]:
         """The ``memory_search`` result shape (camelCase, SPEC 10)."""
         return {

@@ -19,16 +19,7 @@ def result_to_document(hit: SearchResult) -> Document:
     return Document(
         id=hit.id or None,
         page_content=hit.snippet,
-        metadata={
-            "path": hit.path,
-            "start_line": hit.start_line,
-            "end_line": hit.end_line,
-            "score": hit.score,
-            "vector_score": hit.vector_score,
-            "text_score": hit.text_score,
-            "source": hit.source,
-            "citation": hit.citation,
-        },
+        metadata=hit.metadata(),
     )
 
 

@@ -7,25 +7,21 @@ The tool output's ``content`` is the payload as JSON and ``raw_output`` the payl
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
-from llama_index.core.bridge.pydantic import BaseModel, Field, ValidationError
+from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.tools import FunctionTool, ToolMetadata
 
 from clawmem_core import MemoryIndex
-from clawmem_core.memory_write import MEMORY_WRITE_DESCRIPTION, MEMORY_WRITE_NAME, awrite_payload, write_payload
+from clawmem_core.memory_write import (
+    MEMORY_WRITE_DESCRIPTION,
+    MEMORY_WRITE_NAME,
+    awrite_payload,
+    write_payload,
+)
+from clawmem_core.tool_schemas import MemoryWriteInput
 
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
-
-
-class MemoryWriteInput(BaseModel):
-    """Arguments of ``memory_write``."""
-
-    text: str = Field(description="The note to store, in Markdown (e.g. '- Dana prefers morning meetings').")
-    target: Literal["daily", "long_term"] = Field(
-        default="daily",
-        description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long_term' appends to MEMORY.md.",
-    )
 
 
 def _dumps(payload: Any) -> str:

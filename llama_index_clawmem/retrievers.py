@@ -12,7 +12,7 @@ from clawmem_core import MemoryIndex, SearchResult
 
 #: Metadata kept out of the text an LLM sees (path and citation stay in).
 LLM_EXCLUDED_METADATA = ["start_line", "end_line", "score", "vector_score", "text_score", "source"]
-METADATA_KEYS = ["path", "start_line", "end_line", "score", "vector_score", "text_score", "source", "citation"]
+METADATA_KEYS = ["path", "start_line", "end_line", "score", "vector_score", "text_score", "source", "citation"]  # SearchResult.metadata()
 
 
 def result_to_node(hit: SearchResult) -> NodeWithScore:
@@ -20,16 +20,7 @@ def result_to_node(hit: SearchResult) -> NodeWithScore:
     node = TextNode(
         id_=hit.id or hit.citation,
         text=hit.snippet,
-        metadata={
-            "path": hit.path,
-            "start_line": hit.start_line,
-            "end_line": hit.end_line,
-            "score": hit.score,
-            "vector_score": hit.vector_score,
-            "text_score": hit.text_score,
-            "source": hit.source,
-            "citation": hit.citation,
-        },
+        metadata=hit.metadata(),
         excluded_llm_metadata_keys=list(LLM_EXCLUDED_METADATA),
         excluded_embed_metadata_keys=list(METADATA_KEYS),
     )
