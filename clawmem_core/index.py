@@ -56,6 +56,11 @@ MAX_QUERY_EMBED_CHARS = 8000
 _GROUP_CHUNKS = 512
 #: A file modified this close to the last scan is re-hashed even if size and mtime match.
 _RACY_SECONDS = 2.0
+#: Version of what a sync derives from a file (chunk boundaries and line ranges, the text written to
+#: FTS5, how chunks are split for the embedder). Bump it when any of these change: an index written
+#: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
+#: embedded twice), since unchanged files would otherwise keep their old rows.
+INDEX_FORMAT = 2
 
 
 def default_state_dir() -> Path:
@@ -274,6 +279,7 @@ class MemoryIndex:
             "chunk_overlap": self.config.chunking.overlap,
             "fts_tokenizer": self.config.store.fts.tokenizer,
             "workspace": str(self.workspace),
+            "index_format": INDEX_FORMAT,
         }
 
     def needs_full_reindex(self) -> bool:

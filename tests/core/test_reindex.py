@@ -12,6 +12,7 @@ import pytest
 from clawmem_core import EmbeddingError, MemoryConfig, MemoryIndex
 from clawmem_core.config import ChunkingConfig, ExperimentalConfig, FtsConfig, StoreConfig
 from clawmem_core.testing import HashEmbedder
+from clawmem_core.index import INDEX_FORMAT
 
 from .conftest import SAMPLE_FILES, IndexFactory, WorkspaceFactory, keyword_only, write_files
 
@@ -62,9 +63,9 @@ def test_nothing_changed_is_not_a_full_reindex(make_workspace: WorkspaceFactory,
     assert again.full is False and again.files_indexed == 0
 
 
-@pytest.mark.parametrize("change", ["model", "provider_key", "chunking", "overlap", "tokenizer", "provider"])
+@pytest.mark.parametrize("change", ["model", "provider_key", "chunking", "overlap", "tokenizer", "provider", "format"])
 def test_identity_changes_force_a_full_reindex(make_workspace: WorkspaceFactory, open_index: IndexFactory,
-                                               change: str) -> None:
+                                               change: str, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = make_workspace(SAMPLE_FILES)
     first = open_index(ws, embedder=KeyedEmbedder("a"))
     first.sync()
@@ -83,6 +84,8 @@ def test_identity_changes_force_a_full_reindex(make_workspace: WorkspaceFactory,
         config = MemoryConfig(store=StoreConfig(fts=FtsConfig(tokenizer="unicode61")))
     elif change == "provider":
         embedder, config = None, keyword_only()
+    elif change == "format":  # written by a clawmem whose chunking or FTS text differed
+        monkeypatch.setattr("clawmem_core.index.INDEX_FORMAT", INDEX_FORMAT + 1)
     second = open_index(ws, embedder=embedder, config=config)
     assert second.needs_full_reindex()
     report = second.sync()
@@ -91,6 +94,8 @@ def test_identity_changes_force_a_full_reindex(make_workspace: WorkspaceFactory,
     assert second.search("jazz espresso", min_score=0)[0].path == "MEMORY.md"
     if change == "model":
         assert embedder.texts_embedded > 0  # new model: nothing reusable from the cache
+    if change == "format":
+        assert embedder.texts_embedded == 0  # same model: the rebuild reads every vector from the cache
 
 
 def test_model_change_reembeds_and_stamps_chunks(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
