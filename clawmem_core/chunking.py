@@ -9,6 +9,7 @@ never inside a grapheme (combining marks, ZWJ sequences, variation selectors sta
 from __future__ import annotations
 
 import hashlib
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -142,18 +143,63 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     return chunks
 
 
-def enforce_input_limit(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
-    """Split chunks over ``max_bytes`` UTF-8 bytes (the embedding model's limit, at most 8000);
-    pieces keep the parent's line range and get their own hash."""
-    out: list[Chunk] = []
-    for c in chunks:
-        if len(c.text.encode("utf-8", "surrogatepass")) <= max_bytes:
-            out.append(c)
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+#: Where a long line may be cut before falling back to spaces: after a sentence end.
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|(?<=[\u3002\uff01\uff1f\uff1b])")
+
+
+def _cut_units(line: str, max_bytes: int) -> list[str]:
+    """A line too long for one window as pieces of at most ``max_bytes``: sentences, else words,
+    else plain byte cuts; the pieces concatenate back to ``line``."""
+    out: list[str] = []
+    parts: list[str] = []
+    pos = 0
+    for m in _SENTENCE_END.finditer(line):
+        parts.append(line[pos : m.end()])
+        pos = m.end()
+    parts.append(line[pos:])
+    for part in parts:
+        if _utf8_len(part) <= max_bytes:
+            out.append(part)
             continue
-        for piece in split_utf8(c.text, max_bytes):
-            if piece.strip():
-                out.append(Chunk(c.start_line, c.end_line, piece, sha256(piece)))
-    return out
+        for word in re.findall(r"\S+\s*|\s+", part):
+            out.extend([word] if _utf8_len(word) <= max_bytes else split_utf8(word, max_bytes))
+    return [p for p in out if p]
+
+
+def embedding_windows(chunk: Chunk, max_bytes: int) -> list[Chunk]:
+    """The pieces of ``chunk`` that the embedding model sees: the chunk itself when it fits in
+    ``max_bytes`` UTF-8 bytes, else consecutive windows of whole lines packed up to that size (a
+    longer line is cut after a sentence, else between words, else anywhere but inside a code
+    point). Windows keep the chunk's line range, get their own hash and concatenate back to its
+    text (whitespace-only windows are dropped)."""
+    if _utf8_len(chunk.text) <= max_bytes:
+        return [chunk]
+    units: list[str] = []
+    for line in chunk.text.splitlines(keepends=True):
+        units.extend([line] if _utf8_len(line) <= max_bytes else _cut_units(line, max_bytes))
+    windows: list[str] = []
+    current: list[str] = []
+    size = 0
+    for unit in units:
+        n = _utf8_len(unit)
+        if current and size + n > max_bytes:
+            windows.append("".join(current))
+            current, size = [], 0
+        current.append(unit)
+        size += n
+    if current:
+        windows.append("".join(current))
+    return [Chunk(chunk.start_line, chunk.end_line, w, sha256(w)) for w in windows if w.strip()]
+
+
+def enforce_input_limit(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
+    """Split chunks over ``max_bytes`` UTF-8 bytes (the embedding model's limit, at most 8000)
+    into :func:`embedding_windows`; pieces keep the parent's line range and get their own hash."""
+    return [w for c in chunks for w in embedding_windows(c, max_bytes)]
 
 
 def remap_lines(chunks: list[Chunk], line_map: list[int] | None) -> list[Chunk]:

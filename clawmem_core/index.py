@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .chunking import Chunk, chunk_id, chunk_markdown, enforce_input_limit, remap_lines
+from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
 from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
@@ -60,7 +60,7 @@ _RACY_SECONDS = 2.0
 #: FTS5, how chunks are split for the embedder). Bump it when any of these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 
 
 def default_state_dir() -> Path:
@@ -280,6 +280,7 @@ class MemoryIndex:
             "fts_tokenizer": self.config.store.fts.tokenizer,
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
+            "embed_window": emb.embed_window if emb else 0,
         }
 
     def needs_full_reindex(self) -> bool:
@@ -498,8 +499,6 @@ class MemoryIndex:
                 chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
                 if line_map is not None:
                     chunks = remap_lines(chunks, line_map)
-                if emb is not None:
-                    chunks = enforce_input_limit(chunks, emb.input_limit)
             pending.append((row, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= _GROUP_CHUNKS:
@@ -543,28 +542,41 @@ class MemoryIndex:
         model: str,
         report: SyncReport,
     ) -> None:
+        # What the embedder sees: each chunk whole when it fits the embedder's window, else its
+        # windows (vector side only; keyword search keeps the whole chunk).
+        window = emb.embed_window if emb is not None else 0
+        pieces = {id(c): embedding_windows(c, window) for _, cs in group for c in cs} if emb is not None else {}
         vectors: dict[str, list[float]] = {}
         if emb is not None:
-            vectors = self._embed(store, cache_mirrors, [c for _, cs in group for c in cs], emb, report)
+            vectors = self._embed(store, cache_mirrors, [w for ws in pieces.values() for w in ws], emb, report)
+
+        def row_of(c: Chunk, embedding: list[float] | None, window: bool = False) -> ChunkRow:
+            return ChunkRow(
+                id=chunk_id(row.source, row.path, c.start_line, c.end_line, c.hash, model),
+                path=row.path,
+                source=row.source,
+                start_line=c.start_line,
+                end_line=c.end_line,
+                hash=c.hash,
+                model=model,
+                text=c.text,
+                embedding=embedding,
+                window=window,
+            )
+
         batch = []
         for row, chunks in group:
-            rows = [
-                ChunkRow(
-                    id=chunk_id(row.source, row.path, c.start_line, c.end_line, c.hash, model),
-                    path=row.path,
-                    source=row.source,
-                    start_line=c.start_line,
-                    end_line=c.end_line,
-                    hash=c.hash,
-                    model=model,
-                    text=c.text,
-                    embedding=vectors.get(c.hash),
-                )
-                for c in chunks
-            ]
+            rows = []
+            for c in chunks:
+                windows = pieces.get(id(c), [c])
+                if windows == [c]:
+                    rows.append(row_of(c, vectors.get(c.hash)))
+                else:
+                    rows.append(row_of(c, None))
+                    rows.extend(row_of(w, vectors.get(w.hash), window=True) for w in windows)
             batch.append((row, rows))
             report.files_indexed += 1
-            report.chunks_indexed += len(rows)
+            report.chunks_indexed += len(chunks)
         store.replace_files(batch)
 
     def _embed(

@@ -73,18 +73,26 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
 def merge_hybrid(
     vector: Iterable[Candidate], keyword: Iterable[Candidate], vector_weight: float, text_weight: float
 ) -> list[Candidate]:
-    """Union by chunk id; ``score = vw * vector_score + tw * text_score``. On overlap the keyword
-    snippet is kept. Returned unsorted (decay comes first)."""
-    by_id: dict[str, Candidate] = {}
+    """Union by chunk; ``score = vw * vector_score + tw * text_score``. A chunk is known by its
+    source, path and line range, which its embedding windows share: its vector score is that of
+    its best window. On overlap the keyword candidate (its id, hence its snippet) is kept.
+    Returned unsorted (decay comes first)."""
+    by_key: dict[tuple[str, str, int, int], Candidate] = {}
     for c in vector:
-        by_id[c.id] = c._replace(text_score=0.0)
+        key = (c.source, c.path, c.start_line, c.end_line)
+        prev = by_key.get(key)
+        if prev is None or c.vector_score > prev.vector_score:
+            by_key[key] = c._replace(text_score=0.0)
     for c in keyword:
-        prev = by_id.get(c.id)
+        key = (c.source, c.path, c.start_line, c.end_line)
+        prev = by_key.get(key)
         if prev is None:
-            by_id[c.id] = c._replace(vector_score=0.0, from_keyword=True)
-        else:
-            by_id[c.id] = prev._replace(text_score=c.text_score, snippet=c.snippet or prev.snippet, from_keyword=True)
-    return [c._replace(score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_id.values()]
+            by_key[key] = c._replace(vector_score=0.0, from_keyword=True)
+        elif not prev.from_keyword:
+            by_key[key] = c._replace(vector_score=prev.vector_score, snippet=c.snippet or prev.snippet, from_keyword=True)
+        elif c.text_score > prev.text_score:  # pieces of one long line share its line range
+            by_key[key] = c._replace(vector_score=prev.vector_score, from_keyword=True)
+    return [c._replace(score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_key.values()]
 
 
 def dedupe_line_ranges(ranked: Sequence[Candidate]) -> list[Candidate]:

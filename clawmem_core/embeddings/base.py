@@ -44,6 +44,10 @@ class Embedder(ABC):
     max_input_bytes: int = 8192
     #: Seconds a query embedding may take before it is abandoned.
     query_timeout: float = 60.0
+    #: Embed each chunk as windows of whole lines of at most this many UTF-8 bytes and score the
+    #: chunk by its best window (``None``: the whole chunk, as OpenClaw does, split only past
+    #: :attr:`input_limit`). Keyword search always sees whole chunks.
+    window_bytes: int | None = None
 
     @property
     def provider_key(self) -> str:
@@ -53,6 +57,12 @@ class Embedder(ABC):
     def input_limit(self) -> int:
         """Bytes a chunk may have before the indexer splits it (model limit, capped at 8000)."""
         return max(1, min(int(self.max_input_bytes), MAX_INPUT_BYTES))
+
+    @property
+    def embed_window(self) -> int:
+        """Bytes of chunk text per vector: :attr:`window_bytes` within :attr:`input_limit`."""
+        limit = self.input_limit
+        return max(16, min(limit, int(self.window_bytes))) if self.window_bytes else limit
 
     # -- what subclasses implement ------------------------------------------------------------
 

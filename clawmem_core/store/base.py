@@ -10,7 +10,9 @@ from typing import Any, Iterable, Sequence
 
 @dataclass(frozen=True)
 class ChunkRow:
-    """A chunk as stored: ``embedding`` is ``None`` in keyword-only mode."""
+    """A chunk as stored: ``embedding`` is ``None`` in keyword-only mode, and for a chunk whose
+    vectors are those of its windows. A ``window`` row holds one window's vector for the vector side
+    only (not in keyword search); it shares its chunk's path and line range."""
 
     id: str
     path: str
@@ -21,6 +23,7 @@ class ChunkRow:
     model: str
     text: str
     embedding: Sequence[float] | None = None
+    window: bool = False
 
 
 @dataclass(frozen=True)

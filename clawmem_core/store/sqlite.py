@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
     source TEXT NOT NULL DEFAULT 'memory', start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
     hash TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB,
-    updated_at INTEGER NOT NULL);
+    updated_at INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks (source, path);
 CREATE TABLE IF NOT EXISTS embedding_cache (
     provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL, hash TEXT NOT NULL,
@@ -191,6 +191,7 @@ class SQLiteStore(Store):
             self._check_columns()
             with self._tx():
                 conn.execute(_SCHEMA)
+                self._add_missing_columns()
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._ensure_fts()
             self.vector_dims = self._existing_vector_dims()
@@ -223,6 +224,12 @@ class SQLiteStore(Store):
             if have and not want <= have:
                 missing = ", ".join(sorted(want - have))
                 raise CorruptIndexError(f"index {self.path} is not a clawmem index (table {table} lacks {missing})")
+
+    def _add_missing_columns(self) -> None:
+        """Columns added since the first schema (an older index gets them, then a full reindex)."""
+        have = {row[1] for row in self.conn.execute("PRAGMA table_info(chunks)")}
+        if "part" not in have:  # 1 = a window row (vector side only)
+            self.conn.execute("ALTER TABLE chunks ADD COLUMN part INTEGER NOT NULL DEFAULT 0")
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:
@@ -371,13 +378,15 @@ class SQLiteStore(Store):
                     seen.add(c.id)
                     rid += 1
                     blob = _blob(c.embedding) if c.embedding else None
-                    rows.append((rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now))
-                    docs.append((rid, index_document(c.text) if cjk else c.text))
+                    rows.append((rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now,
+                                 int(c.window)))
+                    if not c.window:
+                        docs.append((rid, index_document(c.text) if cjk else c.text))
                     if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims:
                         vecs.append((rid, blob))
             conn.executemany(
                 "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
-                "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "updated_at, part) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
             if self.fts_available:
@@ -566,7 +575,7 @@ class SQLiteStore(Store):
         self.refresh()
         rows = self.conn.execute(
             "SELECT 'f', source, count(*) FROM files GROUP BY source UNION ALL "
-            "SELECT 'c', source, count(*) FROM chunks GROUP BY source UNION ALL "
+            "SELECT 'c', source, count(*) FROM chunks WHERE part = 0 GROUP BY source UNION ALL "
             "SELECT 'e', '', count(*) FROM embedding_cache"
         ).fetchall()
         by_source: dict[str, list[int]] = {}

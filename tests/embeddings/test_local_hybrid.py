@@ -60,7 +60,8 @@ def test_example_config_finds_a_paraphrase_that_keyword_search_cannot(workspace:
         status = mem.status()
         assert (status.provider, status.model) == ("local", "sentence-transformers/all-MiniLM-L6-v2")
         hits = mem.search(SEMANTIC_QUERY, min_score=0)
-        assert {h.path for h in hits[:2]} == PORTO_FILES, [(h.path, h.score) for h in hits]
+        # the two notes about the Porto trip, and MEMORY.md ("Lives in Lisbon"), lead
+        assert PORTO_FILES <= {h.path for h in hits[:3]}, [(h.path, h.score) for h in hits]
         # a keyword match still counts: the best keyword hit gets the full keyword weight
         music = mem.search("Miles Davis jazz", min_score=0)
         assert music[0].path == "MEMORY.md"
