@@ -43,13 +43,16 @@ class UnsupportedEmbedderError(ConfigError, TypeError):
     """The object given as an embedder is not one clawmem can use."""
 
 
-def wrap_embedder(obj: Any, *, normalize: bool = False, max_input_bytes: int | None = None) -> Embedder:
+def wrap_embedder(obj: Any, *, normalize: bool = False, max_input_bytes: int | None = None,
+                  window_bytes: int | None = None) -> Embedder:
     """Return ``obj`` as an :class:`Embedder`.
 
     Accepts a clawmem :class:`Embedder` (returned as is), a LangChain ``Embeddings``
     (``embed_documents``/``embed_query``) or a LlamaIndex ``BaseEmbedding``
     (``get_text_embedding_batch``/``get_query_embedding``). ``normalize`` L2-normalises the
-    vectors; ``max_input_bytes`` overrides the input limit (default 8000 bytes).
+    vectors; ``max_input_bytes`` overrides the input limit (default 8000 bytes); ``window_bytes``
+    embeds long chunks as windows of that size (see :attr:`Embedder.window_bytes`: worth it for a
+    small local model such as all-MiniLM-L6-v2, 512 bytes).
     Anything else raises :class:`UnsupportedEmbedderError` (a ``TypeError`` and a ``ConfigError``).
     """
     if isinstance(obj, Embedder):
@@ -69,6 +72,8 @@ def wrap_embedder(obj: Any, *, normalize: bool = False, max_input_bytes: int | N
     wrapper.normalize = normalize
     if max_input_bytes is not None:
         wrapper.max_input_bytes = int(max_input_bytes)
+    if window_bytes is not None:
+        wrapper.window_bytes = int(window_bytes)
     return wrapper
 
 

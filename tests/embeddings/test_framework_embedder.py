@@ -160,6 +160,15 @@ def test_normalize_option_l2_normalises() -> None:
     vec = emb.embed_query("scale me")
     assert abs(math.sqrt(sum(v * v for v in vec)) - 1) < 1e-9
     assert emb.input_limit == 1000
+    assert emb.embed_window == 1000  # whole chunks (up to the input limit) unless asked
+
+
+def test_window_option_sets_the_embedding_window_within_the_input_limit() -> None:
+    fake_mod = pytest.importorskip("langchain_core.embeddings")
+    emb = wrap_embedder(fake_mod.DeterministicFakeEmbedding(size=DIMS), window_bytes=512)
+    assert emb.embed_window == 512
+    small = wrap_embedder(fake_mod.DeterministicFakeEmbedding(size=DIMS), max_input_bytes=300, window_bytes=512)
+    assert small.embed_window == 300
 
 
 # -- LlamaIndex -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 from clawmem_core.config import LocalConfig, MemoryConfig
 from clawmem_core.embeddings.local import (
     DEFAULT_LOCAL_MAX_INPUT_BYTES,
+    LOCAL_WINDOW_BYTES,
     LocalEmbedder,
     create_local_embedder,
     resolve_model,
@@ -149,3 +150,15 @@ def test_onnx_layouts_resolve_to_the_onnx_runtime(tmp_path: Path) -> None:
     (lone / "model.onnx").write_bytes(b"onnx")
     with pytest.raises(ConfigError, match="tokenizer.json"):
         resolve_model(str(lone / "model.onnx"))
+
+
+def test_local_models_embed_windows_of_512_bytes_by_default(tmp_path: Path) -> None:
+    model = tmp_path / "long"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    emb = LocalEmbedder(str(model))
+    assert emb.input_limit == 2048
+    assert emb.window_bytes == LOCAL_WINDOW_BYTES == 512
+    assert emb.embed_window == 512
+    assert LocalEmbedder(str(model), window_bytes=None).embed_window == 2048  # whole chunks, as OpenClaw
+    assert LocalEmbedder(str(model), max_input_bytes=300).embed_window == 300  # never past the input limit
