@@ -116,6 +116,7 @@ class QueryCache(_EmbedderBase):  # type: ignore[misc,valid-type]
         self.provider = inner.provider
         self.model = inner.model
         self.max_input_bytes = inner.max_input_bytes
+        self.window_bytes = inner.window_bytes
         self.query_timeout = inner.query_timeout
         self._cache: dict[str, list[float]] = {}
         self.query_seconds = 0.0

