@@ -21,17 +21,20 @@ BEIR_CHUNKS = 200  # chunks asked for, so that 100 distinct documents can be ran
 
 def _score_locomo(results: dict[str, list[Span]], queries: list[Query]) -> dict[str, Any]:
     per_cat: dict[str, list[dict[str, float]]] = defaultdict(list)
+    per_ws: dict[str, list[dict[str, float]]] = defaultdict(list)
     for q in queries:
         spans = results.get(q.qid, [])
         row = {f"hit@{k}": hit_at(spans, q.gold_lines, k) for k in LOCOMO_K}
         row.update({f"recall@{k}": recall_at(spans, q.gold_lines, k) for k in (5, 10)})
         per_cat[q.category].append(row)
         per_cat["all"].append(row)
+        per_ws[q.workspace.name].append(row)
 
     def agg(rows: list[dict[str, float]]) -> dict[str, float]:
         return {"n": len(rows), **{m: mean(r[m] for r in rows) for m in rows[0]}} if rows else {"n": 0}
 
-    return {"overall": agg(per_cat.pop("all", [])), "by_category": {c: agg(r) for c, r in sorted(per_cat.items())}}
+    return {"overall": agg(per_cat.pop("all", [])), "by_category": {c: agg(r) for c, r in sorted(per_cat.items())},
+            "by_workspace": {w: agg(r) for w, r in sorted(per_ws.items())}}
 
 
 def _score_beir(results: dict[str, list[Span]], queries: list[Query]) -> dict[str, Any]:
