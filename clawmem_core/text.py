@@ -35,6 +35,14 @@ _CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
 # Runs of wide characters (letters and punctuation); the letters are picked out of each run.
 _WIDE_RUN_RE = re.compile(f"[{_WIDE_RANGES}]+")
 
+#: Version of the terms :func:`index_document` writes to the keyword index. It is part of the index
+#: identity: an index written with another version is rebuilt in full, never mixed with new terms.
+#: 2: fullwidth letters and digits (``ＡＢＣ１２３``, typed by CJK input methods) are indexed as ASCII.
+INDEX_FORMAT = 2
+# Runs of fullwidth digits and Latin letters, and the map to their ASCII forms.
+_FULLWIDTH_RE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")
+_FULLWIDTH_TO_ASCII = str.maketrans({chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)})
+
 #: Function words that carry no meaning in a query. They are dropped from keyword queries
 #: (unless nothing else is left), which keeps OR-queries fast on large indexes.
 STOPWORDS = frozenset(
@@ -62,6 +70,16 @@ QUERY_BREAKS = frozenset(
 _BREAK_LENGTHS = sorted({len(w) for w in QUERY_BREAKS}, reverse=True)
 
 
+def _to_ascii(match: re.Match[str]) -> str:
+    return match.group(0).translate(_FULLWIDTH_TO_ASCII)
+
+
+def fold_width(text: str) -> str:
+    """``text`` with fullwidth digits and Latin letters as their ASCII forms (fullwidth
+    punctuation separates words either way and is left alone)."""
+    return text if text.isascii() else _FULLWIDTH_RE.sub(_to_ascii, text)
+
+
 def wide_count(text: str) -> int:
     """Number of characters that weigh as a whole token (CJK and other wide characters)."""
     if text.isascii():
@@ -86,9 +104,9 @@ def _cjk_terms(run: str) -> list[str]:
 
 def index_terms(text: str) -> list[str]:
     """Terms written to the keyword index for ``text``: lower-cased words, and for each CJK run
-    its characters and its overlapping character pairs."""
+    its characters and its overlapping character pairs (fullwidth forms folded to ASCII first)."""
     out: list[str] = []
-    for word in _WORD_RE.findall(text.lower()):
+    for word in _WORD_RE.findall(fold_width(text).lower()):
         if word.isascii():
             out.append(word)
             continue
@@ -118,7 +136,7 @@ def index_document(text: str) -> str:
     :func:`index_terms`: words, lower-cased, and the CJK terms)."""
     if text.isascii() or not _WIDE_RE.search(text):
         return text
-    return _WIDE_RUN_RE.sub(_expand_cjk, text)
+    return _WIDE_RUN_RE.sub(_expand_cjk, fold_width(text))
 
 
 def _query_segments(run: str) -> list[str]:
@@ -142,7 +160,7 @@ def _query_segments(run: str) -> list[str]:
 def _query_terms(text: str) -> list[str]:
     """:func:`index_terms` of a query, with each CJK run first cut at its question words."""
     out: list[str] = []
-    for word in _WORD_RE.findall(text.lower()):
+    for word in _WORD_RE.findall(fold_width(text).lower()):
         if word.isascii():
             out.append(word)
             continue

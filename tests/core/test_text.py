@@ -110,6 +110,15 @@ def test_index_document_leaves_ascii_to_the_fts_tokenizer() -> None:
     assert index_document("Deploy 成语") == "Deploy  成 语 成语 "
 
 
+def test_fullwidth_letters_and_digits_are_indexed_and_searched_as_ascii() -> None:
+    # CJK input methods type ＬＧＢＴＱ and ２０２３; they must meet LGBTQ and 2023.
+    assert index_terms("去了ＬＧＢＴＱ大会，２０２３年") == index_terms("去了LGBTQ大会,2023年")
+    assert {"lgbtq", "2023", "大会"} <= set(index_terms("去了ＬＧＢＴＱ大会，２０２３年"))
+    assert index_document("ＡＢＣ") == "ABC"
+    assert search_terms("ＬＧＢＴＱ　２０２３") == ["lgbtq", "2023"]
+    assert search_terms("Ｄｅｐｌｏｙ plan") == ["deploy", "plan"]
+
+
 # -- quoting ----------------------------------------------------------------------------------
 
 
