@@ -68,6 +68,7 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
     timing: dict[str, list[float]] = defaultdict(list)
     index_seconds: dict[str, float] = defaultdict(float)
     chunks_total = 0
+    chunk_lines = 0
     variants = [False, True] if mmr else [False]
 
     for ws, queries in sorted(by_ws.items()):
@@ -81,6 +82,7 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
         index_seconds["none"] += time.perf_counter() - t0
         chunks = engine.read_chunks(db) if db else []
         chunks_total += len(chunks)
+        chunk_lines += sum(c.end_line - c.start_line + 1 for c in chunks)
         for use_mmr in variants:
             name = "keyword" + ("+mmr" if use_mmr else "")
             with engine.open_index(ws, sd, kw, mmr=use_mmr) as m2:
@@ -140,6 +142,7 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
         "queries": len(ds.queries),
         "skipped": ds.skipped,
         "chunks": chunks_total,
+        "lines_per_chunk": chunk_lines / chunks_total if chunks_total else None,
         "index_seconds": dict(index_seconds),
         "query_embedding_ms": query_embedding_ms,
         "systems": out_systems,

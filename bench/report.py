@@ -142,7 +142,8 @@ def quality_section(q: dict[str, Any]) -> str:
     for name, ds in (q.get("datasets") or {}).items():
         systems = ds.get("systems") or {}
         order = _system_order(list(systems))
-        parts.append(f"#### {name} ({ds.get('queries')} queries, {ds.get('chunks')} chunks"
+        per = f" of {ds['lines_per_chunk']:.1f} lines on average" if ds.get("lines_per_chunk") else ""
+        parts.append(f"#### {name} ({ds.get('queries')} queries, {ds.get('chunks')} chunks{per}"
                      + (f", skipped {ds['skipped']}" if ds.get("skipped") else "") + ")\n")
         if ds.get("query_embedding_ms"):
             parts.append("Query embedding, once per question (not in ms/query): " + ", ".join(

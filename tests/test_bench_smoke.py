@@ -81,6 +81,7 @@ def test_quality_harness_end_to_end(tmp_path: Path) -> None:
     assert loc["rank-bm25"]["overall"]["hit@10"] == 1.0
     assert set(loc["keyword"]["by_category"]) == {"single-hop", "temporal"}
     assert loc["keyword"]["by_workspace"]["conv-01"]["n"] == 2
+    assert q["datasets"]["locomo-en"]["lines_per_chunk"] > 1
     sf = q["datasets"]["scifact"]["systems"]
     assert sf["keyword"]["overall"]["ndcg@10"] == 1.0
 
