@@ -102,9 +102,7 @@ def _cjk_terms(run: str) -> list[str]:
     return list(run) + [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def index_terms(text: str) -> list[str]:
-    """Terms written to the keyword index for ``text``: lower-cased words, and for each CJK run
-    its characters and its overlapping character pairs (fullwidth forms folded to ASCII first)."""
+def _terms(text: str, breaks: bool) -> list[str]:
     out: list[str] = []
     for word in _WORD_RE.findall(fold_width(text).lower()):
         if word.isascii():
@@ -113,11 +111,20 @@ def index_terms(text: str) -> list[str]:
         for part in _SPLIT_CJK_RE.split(word):
             if not part:
                 continue
-            if _CJK_RUN_RE.match(part):
-                out.extend(_cjk_terms(part))
-            else:
+            if not _CJK_RUN_RE.match(part):
                 out.append(part)
+            elif breaks:
+                for seg in _query_segments(part):
+                    out.extend(_cjk_terms(seg))
+            else:
+                out.extend(_cjk_terms(part))
     return out
+
+
+def index_terms(text: str) -> list[str]:
+    """Terms written to the keyword index for ``text``: lower-cased words, and for each CJK run
+    its characters and its overlapping character pairs (fullwidth forms folded to ASCII first)."""
+    return _terms(text, breaks=False)
 
 
 def _expand_cjk(match: re.Match[str]) -> str:
@@ -157,30 +164,12 @@ def _query_segments(run: str) -> list[str]:
     return out
 
 
-def _query_terms(text: str) -> list[str]:
-    """:func:`index_terms` of a query, with each CJK run first cut at its question words."""
-    out: list[str] = []
-    for word in _WORD_RE.findall(fold_width(text).lower()):
-        if word.isascii():
-            out.append(word)
-            continue
-        for part in _SPLIT_CJK_RE.split(word):
-            if not part:
-                continue
-            if _CJK_RUN_RE.match(part):
-                for seg in _query_segments(part):
-                    out.extend(_cjk_terms(seg))
-            else:
-                out.append(part)
-    return out
-
-
 def search_terms(text: str, stopwords: bool = True) -> list[str]:
     """Terms of a query, deduplicated, in order: the same terms as :func:`index_terms` (words,
     CJK characters and character pairs). With ``stopwords`` true, function words are dropped and
     CJK runs are cut at question words (:data:`QUERY_BREAKS`), unless the query has nothing else."""
     if stopwords:
-        kept = [t for t in dict.fromkeys(_query_terms(text)) if t not in STOPWORDS]
+        kept = [t for t in dict.fromkeys(_terms(text, breaks=True)) if t not in STOPWORDS]
         if kept:
             return kept
     return list(dict.fromkeys(index_terms(text)))
