@@ -65,7 +65,8 @@ STOPWORDS = frozenset(
 #: words such as ``目的 了解 还是 大会``) stay in their pairs and are only dropped as characters.
 QUERY_BREAKS = frozenset(
     """什么时候 什么样 什么 为什么 怎么样 怎么 怎样 如何 哪里 哪儿 哪些 哪个 哪种 哪位 是否 是不是 有没有 多少
-    什麼時候 什麼樣 什麼 為什麼 怎麼樣 怎麼 哪裡 哪個 哪種 哪 谁 誰 吗 嗎 呢 吧 么 麼 啊""".split()
+    何时 何处 为何 几时 什麼時候 什麼樣 什麼 為什麼 怎麼樣 怎麼 哪裡 哪個 哪種 何時 為何 幾時
+    哪 谁 誰 吗 嗎 呢 吧 么 麼 啊""".split()
 )
 _BREAK_LENGTHS = sorted({len(w) for w in QUERY_BREAKS}, reverse=True)
 

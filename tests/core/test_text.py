@@ -71,6 +71,7 @@ def test_chinese_question_words_are_dropped_and_pairs_do_not_span_them() -> None
     assert "符号" in terms and not {"哪些", "些", "些符"} & set(terms)
     terms = search_terms("為什麼沒來")  # traditional forms too
     assert terms == ["沒", "來", "沒來"]
+    assert search_terms("他何时搬家") == ["搬", "家", "搬家"]
 
 
 def test_a_query_of_question_words_only_keeps_them() -> None:
