@@ -21,17 +21,20 @@ BEIR_CHUNKS = 200  # chunks asked for, so that 100 distinct documents can be ran
 
 def _score_locomo(results: dict[str, list[Span]], queries: list[Query]) -> dict[str, Any]:
     per_cat: dict[str, list[dict[str, float]]] = defaultdict(list)
+    per_ws: dict[str, list[dict[str, float]]] = defaultdict(list)
     for q in queries:
         spans = results.get(q.qid, [])
         row = {f"hit@{k}": hit_at(spans, q.gold_lines, k) for k in LOCOMO_K}
         row.update({f"recall@{k}": recall_at(spans, q.gold_lines, k) for k in (5, 10)})
         per_cat[q.category].append(row)
         per_cat["all"].append(row)
+        per_ws[q.workspace.name].append(row)
 
     def agg(rows: list[dict[str, float]]) -> dict[str, float]:
         return {"n": len(rows), **{m: mean(r[m] for r in rows) for m in rows[0]}} if rows else {"n": 0}
 
-    return {"overall": agg(per_cat.pop("all", [])), "by_category": {c: agg(r) for c, r in sorted(per_cat.items())}}
+    return {"overall": agg(per_cat.pop("all", [])), "by_category": {c: agg(r) for c, r in sorted(per_cat.items())},
+            "by_workspace": {w: agg(r) for w, r in sorted(per_ws.items())}}
 
 
 def _score_beir(results: dict[str, list[Span]], queries: list[Query]) -> dict[str, Any]:
@@ -65,6 +68,7 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
     timing: dict[str, list[float]] = defaultdict(list)
     index_seconds: dict[str, float] = defaultdict(float)
     chunks_total = 0
+    chunk_lines = 0
     variants = [False, True] if mmr else [False]
 
     for ws, queries in sorted(by_ws.items()):
@@ -78,6 +82,7 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
         index_seconds["none"] += time.perf_counter() - t0
         chunks = engine.read_chunks(db) if db else []
         chunks_total += len(chunks)
+        chunk_lines += sum(c.end_line - c.start_line + 1 for c in chunks)
         for use_mmr in variants:
             name = "keyword" + ("+mmr" if use_mmr else "")
             with engine.open_index(ws, sd, kw, mmr=use_mmr) as m2:
@@ -137,6 +142,7 @@ def run_dataset(ds: Dataset, choices: list[EmbedderChoice], cache: Path, log: Ca
         "queries": len(ds.queries),
         "skipped": ds.skipped,
         "chunks": chunks_total,
+        "lines_per_chunk": chunk_lines / chunks_total if chunks_total else None,
         "index_seconds": dict(index_seconds),
         "query_embedding_ms": query_embedding_ms,
         "systems": out_systems,

@@ -109,7 +109,29 @@ def targets_quality(res: dict[str, Any], rows: list[list[str]], add: Any) -> lis
     if en is not None and zh is not None:
         add("Chinese keyword-only within 0.05 hit@5 of English", zh, en - zh <= 0.05,
             f"ZH {zh:.3f} vs EN {en:.3f} (gap {en - zh:+.3f})")
+    label, same = same_questions(_get(res, "quality") or {})
+    en_same = _get(same, "keyword", "hit@5")
+    if en_same is not None and zh is not None:
+        add(f"Chinese keyword-only within 0.05 hit@5 of English on the same questions ({label})", zh,
+            en_same - zh <= 0.05, f"ZH {zh:.3f} vs EN {en_same:.3f} (gap {en_same - zh:+.3f})")
     return rows
+
+
+def same_questions(q: dict[str, Any]) -> tuple[str, dict[str, dict[str, float]]]:
+    """English scores over the conversations the Chinese set was translated from (the same questions):
+    ``(conversations, {system: {metric: value, "n": questions}})``, from each workspace's scores weighted by
+    its question count. Empty when a run lacks either set or per-workspace scores."""
+    ds = _get(q, "datasets") or {}
+    zh_ws = _get(ds, "locomo-zh", "systems", "keyword", "by_workspace") or {}
+    en = _get(ds, "locomo-en", "systems") or {}
+    out: dict[str, dict[str, float]] = {}
+    for name, s in en.items():
+        parts = [(s.get("by_workspace") or {}).get(w) for w in zh_ws]
+        if not zh_ws or any(p is None or not p.get("n") for p in parts):
+            continue
+        n = sum(p["n"] for p in parts)
+        out[name] = {"n": n, **{m: sum(p[m] * p["n"] for p in parts) / n for m in parts[0] if m != "n"}}
+    return ", ".join(sorted(zh_ws)), out
 
 
 # -- sections ---------------------------------------------------------------------------------------------------
@@ -120,7 +142,8 @@ def quality_section(q: dict[str, Any]) -> str:
     for name, ds in (q.get("datasets") or {}).items():
         systems = ds.get("systems") or {}
         order = _system_order(list(systems))
-        parts.append(f"#### {name} ({ds.get('queries')} queries, {ds.get('chunks')} chunks"
+        per = f" of {ds['lines_per_chunk']:.1f} lines on average" if ds.get("lines_per_chunk") else ""
+        parts.append(f"#### {name} ({ds.get('queries')} queries, {ds.get('chunks')} chunks{per}"
                      + (f", skipped {ds['skipped']}" if ds.get("skipped") else "") + ")\n")
         if ds.get("query_embedding_ms"):
             parts.append("Query embedding, once per question (not in ms/query): " + ", ".join(
@@ -134,6 +157,20 @@ def quality_section(q: dict[str, Any]) -> str:
             rows = [[n] + [_f(_get(systems, n, "overall", m), 3) for m in ms] + [_f(_get(systems, n, "search_ms_mean"), 1)]
                     for n in order]
             parts.append(_table(["system"] + ms + ["ms/query"], rows))
+            label, same = same_questions(q) if ds.get("language") == "zh" else ("", {})
+            both = [n for n in order if n in same]
+            if both:
+                parts.append(f"\nThe same questions in English (locomo-en on {label}, n={same[both[0]]['n']}):\n")
+                head = ["system", "EN hit@1", "ZH hit@1", "EN hit@5", "ZH hit@5", "gap hit@5", "EN recall@5",
+                        "ZH recall@5"]
+                rows = []
+                for n in both:
+                    e, z = same[n], _get(systems, n, "overall") or {}
+                    gap = e["hit@5"] - z["hit@5"] if z.get("hit@5") is not None else None
+                    rows.append([n, _f(e.get("hit@1"), 3), _f(z.get("hit@1"), 3), _f(e.get("hit@5"), 3),
+                                 _f(z.get("hit@5"), 3), "–" if gap is None else f"{gap:+.3f}",
+                                 _f(e.get("recall@5"), 3), _f(z.get("recall@5"), 3)])
+                parts.append(_table(head, rows))
             cats = sorted({c for s in systems.values() for c in (s.get("by_category") or {})})
             if cats:
                 parts.append("\nhit@5 by category (n = questions):\n")

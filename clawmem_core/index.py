@@ -36,7 +36,7 @@ from .search import (
 )
 from .store.base import ChunkRow, FileRow
 from .store.sqlite import CorruptIndexError, SQLiteStore, quarantine_index, remove_stale_temp_files
-from .text import search_terms
+from .text import INDEX_FORMAT, search_terms
 
 if TYPE_CHECKING:
     from .writing import WriteResult
@@ -278,6 +278,7 @@ class MemoryIndex:
             "chunk_tokens": self.config.chunking.tokens,
             "chunk_overlap": self.config.chunking.overlap,
             "fts_tokenizer": self.config.store.fts.tokenizer,
+            "fts_format": INDEX_FORMAT,
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,
@@ -285,7 +286,8 @@ class MemoryIndex:
 
     def needs_full_reindex(self) -> bool:
         """True when the index identity (provider, model, settings, sources, extra paths,
-        chunking, tokenizer) differs from the configuration, or there is no index yet."""
+        chunking, tokenizer, keyword-index format) differs from the configuration, or there is no
+        index yet."""
         meta = self._store.get_meta()
         if meta is None:
             return True

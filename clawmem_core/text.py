@@ -35,6 +35,14 @@ _CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
 # Runs of wide characters (letters and punctuation); the letters are picked out of each run.
 _WIDE_RUN_RE = re.compile(f"[{_WIDE_RANGES}]+")
 
+#: Version of the terms :func:`index_document` writes to the keyword index. It is part of the index
+#: identity: an index written with another version is rebuilt in full, never mixed with new terms.
+#: 2: fullwidth letters and digits (``ＡＢＣ１２３``, typed by CJK input methods) are indexed as ASCII.
+INDEX_FORMAT = 2
+# Runs of fullwidth digits and Latin letters, and the map to their ASCII forms.
+_FULLWIDTH_RE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")
+_FULLWIDTH_TO_ASCII = str.maketrans({chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)})
+
 #: Function words that carry no meaning in a query. They are dropped from keyword queries
 #: (unless nothing else is left), which keeps OR-queries fast on large indexes.
 STOPWORDS = frozenset(
@@ -46,8 +54,31 @@ STOPWORDS = frozenset(
     this those through to too under until up very was we were what when where which while who whom
     why will with would you your yours yourself yourselves s t don did didn doesn isn wasn weren
     won wouldn shouldn couldn ll re ve d m o y
-    的 了 吗 呢 吧 啊 么 是 在 和 与 及 或 也 都 就 而 着 过 被 把 这 那 哪 什 么 个 之 其 我 你 他 她 它 们""".split()
+    的 了 吗 呢 吧 啊 么 是 在 和 与 及 或 也 都 就 而 着 过 被 把 这 那 哪 什 么 个 之 其 我 你 他 她 它 们
+    嗎 麼 與 這 過 個 們""".split()
 )
+
+#: Chinese question words and particles (simplified and traditional). A query's CJK run is cut at
+#: them, longest first: they are dropped, and no character pair spans them (``研究了什么`` gives
+#: no ``了什``, a rare pair that would rank chunks by noise). Single characters in this list only
+#: ever occur as question words; ambiguous function characters (``的 了 是 会``, also parts of
+#: words such as ``目的 了解 还是 大会``) stay in their pairs and are only dropped as characters.
+QUERY_BREAKS = frozenset(
+    """什么时候 什么样 什么 为什么 怎么样 怎么 怎样 如何 哪里 哪儿 哪些 哪个 哪种 哪位 是否 是不是 有没有 多少
+    何时 何处 为何 几时 什麼時候 什麼樣 什麼 為什麼 怎麼樣 怎麼 哪裡 哪個 哪種 何時 為何 幾時
+    哪 谁 誰 吗 嗎 呢 吧 么 麼 啊""".split()
+)
+_BREAK_LENGTHS = sorted({len(w) for w in QUERY_BREAKS}, reverse=True)
+
+
+def _to_ascii(match: re.Match[str]) -> str:
+    return match.group(0).translate(_FULLWIDTH_TO_ASCII)
+
+
+def fold_width(text: str) -> str:
+    """``text`` with fullwidth digits and Latin letters as their ASCII forms (fullwidth
+    punctuation separates words either way and is left alone)."""
+    return text if text.isascii() else _FULLWIDTH_RE.sub(_to_ascii, text)
 
 
 def wide_count(text: str) -> int:
@@ -72,22 +103,29 @@ def _cjk_terms(run: str) -> list[str]:
     return list(run) + [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def index_terms(text: str) -> list[str]:
-    """Terms written to the keyword index for ``text``: lower-cased words, and for each CJK run
-    its characters and its overlapping character pairs."""
+def _terms(text: str, breaks: bool) -> list[str]:
     out: list[str] = []
-    for word in _WORD_RE.findall(text.lower()):
+    for word in _WORD_RE.findall(fold_width(text).lower()):
         if word.isascii():
             out.append(word)
             continue
         for part in _SPLIT_CJK_RE.split(word):
             if not part:
                 continue
-            if _CJK_RUN_RE.match(part):
-                out.extend(_cjk_terms(part))
-            else:
+            if not _CJK_RUN_RE.match(part):
                 out.append(part)
+            elif breaks:
+                for seg in _query_segments(part):
+                    out.extend(_cjk_terms(seg))
+            else:
+                out.extend(_cjk_terms(part))
     return out
+
+
+def index_terms(text: str) -> list[str]:
+    """Terms written to the keyword index for ``text``: lower-cased words, and for each CJK run
+    its characters and its overlapping character pairs (fullwidth forms folded to ASCII first)."""
+    return _terms(text, breaks=False)
 
 
 def _expand_cjk(match: re.Match[str]) -> str:
@@ -106,19 +144,36 @@ def index_document(text: str) -> str:
     :func:`index_terms`: words, lower-cased, and the CJK terms)."""
     if text.isascii() or not _WIDE_RE.search(text):
         return text
-    return _WIDE_RUN_RE.sub(_expand_cjk, text)
+    return _WIDE_RUN_RE.sub(_expand_cjk, fold_width(text))
+
+
+def _query_segments(run: str) -> list[str]:
+    """The pieces of a CJK run between its :data:`QUERY_BREAKS` (longest match first)."""
+    out: list[str] = []
+    start = i = 0
+    while i < len(run):
+        size = next((n for n in _BREAK_LENGTHS if run[i : i + n] in QUERY_BREAKS), 0)
+        if size:
+            if start < i:
+                out.append(run[start:i])
+            i += size
+            start = i
+        else:
+            i += 1
+    if start < len(run):
+        out.append(run[start:])
+    return out
 
 
 def search_terms(text: str, stopwords: bool = True) -> list[str]:
     """Terms of a query, deduplicated, in order: the same terms as :func:`index_terms` (words,
-    CJK characters and character pairs). With ``stopwords`` true, function words are dropped
-    unless the query has nothing else."""
-    terms = list(dict.fromkeys(index_terms(text)))
+    CJK characters and character pairs). With ``stopwords`` true, function words are dropped and
+    CJK runs are cut at question words (:data:`QUERY_BREAKS`), unless the query has nothing else."""
     if stopwords:
-        kept = [t for t in terms if t not in STOPWORDS]
+        kept = [t for t in dict.fromkeys(_terms(text, breaks=True)) if t not in STOPWORDS]
         if kept:
             return kept
-    return terms
+    return list(dict.fromkeys(index_terms(text)))
 
 
 def openclaw_tokens(text: str) -> list[str]:

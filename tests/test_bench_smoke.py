@@ -80,8 +80,31 @@ def test_quality_harness_end_to_end(tmp_path: Path) -> None:
         assert 0.0 <= loc[name]["overall"]["hit@5"] <= 1.0
     assert loc["rank-bm25"]["overall"]["hit@10"] == 1.0
     assert set(loc["keyword"]["by_category"]) == {"single-hop", "temporal"}
+    assert loc["keyword"]["by_workspace"]["conv-01"]["n"] == 2
+    assert q["datasets"]["locomo-en"]["lines_per_chunk"] > 1
     sf = q["datasets"]["scifact"]["systems"]
     assert sf["keyword"]["overall"]["ndcg@10"] == 1.0
+
+
+def test_report_compares_chinese_with_english_on_the_same_questions() -> None:
+    def scores(hit5: float, n: int) -> dict[str, float]:
+        return {"n": n, "hit@1": hit5, "hit@5": hit5, "recall@5": hit5}
+
+    en = {"overall": scores(0.95, 40), "by_workspace": {"conv-26": scores(0.8, 10), "conv-30": scores(1.0, 30)}}
+    zh = {"overall": scores(0.7, 10), "by_workspace": {"conv-26": scores(0.7, 10)}}
+    q = {"datasets": {"locomo-en": {"language": "en", "systems": {"keyword": en}},
+                      "locomo-zh": {"language": "zh", "systems": {"keyword": zh}}}}
+    label, same = report.same_questions(q)
+    assert label == "conv-26"
+    assert same["keyword"]["n"] == 10 and same["keyword"]["hit@5"] == pytest.approx(0.8)
+    rows = {r[0]: r[1:] for r in report.targets({"quality": q})}
+    assert rows["Chinese keyword-only within 0.05 hit@5 of English"][0] == "ZH 0.700 vs EN 0.950 (gap +0.250)"
+    same_row = rows["Chinese keyword-only within 0.05 hit@5 of English on the same questions (conv-26)"]
+    assert same_row == ["ZH 0.700 vs EN 0.800 (gap +0.100)", "❌"]
+    assert "locomo-en on conv-26, n=10" in report.quality_section(q)
+    # Runs saved before per-conversation scores: no comparison, no error.
+    del en["by_workspace"]
+    assert report.same_questions(q)[1] == {}
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:

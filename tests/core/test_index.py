@@ -296,6 +296,30 @@ def test_cjk_multi_term_query_ranks_the_row_with_both_first(make_workspace: Work
     assert set(found) == {"memory/a.md", "memory/b.md", "memory/c.md"}
 
 
+def test_chinese_question_words_do_not_match_every_chunk(make_workspace: WorkspaceFactory,
+                                                         open_index: IndexFactory) -> None:
+    # 什么 / 什么时候 occur in most conversation chunks; only the content words may match.
+    ws = make_workspace({"memory/camp.md": "我们在考虑下个月去露营。\n",
+                         "memory/chat.md": "你在做什么？你什么时候有空？\n",
+                         "memory/food.md": "什么都行，我们吃面条吧。\n"})
+    mem = open_index(ws, embedder=None, config=keyword_only())
+    mem.sync()
+    assert paths_of(mem.search("Melanie什么时候去露营？", min_score=0)) == ["memory/camp.md"]
+
+
+def test_chinese_question_ranks_the_chunk_with_the_content_words_first(make_workspace: WorkspaceFactory,
+                                                                       open_index: IndexFactory) -> None:
+    # Before question words were cut out, the chunk holding 了什么 twice outranked the answer.
+    ws = make_workspace({"memory/a.md": "她最近在研究收养机构的资料。\n",
+                         "memory/b.md": "你今天做了什么？他们说了什么？\n",
+                         "memory/c.md": "研讨会上讲了很多。\n"})
+    mem = open_index(ws, embedder=None, config=keyword_only())
+    mem.sync()
+    found = paths_of(mem.search("Caroline研究了什么？", min_score=0))
+    assert found[0] == "memory/a.md"
+    assert "memory/b.md" not in found
+
+
 # -- thresholds -------------------------------------------------------------------------------------
 
 

@@ -98,6 +98,37 @@ def test_identity_changes_force_a_full_reindex(make_workspace: WorkspaceFactory,
         assert embedder.texts_embedded == 0  # same model: the rebuild reads every vector from the cache
 
 
+def test_an_index_of_an_older_keyword_format_is_rebuilt(make_workspace: WorkspaceFactory,
+                                                        open_index: IndexFactory) -> None:
+    import apsw
+
+    from clawmem_core.text import INDEX_FORMAT
+
+    ws = make_workspace({"memory/a.md": "我去了ＬＧＢＴＱ支持小组\n", "memory/b.md": "we went hiking\n"})
+    first = open_index(ws, embedder=None, config=keyword_only())
+    first.sync()
+    store_path = first.store_path
+    first.close()
+    # What an index written before the keyword-format version existed looks like: no fts_format,
+    # and fullwidth letters stored as CJK characters (no ASCII term to match).
+    conn = apsw.Connection(str(store_path))
+    key = "memory_index_meta_v1"
+    meta = json.loads(conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchall()[0][0])
+    assert meta.pop("fts_format") == INDEX_FORMAT
+    conn.execute("UPDATE meta SET value=? WHERE key=?", (json.dumps(meta), key))
+    conn.execute("DELETE FROM chunks_fts")
+    conn.execute("INSERT INTO chunks_fts(rowid, text) SELECT rid, 'Ｌ Ｇ ＬＧ' FROM chunks WHERE path='memory/a.md'")
+    conn.close()
+
+    second = open_index(ws, embedder=None, config=keyword_only())
+    assert second.needs_full_reindex()
+    report = second.sync()
+    assert report.full is True and report.files_indexed == 2
+    assert [h.path for h in second.search("LGBTQ", min_score=0)] == ["memory/a.md"]
+    assert [h.path for h in second.search("hiking", min_score=0)] == ["memory/b.md"]
+    assert not second.needs_full_reindex()
+
+
 def test_model_change_reembeds_and_stamps_chunks(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
     import apsw
 

@@ -61,6 +61,36 @@ def test_cjk_query_terms_are_characters_and_pairs() -> None:
     assert "金银价格" not in terms  # the whole run is not a term: substrings must match
 
 
+def test_chinese_question_words_are_dropped_and_pairs_do_not_span_them() -> None:
+    # 什么 and the rare pair 了什 (了 + 什么) would match chunks that share only the question form.
+    assert search_terms("Caroline研究了什么？") == ["caroline", "研", "究", "研究", "究了"]
+    terms = search_terms("Melanie打算什么时候去露营？")
+    assert "露营" in terms and "打算" in terms
+    assert not {"什么", "么时", "时候", "算什", "候去"} & set(terms)
+    terms = search_terms("哪些符号很重要？")
+    assert "符号" in terms and not {"哪些", "些", "些符"} & set(terms)
+    terms = search_terms("為什麼沒來")  # traditional forms too
+    assert terms == ["沒", "來", "沒來"]
+    assert search_terms("他何时搬家") == ["搬", "家", "搬家"]
+
+
+def test_a_query_of_question_words_only_keeps_them() -> None:
+    assert search_terms("什么") == ["什", "么", "什么"]
+    assert search_terms("什么", stopwords=False) == ["什", "么", "什么"]
+
+
+def test_ambiguous_function_characters_keep_their_pairs() -> None:
+    # 会 and 的 are function words on their own but also parts of words (大会, 目的).
+    terms = search_terms("去参加大会的目的")
+    assert {"大会", "目的"} <= set(terms)
+    assert "的" not in terms
+
+
+def test_japanese_and_korean_queries_keep_their_pairs() -> None:
+    assert {"しり", "りと", "とり"} <= set(search_terms("しりとり"))
+    assert {"끝말", "잇기"} <= set(search_terms("끝말잇기 뭐야"))
+
+
 def test_mixed_script_word_splits_cjk_from_latin() -> None:
     terms = index_terms("2026年价格")
     assert "2026" in terms and "年" in terms and "价格" in terms
@@ -79,6 +109,15 @@ def test_index_document_leaves_ascii_to_the_fts_tokenizer() -> None:
     # FTS5's unicode61 tokenizer folds case and splits words; only CJK runs are rewritten.
     assert index_document("Deploy THE Service") == "Deploy THE Service"
     assert index_document("Deploy 成语") == "Deploy  成 语 成语 "
+
+
+def test_fullwidth_letters_and_digits_are_indexed_and_searched_as_ascii() -> None:
+    # CJK input methods type ＬＧＢＴＱ and ２０２３; they must meet LGBTQ and 2023.
+    assert index_terms("去了ＬＧＢＴＱ大会，２０２３年") == index_terms("去了LGBTQ大会,2023年")
+    assert {"lgbtq", "2023", "大会"} <= set(index_terms("去了ＬＧＢＴＱ大会，２０２３年"))
+    assert index_document("ＡＢＣ") == "ABC"
+    assert search_terms("ＬＧＢＴＱ　２０２３") == ["lgbtq", "2023"]
+    assert search_terms("Ｄｅｐｌｏｙ plan") == ["deploy", "plan"]
 
 
 # -- quoting ----------------------------------------------------------------------------------
