@@ -36,7 +36,7 @@ from .search import (
 )
 from .store.base import ChunkRow, FileRow
 from .store.sqlite import CorruptIndexError, SQLiteStore, quarantine_index, remove_stale_temp_files
-from .text import INDEX_FORMAT, search_terms
+from .text import FTS_FORMAT, search_terms
 
 if TYPE_CHECKING:
     from .writing import WriteResult
@@ -56,8 +56,8 @@ MAX_QUERY_EMBED_CHARS = 8000
 _GROUP_CHUNKS = 512
 #: A file modified this close to the last scan is re-hashed even if size and mtime match.
 _RACY_SECONDS = 2.0
-#: Version of what a sync derives from a file (chunk boundaries and line ranges, the text written to
-#: FTS5, how chunks are split for the embedder). Bump it when any of these change: an index written
+#: Version of what a sync derives from a file (chunk boundaries and line ranges, embedding windows;
+#: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
 INDEX_FORMAT = 3
@@ -278,7 +278,7 @@ class MemoryIndex:
             "chunk_tokens": self.config.chunking.tokens,
             "chunk_overlap": self.config.chunking.overlap,
             "fts_tokenizer": self.config.store.fts.tokenizer,
-            "fts_format": INDEX_FORMAT,
+            "fts_format": FTS_FORMAT,
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,

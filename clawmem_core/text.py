@@ -38,7 +38,7 @@ _WIDE_RUN_RE = re.compile(f"[{_WIDE_RANGES}]+")
 #: Version of the terms :func:`index_document` writes to the keyword index. It is part of the index
 #: identity: an index written with another version is rebuilt in full, never mixed with new terms.
 #: 2: fullwidth letters and digits (``ＡＢＣ１２３``, typed by CJK input methods) are indexed as ASCII.
-INDEX_FORMAT = 2
+FTS_FORMAT = 2
 # Runs of fullwidth digits and Latin letters, and the map to their ASCII forms.
 _FULLWIDTH_RE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")
 _FULLWIDTH_TO_ASCII = str.maketrans({chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)})

@@ -102,7 +102,7 @@ def test_an_index_of_an_older_keyword_format_is_rebuilt(make_workspace: Workspac
                                                         open_index: IndexFactory) -> None:
     import apsw
 
-    from clawmem_core.text import INDEX_FORMAT
+    from clawmem_core.text import FTS_FORMAT
 
     ws = make_workspace({"memory/a.md": "我去了ＬＧＢＴＱ支持小组\n", "memory/b.md": "we went hiking\n"})
     first = open_index(ws, embedder=None, config=keyword_only())
@@ -114,7 +114,7 @@ def test_an_index_of_an_older_keyword_format_is_rebuilt(make_workspace: Workspac
     conn = apsw.Connection(str(store_path))
     key = "memory_index_meta_v1"
     meta = json.loads(conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchall()[0][0])
-    assert meta.pop("fts_format") == INDEX_FORMAT
+    assert meta.pop("fts_format") == FTS_FORMAT
     conn.execute("UPDATE meta SET value=? WHERE key=?", (json.dumps(meta), key))
     conn.execute("DELETE FROM chunks_fts")
     conn.execute("INSERT INTO chunks_fts(rowid, text) SELECT rid, 'Ｌ Ｇ ＬＧ' FROM chunks WHERE path='memory/a.md'")
