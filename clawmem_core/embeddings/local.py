@@ -19,6 +19,9 @@ module pulls in neither torch nor any native engine):
   ``"intfloat/multilingual-e5-small"``). Queries and documents get e5's ``query:`` /
   ``passage:`` prefixes.
 
+A local model embeds each chunk as windows of whole lines of at most ``LOCAL_WINDOW_BYTES`` (512)
+and the vector side scores a chunk by its best window (``window_bytes=None`` embeds whole chunks).
+
 ``hf:`` and ``http(s):`` paths are refused: clawmem never downloads a model. GGUF files
 (OpenClaw's node-llama-cpp models) are not supported.
 
