@@ -123,13 +123,19 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()  # a final newline ends the last line; it does not start another one
     for number, line in enumerate(lines, start=1):
-        weight = len(line) if ascii_only else weighted_length(line)
+        weight = len(line) if ascii_only or line.isascii() else weighted_length(line)
         if weight <= max_units:
-            pieces: list[tuple[str, int]] = [(line, weight)]
-        else:
-            pieces = [(p, weighted_length(p)) for p in _split_line(line, max_units)]
-        for segment, weight in pieces:
             cost = weight + 1
+            if seg_text and total + cost > max_units:
+                flush()
+                carry(cost)
+            seg_text.append(line)
+            seg_line.append(number)
+            seg_cost.append(cost)
+            total += cost
+            continue
+        for segment in _split_line(line, max_units):
+            cost = weighted_length(segment) + 1
             if seg_text and total + cost > max_units:
                 flush()
                 carry(cost)

@@ -8,6 +8,9 @@ classic CJK bigram analysis: ``成语`` then matches inside ``今天玩成语接
 from __future__ import annotations
 
 import re
+import sys
+from array import array
+
 # Characters that weigh as one token each and are split into n-grams: CJK ideographs (with
 # extensions and compatibility forms), kana, Hangul, Yi, CJK punctuation and fullwidth forms.
 _WIDE_RANGES = (
@@ -34,6 +37,14 @@ _SPLIT_CJK_RE = re.compile(f"({_CJK_LETTER}+)")
 _CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
 # Runs of wide characters (letters and punctuation); the letters are picked out of each run.
 _WIDE_RUN_RE = re.compile(f"[{_WIDE_RANGES}]+")
+_WIDE_SPLIT_RE = re.compile(f"([{_WIDE_RANGES}]+)")
+# Code points as machine integers: long CJK runs are expanded with array slices, not per character.
+_UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+_SPACE = array("I", [32])
+_ARRAY_FROM = 8 if _SPACE.itemsize == 4 else 1 << 62  # shorter runs are cheaper with str.join
+# Short runs recur (words between punctuation): their expansions are kept, up to a bound.
+_PIECES: dict[str, str] = {}
+_PIECES_MAX = 16384
 
 #: Function words that carry no meaning in a query. They are dropped from keyword queries
 #: (unless nothing else is left), which keeps OR-queries fast on large indexes.
@@ -54,7 +65,7 @@ def wide_count(text: str) -> int:
     """Number of characters that weigh as a whole token (CJK and other wide characters)."""
     if text.isascii():
         return 0
-    return len(_WIDE_RE.findall(text))
+    return sum(map(len, _WIDE_RUN_RE.findall(text)))
 
 
 def weighted_length(text: str) -> int:
@@ -90,14 +101,27 @@ def index_terms(text: str) -> list[str]:
     return out
 
 
-def _expand_cjk(match: re.Match[str]) -> str:
-    # The terms of _cjk_terms, built with C-level joins (this runs over every CJK character).
-    parts = []
-    for run in _WORD_RE.findall(match.group(0)):
-        parts.append(" ".join(run))
-        if len(run) > 1:
-            parts.append(" ".join(map(str.__add__, run[:-1], run[1:])))
-    return " " + " ".join(parts) + " "
+def _cjk_piece(run: str) -> str:
+    """``" ".join(_cjk_terms(run))``: the characters of a CJK letter run, then its pairs."""
+    piece = _PIECES.get(run)
+    if piece is not None:
+        return piece
+    n = len(run)
+    if n == 1:
+        return run
+    if n < _ARRAY_FROM:
+        piece = f"{' '.join(run)} {' '.join(map(str.__add__, run, run[1:]))}"
+        if len(_PIECES) >= _PIECES_MAX:
+            _PIECES.clear()
+        _PIECES[run] = piece
+        return piece
+    # "a b c ab bc": 2n - 1 code points of characters and spaces, then 3(n - 1) - 1 of pairs.
+    src = array("I", run.encode(_UTF32))
+    out = _SPACE * (5 * n - 4)
+    out[0 : 2 * n : 2] = src
+    out[2 * n :: 3] = src[:-1]
+    out[2 * n + 1 :: 3] = src[1:]
+    return str(out, _UTF32)
 
 
 def index_document(text: str) -> str:
@@ -106,7 +130,11 @@ def index_document(text: str) -> str:
     :func:`index_terms`: words, lower-cased, and the CJK terms)."""
     if text.isascii() or not _WIDE_RE.search(text):
         return text
-    return _WIDE_RUN_RE.sub(_expand_cjk, text)
+    # Odd items are runs of wide characters; each becomes " <terms of its letter runs> ".
+    parts = _WIDE_SPLIT_RE.split(text)
+    for i in range(1, len(parts), 2):
+        parts[i] = f" {' '.join(map(_cjk_piece, _WORD_RE.findall(parts[i])))} "
+    return "".join(parts)
 
 
 def search_terms(text: str, stopwords: bool = True) -> list[str]:
