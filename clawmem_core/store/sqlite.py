@@ -333,6 +333,11 @@ class SQLiteStore(Store):
     def file_hashes(self, source: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
 
+    def file_states(self, source: str) -> dict[str, tuple[str, str, int, int]]:
+        """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
+        rows = self.conn.execute("SELECT path, hash, size, mtime FROM files WHERE source=?", (source,))
+        return {row[0]: row for row in rows}
+
     def _delete_chunks(self, source: str, paths: Sequence[str]) -> None:
         """Delete the chunks (keywords, vectors) of ``paths``: one lookup per 500 paths, not per file."""
         conn = self.conn
@@ -397,9 +402,14 @@ class SQLiteStore(Store):
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
+        self.touch_files([file])
+
+    def touch_files(self, files: Sequence[FileRow]) -> None:
+        """:meth:`touch_file` for many files, in one transaction."""
         with self._tx():
-            self.conn.execute(
-                "UPDATE files SET mtime=?, size=? WHERE source=? AND path=?", (file.mtime, file.size, file.source, file.path)
+            self.conn.executemany(
+                "UPDATE files SET mtime=?, size=? WHERE source=? AND path=?",
+                [(f.mtime, f.size, f.source, f.path) for f in files],
             )
 
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
