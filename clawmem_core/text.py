@@ -61,6 +61,16 @@ STOPWORDS = frozenset(
 )
 
 
+def is_narrow(text: str) -> bool:
+    """True when no character of ``text`` can be wide: all are below U+0100 (such a string is
+    stored one byte per character, so the Latin-1 check is a copy, not a scan)."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def wide_count(text: str) -> int:
     """Number of characters that weigh as a whole token (CJK and other wide characters)."""
     if text.isascii():
@@ -128,7 +138,7 @@ def index_document(text: str) -> str:
     """The text stored in the FTS5 table: the text itself, with each CJK run replaced by its
     characters and character pairs (FTS5's tokenizer then finds the same terms as
     :func:`index_terms`: words, lower-cased, and the CJK terms)."""
-    if text.isascii() or not _WIDE_RE.search(text):
+    if text.isascii() or is_narrow(text) or not _WIDE_RE.search(text):
         return text
     # Odd items are runs of wide characters; each becomes " <terms of its letter runs> ".
     parts = _WIDE_SPLIT_RE.split(text)

@@ -196,3 +196,12 @@ def test_expansion_cache_stays_bounded_and_correct() -> None:
         assert index_document(run) == _reference_index_document(run)
     assert 0 < len(text._PIECES) <= text._PIECES_MAX
     assert index_document(runs[0]) == _reference_index_document(runs[0])
+
+
+def test_is_narrow_only_below_u0100() -> None:
+    from clawmem_core.text import is_narrow
+
+    assert is_narrow("") and is_narrow("abc") and is_narrow("17:23 · café ñ ÿ")
+    assert not is_narrow("a—b")  # U+2014: not wide, but not narrow either
+    assert not is_narrow("中") and not is_narrow("\U00020000") and not is_narrow("\ud800")
+    assert index_document("## 17:23 · Standup") == "## 17:23 · Standup"
