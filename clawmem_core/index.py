@@ -665,16 +665,20 @@ class MemoryIndex:
         texts = [text_of[h] for h in missing]
         # A provider batch API takes everything in one job; otherwise calls of at most 8000 bytes.
         groups = [list(range(len(texts)))] if texts and getattr(emb, "batch_active", False) else batches_by_bytes(texts)
+        # Written as each batch completes to the live index: an interrupted reindex resumes
+        # without embedding these again. A rebuild's temporary index (thrown away if the sync
+        # fails) takes them once, after the last batch.
+        durable = cache_mirrors or [store]
         for batch in groups:
             got = emb.embed_documents([texts[i] for i in batch])
             new = {missing[i]: v for i, v in zip(batch, got)}
             vectors.update(new)
             report.embeddings_computed += len(new)
             if use_cache:
-                # Written as each batch completes, to the live index too: an interrupted
-                # reindex resumes without embedding these again.
-                for target in [store, *cache_mirrors]:
+                for target in durable:
                     target.cache_put(emb.provider, emb.model, emb.provider_key, new)
+        if use_cache and cache_mirrors:
+            store.cache_put(emb.provider, emb.model, emb.provider_key, {h: vectors[h] for h in missing if h in vectors})
         return vectors
 
     def _maybe_background_sync(self) -> None:
