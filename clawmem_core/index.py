@@ -85,8 +85,10 @@ class _Scan:
     index's ``data_version`` when it was read (the scan is stale once another connection wrote)."""
 
     todo: list[tuple[_Item, os.stat_result]]
+    scanned: int
     unchanged: int
     gone: dict[str, list[str]]
+    #: source -> path -> the file's (path, hash, size, mtime) row in the index
     known: dict[str, dict[str, tuple[str, str, int, int]]]
     store: SQLiteStore
     version: int
@@ -503,6 +505,8 @@ class MemoryIndex:
                 st = stat(abs_path)
             except OSError:
                 continue  # vanished since discovery: picked up by the next sync
+            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
+            # tick could not have followed the indexing unseen.
             if prev is not None and prev[2] == st.st_size and prev[3] == int(st.st_mtime * 1000) and st.st_mtime < cutoff:
                 unchanged += 1
             else:
@@ -512,7 +516,7 @@ class MemoryIndex:
             for source, indexed in known.items():
                 present = {path for path, _, src, _ in items if src == source}
                 gone[source] = [p for p in indexed if p not in present]
-        return _Scan(todo, unchanged, gone, known, store, version, started)
+        return _Scan(todo, len(items), unchanged, gone, known, store, version, started)
 
     def _unlocked_scan(self) -> _Scan | None:
         """A scan before taking the locks, so that a sync with nothing to do takes no lock and
@@ -539,7 +543,7 @@ class MemoryIndex:
         if self._dirty_gen == gen:
             self._dirty = False
         self._synced_here = True
-        return SyncReport(full=False, reason=reason, files_scanned=scan.unchanged, files_unchanged=scan.unchanged,
+        return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
                           seconds=time.perf_counter() - started)
 
     def _index_items(
