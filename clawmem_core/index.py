@@ -80,11 +80,11 @@ _Entry = tuple[str, str, str, bool]
 
 @dataclass
 class _Scan:
-    """A freshness scan: the files to read (with the stat taken before reading), how many are
-    unchanged by size and mtime, indexed files gone from disk, what the index held, and the
-    index's ``data_version`` when it was read (the scan is stale once another connection wrote)."""
+    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
+    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
+    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
 
-    todo: list[tuple[_Item, os.stat_result]]
+    todo: list[tuple[_Item, int, int]]
     scanned: int
     unchanged: int
     gone: dict[str, list[str]]
@@ -490,7 +490,7 @@ class MemoryIndex:
         known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
         started = time.time()
         cutoff = self._last_scan - _RACY_SECONDS
-        todo: list[tuple[_Item, os.stat_result]] = []
+        todo: list[tuple[_Item, int, int]] = []
         unchanged = 0
         listed = 0  # indexed files still listed: when all are, none is gone
         stat = os.stat
@@ -507,10 +507,11 @@ class MemoryIndex:
                 continue  # vanished since discovery: picked up by the next sync
             # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
             # tick could not have followed the indexing unseen.
-            if prev is not None and prev[2] == st.st_size and prev[3] == int(st.st_mtime * 1000) and st.st_mtime < cutoff:
+            size, mtime = st.st_size, int(st.st_mtime * 1000)
+            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
                 unchanged += 1
             else:
-                todo.append((_Item._make(item), st))
+                todo.append((_Item._make(item), size, mtime))
         gone: dict[str, list[str]] = {}
         if listed < sum(map(len, known.values())):
             for source, indexed in known.items():
@@ -563,7 +564,7 @@ class MemoryIndex:
         pending_chunks = 0
         touched: list[FileRow] = []
         first = total - len(scan.todo)
-        for done, (item, st) in enumerate(scan.todo, start=first):
+        for done, (item, size, mtime) in enumerate(scan.todo, start=first):
             if progress:
                 progress(done, total, "Indexing memory files")
             try:
@@ -573,7 +574,7 @@ class MemoryIndex:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, int(st.st_mtime * 1000), st.st_size)
+            row = FileRow(item.path, item.source, digest, mtime, size)
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
