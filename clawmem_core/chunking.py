@@ -14,7 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from .embeddings.batching import split_utf8
-from .text import char_weight, weighted_length
+from .text import char_weight, is_narrow, weighted_length
 
 
 @dataclass(frozen=True)
@@ -119,18 +119,24 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
             seg_text, seg_line, seg_cost = [], [], []
         total = acc
 
-    ascii_only = content.isascii()
+    narrow = content.isascii() or is_narrow(content)  # no wide characters: weight is length
     lines = content.split("\n")
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()  # a final newline ends the last line; it does not start another one
     for number, line in enumerate(lines, start=1):
-        weight = len(line) if ascii_only else weighted_length(line)
+        weight = len(line) if narrow or line.isascii() else weighted_length(line)
         if weight <= max_units:
-            pieces: list[tuple[str, int]] = [(line, weight)]
-        else:
-            pieces = [(p, weighted_length(p)) for p in _split_line(line, max_units)]
-        for segment, weight in pieces:
             cost = weight + 1
+            if seg_text and total + cost > max_units:
+                flush()
+                carry(cost)
+            seg_text.append(line)
+            seg_line.append(number)
+            seg_cost.append(cost)
+            total += cost
+            continue
+        for segment in _split_line(line, max_units):
+            cost = weighted_length(segment) + 1
             if seg_text and total + cost > max_units:
                 flush()
                 carry(cost)

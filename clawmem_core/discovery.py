@@ -68,30 +68,40 @@ def _walk(root: str) -> list[str]:
     while stack:
         d, rel = stack.pop()
         try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
+            entries = list(os.scandir(d))
         except OSError:
             continue
-        subdirs = []
+        files: list[str] = []
+        subdirs: list[tuple[str, str]] = []
         for e in entries:
+            name = e.name
             try:
-                if e.is_symlink():
-                    continue
-                if e.is_dir(follow_symlinks=False):
-                    if e.name not in IGNORED_DIRS:
-                        subdirs.append((e.path, f"{rel}{e.name}/"))
-                elif e.name.endswith(".md") and e.is_file(follow_symlinks=False):
-                    found.append(rel + e.name)
+                # Not following symlinks, a symlink is neither a file nor a directory.
+                if name.endswith(".md") and e.is_file(follow_symlinks=False):
+                    files.append(name)
+                elif e.is_dir(follow_symlinks=False) and name not in IGNORED_DIRS:
+                    subdirs.append((name, e.path))
             except OSError:
                 continue
-        stack.extend(reversed(subdirs))
+        files.sort()
+        found.extend(map((rel).__add__, files) if rel else files)
+        subdirs.sort(reverse=True)
+        stack.extend((path, f"{rel}{name}/") for name, path in subdirs)
     return found
 
 
 def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> Discovery:
     """Every memory file of ``workspace`` in a stable order (SPEC 2)."""
+    pairs, missing = memory_paths(workspace, extra_paths)
+    return Discovery([MemoryFile(a, p) for p, a in pairs], missing)
+
+
+def memory_paths(workspace: Path, extra_paths: list[str] | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """What :func:`list_memory_files` finds, as ``(display path, absolute path)`` pairs (cheap
+    for tens of thousands of files), and the extra paths that do not exist."""
     workspace = Path(os.path.abspath(workspace))
     ws = str(workspace)
-    result = Discovery()
+    missing: list[str] = []
     # (root directory, files relative to it); nothing below a root is a symlink, so a file's real
     # path is its root's real path plus its relative path (one realpath call per root).
     groups: list[tuple[str, list[str]]] = []
@@ -101,6 +111,8 @@ def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> 
     mem_dir = os.path.join(ws, "memory")
     if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
         groups.append((mem_dir, _walk(mem_dir)))
+    # MEMORY.md and memory/ never reach the same file: only extra paths need de-duplicating.
+    dedupe_from = len(groups)
     seen_extra: set[Path] = set()
     for raw in extra_paths or []:
         if not raw or not raw.strip():
@@ -117,18 +129,20 @@ def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> 
             if p.name.endswith(".md"):
                 groups.append((str(p.parent), [p.name]))
         else:
-            result.missing_extra_paths.append(raw)
+            missing.append(raw)
+    out: list[tuple[str, str]] = []
     seen: set[str] = set()
+    dedupe = len(groups) > dedupe_from
     for root, rels in groups:
         if not rels:
             continue
-        real_root = os.path.realpath(root)
         shown_root = display_path(workspace, Path(root))
         prefix = "" if shown_root == "." else shown_root + "/"
-        for rel in rels:
-            real = f"{real_root}/{rel}"
-            if real in seen:
-                continue
-            seen.add(real)
-            result.files.append(MemoryFile(os.path.join(root, rel), prefix + rel))
-    return result
+        base = root if root.endswith(("/", os.sep)) else root + os.sep  # os.path.join, without a call per file
+        if dedupe:
+            real_root = os.path.realpath(root) + "/"
+            fresh = [rel for rel in rels if real_root + rel not in seen]
+            seen.update(real_root + rel for rel in fresh)
+            rels = fresh
+        out.extend(zip(map(prefix.__add__, rels), map(base.__add__, rels)))
+    return out, missing

@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
 from .config import MemoryConfig
-from .discovery import Discovery, list_memory_files, normalize_extra_paths
+from .discovery import Discovery, list_memory_files, memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .embeddings.batching import batches_by_bytes
 from .errors import ConfigError, EmbeddingError, InvalidQueryError, StoreError, WorkspaceError
@@ -69,8 +69,7 @@ def default_state_dir() -> Path:
     return Path(os.path.expanduser(env)) if env else Path.home() / ".clawmem"
 
 
-@dataclass(frozen=True)
-class _Item:
+class _Item(NamedTuple):
     """A file to index: display path, absolute path, source; ``deferred`` transcripts wait for
     their delta thresholds."""
 
@@ -78,6 +77,32 @@ class _Item:
     abs_path: str
     source: str
     deferred: bool = False
+
+
+#: An :class:`_Item` as a plain tuple (tens of thousands are made per sync).
+_Entry = tuple[str, str, str, bool]
+
+
+@dataclass
+class _Scan:
+    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
+    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
+    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
+
+    todo: list[tuple[_Item, int, int]]
+    scanned: int
+    unchanged: int
+    gone: dict[str, list[str]]
+    #: source -> path -> the file's (path, hash, size, mtime) row in the index
+    known: dict[str, dict[str, tuple[str, str, int, int]]]
+    store: SQLiteStore
+    version: int
+    #: ``time.time()`` before the first stat: what ``last_scan`` may become after this scan.
+    started: float
+
+    @property
+    def clean(self) -> bool:
+        return not self.todo and not any(self.gone.values())
 
 
 @dataclass
@@ -303,18 +328,22 @@ class MemoryIndex:
         beside the live index and swapped in atomically. Returns what was done."""
         self._check_open()
         with self._sync_lock:
+            started, gen = time.perf_counter(), self._dirty_gen
+            scan = None if force else self._unlocked_scan()
+            if scan is not None and scan.clean:
+                return self._nothing_changed(scan, reason, gen, started)
             lock = self._process_lock()
             with lock:
-                return self._guarded_sync(force, progress, reason)
+                return self._guarded_sync(force, progress, reason, scan=scan)
 
     def _guarded_sync(self, force: bool, progress: ProgressCallback | None, reason: str,
-                      session_files: Sequence[str | os.PathLike[str]] = ()) -> SyncReport:
+                      session_files: Sequence[str | os.PathLike[str]] = (), *, scan: _Scan | None = None) -> SyncReport:
         """``_sync_locked`` with storage failures turned into :class:`StoreError` and a damaged
         index set aside and rebuilt (both locks held)."""
         import apsw
 
         try:
-            return self._sync_locked(force, progress, reason, session_files)
+            return self._sync_locked(force, progress, reason, session_files, scan=scan)
         except (apsw.CorruptError, apsw.NotADBError, CorruptIndexError) as exc:
             self._recover(exc)
             return self._sync_locked(True, progress, "recovery", session_files)
@@ -345,9 +374,10 @@ class MemoryIndex:
         progress: ProgressCallback | None,
         reason: str,
         session_files: Sequence[str | os.PathLike[str]] = (),
+        *,
+        scan: _Scan | None = None,
     ) -> SyncReport:
         started = time.perf_counter()
-        scan_started = time.time()
         gen = self._dirty_gen
         writer = self._writer_store()
         remove_stale_temp_files(self.store_path)
@@ -356,39 +386,46 @@ class MemoryIndex:
         meta = writer.get_meta()
         full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
         report = SyncReport(full=full, reason=reason)
-        found = list_memory_files(self.workspace, self.config.extra_paths)
-        items = [_Item(f.path, f.abs, "memory") for f in found.files]
+        items = self._memory_items()
         if self.config.sessions_enabled:
             items += self._session_items(full, reason, session_files, writer)
         report.files_scanned = len(items)
+        # A scan taken before the locks still holds if no other connection has written since.
+        reuse = (
+            scan is not None and not full and not self.config.sessions_enabled
+            and scan.store is self._store and scan.version == self._data_version(self._store)
+        )
         try:
             if full:
                 with writer.rebuild() as tmp:
-                    self._index_items(tmp, [writer], items, report, progress, full=True)
+                    scan = self._scan(tmp, items, full=True)
+                    self._index_items(tmp, [writer], scan, len(items), report, progress)
                     if self.config.cache.max_entries:
                         tmp.cache_prune(self.config.cache.max_entries)
                     tmp.set_meta(identity)
             else:
-                self._index_items(writer, [], items, report, progress, full=False)
+                if scan is None or not reuse:
+                    scan = self._scan(writer, items, full=False)
+                self._index_items(writer, [], scan, len(items), report, progress)
         except EmbeddingError as exc:
             if self._activate_fallback(exc):
                 return self._sync_locked(True, progress, "fallback")
             raise
-        for item in items:
-            if item.source == "sessions" and not item.deferred:
-                self._sessions.mark_indexed(item.abs_path)
+        for _, abs_path, source, deferred in items:
+            if source == "sessions" and not deferred:
+                self._sessions.mark_indexed(abs_path)
         if self._dirty_gen == gen:  # a change noticed during this sync keeps the index dirty
             self._dirty = False
-        self._last_scan = scan_started
+        self._last_scan = scan.started
         self._synced_here = True
         # Persisted, so that the next process can trust size + mtime of files older than this scan.
-        writer.set_value("last_scan", repr(scan_started))
+        writer.set_value("last_scan", repr(scan.started))
         report.seconds = time.perf_counter() - started
         return report
 
     def _session_items(
         self, full: bool, reason: str, targets: Sequence[str | os.PathLike[str]], store: SQLiteStore
-    ) -> list["_Item"]:
+    ) -> list[_Entry]:
         """Session transcripts to consider. Automatic syncs re-index a grown transcript only once it
         crossed the delta thresholds (or when named, after compaction); manual syncs take all."""
         from .sessions import list_session_files, session_display_path
@@ -397,7 +434,7 @@ class MemoryIndex:
         automatic = reason in ("search", "watch", "interval", "session-start")
         indexed = store.file_hashes("sessions")
         dirty = {str(p) for p in self._sessions.dirty_files}
-        out = []
+        out: list[_Entry] = []
         for p in list_session_files(self.sessions_dir):
             shown = session_display_path(p)
             deferred = (
@@ -444,43 +481,101 @@ class MemoryIndex:
         log.warning("embedding provider %s failed (%s); switched to %s and reindexing", old, exc, fb)
         return True
 
+    def _memory_items(self) -> list[_Entry]:
+        pairs, _ = memory_paths(self.workspace, self.config.extra_paths)
+        return [(path, abs_path, "memory", False) for path, abs_path in pairs]
+
+    @staticmethod
+    def _data_version(store: SQLiteStore) -> int:
+        """Changes whenever another connection commits to the index."""
+        value: Any = store.conn.execute("PRAGMA data_version").fetchall()[0][0]
+        return int(value)
+
+    def _scan(self, store: SQLiteStore, items: list[_Entry], *, full: bool) -> _Scan:
+        """Stat every file and compare it with the index: a file whose size and mtime match and
+        that is older than the last scan (minus the racy margin) is unchanged without being
+        read; the others are to be read and hashed. Reads the index, writes nothing."""
+        version = self._data_version(store)  # before reading: a later write makes this scan stale
+        known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
+        started = time.time()
+        cutoff = self._last_scan - _RACY_SECONDS
+        todo: list[tuple[_Item, int, int]] = []
+        unchanged = 0
+        listed = 0  # indexed files still listed: when all are, none is gone
+        stat = os.stat
+        for item in items:
+            path, abs_path, source, deferred = item
+            prev = known[source].get(path)
+            if prev is not None:
+                listed += 1
+            if deferred:
+                continue
+            try:
+                st = stat(abs_path)
+            except OSError:
+                continue  # vanished since discovery: picked up by the next sync
+            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
+            # tick could not have followed the indexing unseen.
+            size, mtime = st.st_size, int(st.st_mtime * 1000)
+            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
+                unchanged += 1
+            else:
+                todo.append((_Item._make(item), size, mtime))
+        gone: dict[str, list[str]] = {}
+        if listed < sum(map(len, known.values())):
+            for source, indexed in known.items():
+                present = {path for path, _, src, _ in items if src == source}
+                gone[source] = [p for p in indexed if p not in present]
+        return _Scan(todo, len(items), unchanged, gone, known, store, version, started)
+
+    def _unlocked_scan(self) -> _Scan | None:
+        """A scan before taking the locks, so that a sync with nothing to do takes no lock and
+        writes nothing. None when the locked sync has to decide (no index yet, identity changed,
+        session transcripts, or the index cannot be read)."""
+        import apsw
+
+        if self.config.sessions_enabled:
+            return None
+        store = self._store
+        try:
+            meta = store.get_meta()
+            if meta is None:
+                return None
+            identity = self._identity(self._selection_now().embedder)
+            if any(meta.get(k) != v for k, v in identity.items()):
+                return None
+            return self._scan(store, self._memory_items(), full=False)
+        except (apsw.Error, StoreError):
+            return None
+
+    def _nothing_changed(self, scan: _Scan, reason: str, gen: int, started: float) -> SyncReport:
+        """The report of a sync whose unlocked scan found every file unchanged."""
+        if self._dirty_gen == gen:
+            self._dirty = False
+        self._synced_here = True
+        return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
+                          seconds=time.perf_counter() - started)
+
     def _index_items(
         self,
         store: SQLiteStore,
         cache_mirrors: list[SQLiteStore],
-        items: list["_Item"],
+        scan: _Scan,
+        total: int,
         report: SyncReport,
         progress: ProgressCallback | None,
-        *,
-        full: bool,
     ) -> None:
         emb = self._selection_now().embedder
         model = emb.model if emb else "fts-only"
-        known: dict[str, dict[str, str]] = {}
-        known_stat: dict[str, dict[str, tuple[int, int]]] = {}
-        for source in ("memory", "sessions"):
-            known[source] = {} if full else store.file_hashes(source)
-            known_stat[source] = {} if full else self._known_stats(store, source)
+        known = scan.known
+        report.files_unchanged += scan.unchanged
         pending: list[tuple[FileRow, list[Chunk]]] = []
         pending_chunks = 0
-        total = len(items)
-        for done, item in enumerate(items, start=1):
+        touched: list[FileRow] = []
+        first = total - len(scan.todo)
+        for done, (item, size, mtime) in enumerate(scan.todo, start=first):
             if progress:
-                progress(done - 1, total, "Indexing memory files")
-            if item.deferred:
-                continue
-            try:
-                st = os.stat(item.abs_path)
-            except OSError:
-                continue  # vanished since discovery: picked up by the next sync
-            prev = known_stat[item.source].get(item.path)
-            if (
-                prev is not None
-                and prev == (st.st_size, int(st.st_mtime * 1000))
-                and st.st_mtime < self._last_scan - _RACY_SECONDS
-            ):
-                report.files_unchanged += 1
-                continue
+                progress(done, total, "Indexing memory files")
             try:
                 with open(item.abs_path, "rb") as fh:
                     data = fh.read()
@@ -488,11 +583,12 @@ class MemoryIndex:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, int(st.st_mtime * 1000), st.st_size)
-            if known[item.source].get(item.path) == digest:
+            row = FileRow(item.path, item.source, digest, mtime, size)
+            prev = known[item.source].get(item.path)
+            if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
-                if prev != (row.size, row.mtime):
-                    store.touch_file(row)
+                if (prev[2], prev[3]) != (row.size, row.mtime):
+                    touched.append(row)
                 continue
             if text is None:
                 report.files_skipped.append(f"{item.path}: binary content")
@@ -508,11 +604,11 @@ class MemoryIndex:
                 pending, pending_chunks = [], 0
         if pending:
             self._write_group(store, cache_mirrors, pending, emb, model, report)
+        if touched:
+            store.touch_files(touched)
         if progress:
             progress(total, total, "Indexing memory files")
-        for source in ("memory", "sessions"):
-            present = {i.path for i in items if i.source == source}
-            gone = [p for p in known[source] if p not in present]
+        for source, gone in scan.gone.items():
             if gone:
                 store.delete_files(source, gone)
                 report.files_deleted += len(gone)
@@ -530,10 +626,6 @@ class MemoryIndex:
         if b"\x00" in data[:8192]:
             return None, None, digest
         return data.decode("utf-8", errors="replace"), None, digest
-
-    def _known_stats(self, store: SQLiteStore, source: str) -> dict[str, tuple[int, int]]:
-        return {p: (size, mtime) for p, size, mtime in store.conn.execute(
-            "SELECT path, size, mtime FROM files WHERE source=?", (source,))}
 
     def _write_group(
         self,
@@ -598,16 +690,20 @@ class MemoryIndex:
         texts = [text_of[h] for h in missing]
         # A provider batch API takes everything in one job; otherwise calls of at most 8000 bytes.
         groups = [list(range(len(texts)))] if texts and getattr(emb, "batch_active", False) else batches_by_bytes(texts)
+        # Written as each batch completes to the live index: an interrupted reindex resumes
+        # without embedding these again. A rebuild's temporary index (thrown away if the sync
+        # fails) takes them once, after the last batch.
+        durable = cache_mirrors or [store]
         for batch in groups:
             got = emb.embed_documents([texts[i] for i in batch])
             new = {missing[i]: v for i, v in zip(batch, got)}
             vectors.update(new)
             report.embeddings_computed += len(new)
             if use_cache:
-                # Written as each batch completes, to the live index too: an interrupted
-                # reindex resumes without embedding these again.
-                for target in [store, *cache_mirrors]:
+                for target in durable:
                     target.cache_put(emb.provider, emb.model, emb.provider_key, new)
+        if use_cache and cache_mirrors:
+            store.cache_put(emb.provider, emb.model, emb.provider_key, {h: vectors[h] for h in missing if h in vectors})
         return vectors
 
     def _maybe_background_sync(self) -> None:
@@ -793,7 +889,7 @@ class MemoryIndex:
             return True
         if self._selection is not None and any(meta.get(k) != v for k, v in self._identity(self._selection.embedder).items()):
             return True
-        indexed = self._known_stats(store, "memory")
+        indexed = store.file_states("memory")
         if len(indexed) != len(found.files):
             return True
         for f in found.files:
@@ -801,7 +897,8 @@ class MemoryIndex:
                 st = os.stat(f.abs)
             except OSError:
                 return True
-            if indexed.get(f.path) != (st.st_size, int(st.st_mtime * 1000)):
+            prev = indexed.get(f.path)
+            if prev is None or (prev[2], prev[3]) != (st.st_size, int(st.st_mtime * 1000)):
                 return True
         return False
 

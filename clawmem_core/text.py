@@ -8,6 +8,9 @@ classic CJK bigram analysis: ``成语`` then matches inside ``今天玩成语接
 from __future__ import annotations
 
 import re
+import sys
+from array import array
+
 # Characters that weigh as one token each and are split into n-grams: CJK ideographs (with
 # extensions and compatibility forms), kana, Hangul, Yi, CJK punctuation and fullwidth forms.
 _WIDE_RANGES = (
@@ -34,6 +37,14 @@ _SPLIT_CJK_RE = re.compile(f"({_CJK_LETTER}+)")
 _CJK_RUN_RE = re.compile(f"^{_CJK_LETTER}+$")
 # Runs of wide characters (letters and punctuation); the letters are picked out of each run.
 _WIDE_RUN_RE = re.compile(f"[{_WIDE_RANGES}]+")
+_WIDE_SPLIT_RE = re.compile(f"([{_WIDE_RANGES}]+)")
+# Code points as machine integers: long CJK runs are expanded with array slices, not per character.
+_UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+_SPACE = array("I", [32])
+_ARRAY_FROM = 8 if _SPACE.itemsize == 4 else 1 << 62  # shorter runs are cheaper with str.join
+# Short runs recur (words between punctuation): their expansions are kept, up to a bound.
+_PIECES: dict[str, str] = {}
+_PIECES_MAX = 16384
 
 #: Version of the terms :func:`index_document` writes to the keyword index. It is part of the index
 #: identity: an index written with another version is rebuilt in full, never mixed with new terms.
@@ -81,11 +92,21 @@ def fold_width(text: str) -> str:
     return text if text.isascii() else _FULLWIDTH_RE.sub(_to_ascii, text)
 
 
+def is_narrow(text: str) -> bool:
+    """True when no character of ``text`` can be wide: all are below U+0100 (such a string is
+    stored one byte per character, so the Latin-1 check is a copy, not a scan)."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def wide_count(text: str) -> int:
     """Number of characters that weigh as a whole token (CJK and other wide characters)."""
     if text.isascii():
         return 0
-    return len(_WIDE_RE.findall(text))
+    return sum(map(len, _WIDE_RUN_RE.findall(text)))
 
 
 def weighted_length(text: str) -> int:
@@ -128,23 +149,40 @@ def index_terms(text: str) -> list[str]:
     return _terms(text, breaks=False)
 
 
-def _expand_cjk(match: re.Match[str]) -> str:
-    # The terms of _cjk_terms, built with C-level joins (this runs over every CJK character).
-    parts = []
-    for run in _WORD_RE.findall(match.group(0)):
-        parts.append(" ".join(run))
-        if len(run) > 1:
-            parts.append(" ".join(map(str.__add__, run[:-1], run[1:])))
-    return " " + " ".join(parts) + " "
+def _cjk_piece(run: str) -> str:
+    """``" ".join(_cjk_terms(run))``: the characters of a CJK letter run, then its pairs."""
+    piece = _PIECES.get(run)
+    if piece is not None:
+        return piece
+    n = len(run)
+    if n == 1:
+        return run
+    if n < _ARRAY_FROM:
+        piece = f"{' '.join(run)} {' '.join(map(str.__add__, run, run[1:]))}"
+        if len(_PIECES) >= _PIECES_MAX:
+            _PIECES.clear()
+        _PIECES[run] = piece
+        return piece
+    # "a b c ab bc": 2n - 1 code points of characters and spaces, then 3(n - 1) - 1 of pairs.
+    src = array("I", run.encode(_UTF32))
+    out = _SPACE * (5 * n - 4)
+    out[0 : 2 * n : 2] = src
+    out[2 * n :: 3] = src[:-1]
+    out[2 * n + 1 :: 3] = src[1:]
+    return str(out, _UTF32)
 
 
 def index_document(text: str) -> str:
     """The text stored in the FTS5 table: the text itself, with each CJK run replaced by its
     characters and character pairs (FTS5's tokenizer then finds the same terms as
     :func:`index_terms`: words, lower-cased, and the CJK terms)."""
-    if text.isascii() or not _WIDE_RE.search(text):
+    if text.isascii() or is_narrow(text) or not _WIDE_RE.search(text):
         return text
-    return _WIDE_RUN_RE.sub(_expand_cjk, fold_width(text))
+    # Odd items are runs of wide characters; each becomes " <terms of its letter runs> ".
+    parts = _WIDE_SPLIT_RE.split(fold_width(text))
+    for i in range(1, len(parts), 2):
+        parts[i] = f" {' '.join(map(_cjk_piece, _WORD_RE.findall(parts[i])))} "
+    return "".join(parts)
 
 
 def _query_segments(run: str) -> list[str]:

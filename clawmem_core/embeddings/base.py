@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -19,9 +20,11 @@ def provider_key_of(settings: dict[str, Any]) -> str:
 
 def sanitize(vector: Sequence[float], normalize: bool) -> list[float]:
     """Zero non-finite values; L2-normalise when asked (a zero vector stays zero)."""
-    out = [float(v) if math.isfinite(v) else 0.0 for v in vector]
+    out = list(map(float, vector))
+    if not math.isfinite(sum(out)):  # some value is inf or nan (or the sum overflowed)
+        out = [v if math.isfinite(v) else 0.0 for v in out]
     if normalize:
-        norm = math.sqrt(sum(v * v for v in out))
+        norm = math.sqrt(sum(map(operator.mul, out, out)))
         if norm > 0:
             out = [v / norm for v in out]
     return out

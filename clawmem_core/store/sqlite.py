@@ -340,16 +340,28 @@ class SQLiteStore(Store):
     def file_hashes(self, source: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
 
-    def _delete_chunks(self, source: str, path: str) -> None:
-        rids = [r[0] for r in self.conn.execute("SELECT rid FROM chunks WHERE source=? AND path=?", (source, path))]
-        if not rids:
-            return
-        marks = ",".join("?" * len(rids))
-        if self.fts_available:
-            self.conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", rids)
-        if self.vector_extension and self.vector_dims:
-            self.conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", rids)
-        self.conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", rids)
+    def file_states(self, source: str) -> dict[str, tuple[str, str, int, int]]:
+        """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
+        rows = self.conn.execute("SELECT path, hash, size, mtime FROM files WHERE source=?", (source,))
+        return {row[0]: row for row in rows}
+
+    def _delete_chunks(self, source: str, paths: Sequence[str]) -> None:
+        """Delete the chunks (keywords, vectors) of ``paths``: one lookup per 500 paths, not per file."""
+        conn = self.conn
+        rids: list[int] = []
+        for i in range(0, len(paths), 500):
+            part = paths[i : i + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT rid FROM chunks WHERE source=? AND path IN ({marks})"
+            rids += [r[0] for r in conn.execute(sql, (source, *part))]
+        for i in range(0, len(rids), 500):
+            part_rids = rids[i : i + 500]
+            marks = ",".join("?" * len(part_rids))
+            if self.fts_available:
+                conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
+            if self.vector_extension and self.vector_dims:
+                conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
+            conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         """Replace several files and their chunks in one transaction."""
@@ -360,9 +372,12 @@ class SQLiteStore(Store):
         conn = self.conn
         cjk = self.fts_tokenizer == "cjk"
         with_vectors = self.vector_extension and bool(self.vector_dims)
+        by_source: dict[str, list[str]] = {}
+        for file, _ in items:
+            by_source.setdefault(file.source, []).append(file.path)
         with self._tx():
-            for file, _ in items:
-                self._delete_chunks(file.source, file.path)
+            for source, paths in by_source.items():
+                self._delete_chunks(source, paths)
             conn.executemany(
                 "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
                 [(f.path, f.source, f.hash, f.mtime, f.size) for f, _ in items],
@@ -396,16 +411,21 @@ class SQLiteStore(Store):
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
+        self.touch_files([file])
+
+    def touch_files(self, files: Sequence[FileRow]) -> None:
+        """:meth:`touch_file` for many files, in one transaction."""
         with self._tx():
-            self.conn.execute(
-                "UPDATE files SET mtime=?, size=? WHERE source=? AND path=?", (file.mtime, file.size, file.source, file.path)
+            self.conn.executemany(
+                "UPDATE files SET mtime=?, size=? WHERE source=? AND path=?",
+                [(f.mtime, f.size, f.source, f.path) for f in files],
             )
 
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
+        paths = list(paths)
         with self._tx():
-            for path in paths:
-                self._delete_chunks(source, path)
-                self.conn.execute("DELETE FROM files WHERE source=? AND path=?", (source, path))
+            self._delete_chunks(source, paths)
+            self.conn.executemany("DELETE FROM files WHERE source=? AND path=?", [(source, p) for p in paths])
 
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         """``id -> (path, source, start_line, end_line)``, without reading any text."""

@@ -130,3 +130,25 @@ def test_unreadable_directory_does_not_stop_discovery(make_workspace: WorkspaceF
         assert paths(ws) == ["memory/ok.md"]
     finally:
         (ws / "memory" / "locked").chmod(0o755)
+
+
+def test_walk_order_files_first_then_subdirectories(make_workspace: WorkspaceFactory) -> None:
+    # Per directory: its files by name, then each subdirectory's tree by name; a directory named
+    # like a Markdown file is walked, not listed.
+    ws = make_workspace({"MEMORY.md": "m", "memory/b.md": "b", "memory/a.md": "a", "memory/a/z.md": "z",
+                         "memory/a/y.md": "y", "memory/c.md/inner.md": "i", "memory/sub/q.md": "q", "memory/B.md": "B"})
+    assert paths(ws) == ["MEMORY.md", "memory/B.md", "memory/a.md", "memory/b.md", "memory/a/y.md", "memory/a/z.md",
+                         "memory/c.md/inner.md", "memory/sub/q.md"]
+
+
+def test_memory_paths_pairs_match_the_discovery(make_workspace: WorkspaceFactory, tmp_path: Path) -> None:
+    from clawmem_core.discovery import memory_paths
+
+    ws = make_workspace({"MEMORY.md": "m", "memory/a.md": "a", "memory/d/b.md": "b", "notes/n.md": "n"})
+    extra = ["notes", "memory/d", str(ws / "MEMORY.md")]
+    pairs, missing = memory_paths(ws, extra + ["nope"])
+    found = list_memory_files(ws, extra + ["nope"])
+    assert pairs == [(f.path, f.abs) for f in found.files]
+    assert [p for p, _ in pairs] == ["MEMORY.md", "memory/a.md", "memory/d/b.md", "notes/n.md"]
+    assert all(a == os.path.join(ws, p) for p, a in pairs)
+    assert missing == found.missing_extra_paths == ["nope"]

@@ -120,6 +120,49 @@ def test_fullwidth_letters_and_digits_are_indexed_and_searched_as_ascii() -> Non
     assert search_terms("Ｄｅｐｌｏｙ plan") == ["deploy", "plan"]
 
 
+def _reference_index_document(text: str) -> str:
+    """The straightforward implementation of ``index_document`` (one regex callback per wide run,
+    after folding fullwidth forms): the faster one must write exactly the same text."""
+    import re
+
+    from clawmem_core.text import _WIDE_RE, _WIDE_RUN_RE, _WORD_RE, fold_width
+
+    def expand(match: re.Match[str]) -> str:
+        parts = []
+        for run in _WORD_RE.findall(match.group(0)):
+            parts.append(" ".join(run))
+            if len(run) > 1:
+                parts.append(" ".join(map(str.__add__, run[:-1], run[1:])))
+        return " " + " ".join(parts) + " "
+
+    if text.isascii() or not _WIDE_RE.search(text):
+        return text
+    return _WIDE_RUN_RE.sub(expand, fold_width(text))
+
+
+def test_index_document_of_long_cjk_runs() -> None:
+    # Runs of 8 or more characters take the array path; 𠀀 is outside the BMP.
+    assert index_document("成语接龙游戏很好玩") == " 成 语 接 龙 游 戏 很 好 玩 成语 语接 接龙 龙游 游戏 戏很 很好 好玩 "
+    assert index_document("a𠀀𠀁中文中文中文中b") == "a 𠀀 𠀁 中 文 中 文 中 文 中 𠀀𠀁 𠀁中 中文 文中 中文 文中 中文 文中 b"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab Z_9 .,、。「」中文成语接龙しりとり끝말잇기ＡＢ１\n-é𠀀·")), max_size=200))
+def test_index_document_matches_the_reference(text: str) -> None:
+    assert index_document(text) == _reference_index_document(text)
+
+
+def test_index_document_matches_the_reference_on_long_runs() -> None:
+    import random
+
+    rng = random.Random(7)
+    alphabet = list("中文成语接龙游戏しりとり끝말잇기ＡＢ１𠀀") + list("，。、 ab1·")
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) if rng.random() < 0.1 else rng.choice(alphabet[:20])
+                       for _ in range(rng.randrange(0, 120)))
+        assert index_document(text) == _reference_index_document(text)
+
+
 # -- quoting ----------------------------------------------------------------------------------
 
 
@@ -182,3 +225,22 @@ def test_fts_document_holds_the_query_side_terms(text: str) -> None:
 
     doc_terms = [w.lower() for w in re.findall(r"\w+", index_document(text))]
     assert doc_terms == index_terms(text)
+
+
+def test_expansion_cache_stays_bounded_and_correct() -> None:
+    from clawmem_core import text
+
+    runs = [chr(0x4E00 + i) + chr(0x4E00 + i // 7) + "中" for i in range(text._PIECES_MAX + 50)]
+    for run in runs:
+        assert index_document(run) == _reference_index_document(run)
+    assert 0 < len(text._PIECES) <= text._PIECES_MAX
+    assert index_document(runs[0]) == _reference_index_document(runs[0])
+
+
+def test_is_narrow_only_below_u0100() -> None:
+    from clawmem_core.text import is_narrow
+
+    assert is_narrow("") and is_narrow("abc") and is_narrow("17:23 · café ñ ÿ")
+    assert not is_narrow("a—b")  # U+2014: not wide, but not narrow either
+    assert not is_narrow("中") and not is_narrow("\U00020000") and not is_narrow("\ud800")
+    assert index_document("## 17:23 · Standup") == "## 17:23 · Standup"

@@ -1,0 +1,132 @@
+"""The freshness scan of a sync: files are compared with the index by size and mtime (read only
+when those differ or the mtime is too recent to trust), a sync with nothing to do takes no lock
+and writes nothing, and a scan taken before the locks is redone if the index changed meanwhile."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from clawmem_core import MemoryConfig, MemoryIndex
+
+from .conftest import WorkspaceFactory
+
+
+def _config() -> MemoryConfig:
+    return MemoryConfig.from_dict({"provider": "none", "sync": {"on_search": False}})
+
+
+def _age(ws: Path, seconds: float = 120.0) -> None:
+    """Move every file's mtime into the past, out of the racy window of the next sync."""
+    past = time.time() - seconds
+    for p in ws.rglob("*.md"):
+        os.utime(p, (past, past))
+
+
+def _paths(mem: MemoryIndex, query: str) -> set[str]:
+    return {h.path for h in mem.search(query, min_score=0)}
+
+
+def _last_scan(mem: MemoryIndex) -> str | None:
+    return mem._store.get_value("last_scan")
+
+
+def test_sync_with_nothing_changed_writes_nothing(make_workspace: WorkspaceFactory, state_dir: Path) -> None:
+    ws = make_workspace({"MEMORY.md": "- tea\n", "memory/a.md": "- alpha\n", "memory/d/b.md": "- bravo\n"})
+    _age(ws)
+    with MemoryIndex(ws, config=_config(), state_dir=state_dir) as mem:
+        mem.sync()
+        before = _last_scan(mem)
+        report = mem.sync()
+        assert (report.files_scanned, report.files_unchanged, report.files_indexed, report.files_deleted) == (3, 3, 0, 0)
+        assert _last_scan(mem) == before  # no write transaction
+        assert not mem.dirty
+
+
+def test_quick_sync_finds_added_deleted_renamed_and_edited_files(make_workspace: WorkspaceFactory,
+                                                                  state_dir: Path) -> None:
+    ws = make_workspace({"MEMORY.md": "- tea\n", "memory/a.md": "- alpha walrus\n", "memory/b.md": "- bravo\n"})
+    _age(ws)
+    with MemoryIndex(ws, config=_config(), state_dir=state_dir) as mem:
+        mem.sync()
+        (ws / "memory" / "c.md").write_text("- charlie narwhal\n", encoding="utf-8")
+        assert mem.sync().files_indexed == 1
+        assert _paths(mem, "narwhal") == {"memory/c.md"}
+        _age(ws)
+        (ws / "memory" / "b.md").unlink()
+        assert mem.sync().files_deleted == 1
+        # A rename keeps the number of files: the old path must still go.
+        _age(ws)
+        (ws / "memory" / "a.md").rename(ws / "memory" / "renamed.md")
+        report = mem.sync()
+        assert (report.files_indexed, report.files_deleted) == (1, 1)
+        assert _paths(mem, "walrus") == {"memory/renamed.md"}
+        _age(ws)
+        with open(ws / "memory" / "c.md", "a", encoding="utf-8") as fh:
+            fh.write("- delta okapi\n")
+        mem.sync()
+        assert _paths(mem, "okapi") == {"memory/c.md"}
+        assert mem.status().files == 3
+
+
+def test_same_size_edit_with_the_same_mtime_is_found_while_recent(make_workspace: WorkspaceFactory,
+                                                                  state_dir: Path) -> None:
+    ws = make_workspace({"memory/a.md": "- the code is alpha\n"})
+    target = ws / "memory" / "a.md"
+    with MemoryIndex(ws, config=_config(), state_dir=state_dir) as mem:
+        mem.sync()
+        st = os.stat(target)
+        target.write_text("- the code is omega\n", encoding="utf-8")  # same size
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime
+        mem.sync()
+        assert _paths(mem, "omega") == {"memory/a.md"}
+        assert not _paths(mem, "alpha")
+
+
+def test_touched_files_are_rehashed_once_then_trusted(make_workspace: WorkspaceFactory, state_dir: Path) -> None:
+    ws = make_workspace({f"memory/n{i}.md": f"- note {i}\n" for i in range(5)})
+    _age(ws, 600)
+    with MemoryIndex(ws, config=_config(), state_dir=state_dir) as mem:
+        mem.sync()
+        _age(ws, 300)  # new mtimes, same content
+        report = mem.sync()
+        assert (report.files_indexed, report.files_unchanged) == (0, 5)
+        states = mem._store.file_states("memory")
+        assert all(row[3] == int(os.stat(ws / row[0]).st_mtime * 1000) for row in states.values())
+        before = _last_scan(mem)
+        assert mem.sync().files_unchanged == 5
+        assert _last_scan(mem) == before  # trusted by size and mtime now: nothing written
+
+
+class _Hooked(MemoryIndex):
+    """Runs ``after_scan`` between the unlocked scan and the locked sync."""
+
+    after_scan: Callable[[], Any] | None = None
+
+    def _unlocked_scan(self) -> Any:
+        scan = super()._unlocked_scan()
+        if self.after_scan is not None:
+            hook, self.after_scan = self.after_scan, None
+            hook()
+        return scan
+
+
+def test_scan_before_the_locks_is_redone_when_another_sync_wrote(make_workspace: WorkspaceFactory,
+                                                                 state_dir: Path) -> None:
+    ws = make_workspace({"memory/a.md": "- alpha\n", "memory/z.md": "- zebra stripes\n"})
+    _age(ws)
+    with _Hooked(ws, config=_config(), state_dir=state_dir) as mem, \
+            MemoryIndex(ws, config=_config(), state_dir=state_dir) as other:
+        mem.sync()
+        (ws / "memory" / "z.md").unlink()  # the scan sees z.md gone ...
+
+        def recreate_and_sync() -> None:  # ... then it comes back and another process indexes it
+            (ws / "memory" / "z.md").write_text("- zebra crossing\n", encoding="utf-8")
+            other.sync()
+
+        mem.after_scan = recreate_and_sync
+        mem.sync()
+        assert _paths(mem, "zebra crossing") == {"memory/z.md"}
+        assert mem.status().files == 2
