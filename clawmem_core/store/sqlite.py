@@ -23,6 +23,7 @@ import apsw
 from ..errors import StoreError
 from ..text import index_document, quote_fts
 from .base import ChunkRow, FileRow, Store, StoreCounts
+from .bm25 import Bm25Index, StaleStatistics
 
 log = logging.getLogger("clawmem")
 
@@ -36,6 +37,10 @@ FTS_TOKENIZERS = {
 }
 #: Queries served by sqlite-vec before the process keeps a NumPy matrix of the vectors.
 _MATRIX_AFTER_QUERIES = 2
+#: Keyword queries served by FTS5's bm25() on an unchanged index before the process scores them
+#: itself (:class:`~.bm25.Bm25Index`, same scores): a short-lived process or an index that changes
+#: between searches never pays for reading the statistics.
+_BM25_AFTER_QUERIES = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -161,6 +166,10 @@ class SQLiteStore(Store):
         self._vec_queries = 0
         self._matrix: tuple[Any, list[str], Any] | None = None
         self._seen_token: Any = None
+        self._bm25: tuple[Any, Bm25Index] | None = None
+        self._kw_token: Any = None
+        self._kw_queries = 0
+        self._query_tokenizer: Any = None
         self._open()
 
     # -- connection ---------------------------------------------------------------------------
@@ -278,6 +287,7 @@ class SQLiteStore(Store):
                 self._conn.close()
             self._conn = None
         self._matrix = None
+        self._bm25 = None
 
     # -- meta ---------------------------------------------------------------------------------
 
@@ -433,6 +443,9 @@ class SQLiteStore(Store):
             terms = [t for t in terms if len(t) >= 3]
             if not terms:
                 return []
+        hits = self._bm25_search(terms, limit)
+        if hits is not None:
+            return hits
         match = " OR ".join(quote_fts(t) for t in terms)
         try:
             return [
@@ -447,6 +460,54 @@ class SQLiteStore(Store):
         except apsw.SQLError as exc:  # never expected: every term is quoted
             log.warning("keyword search failed: %s", exc)
             return []
+
+    def _bm25_search(self, terms: list[str], limit: int) -> list[tuple[str, float]] | None:
+        """The keyword query scored in process once the index has stayed unchanged for a few
+        queries; ``None``: use FTS5 (not warm yet, a term that is not one token, or the index
+        changed meanwhile)."""
+        token = self._data_token()
+        if token != self._kw_token:
+            self._kw_token, self._kw_queries, self._bm25 = token, 0, None
+        self._kw_queries += 1
+        if self._kw_queries <= _BM25_AFTER_QUERIES or self.fts_tokenizer == "trigram":
+            return None
+        tokens = self._fts_tokens(terms)
+        if tokens is None:
+            return None
+        try:
+            if self._bm25 is None or self._bm25[0] != token:
+                self._bm25 = (token, Bm25Index.load(self.conn, "chunks_fts"))
+            hits = self._bm25[1].search(tokens, int(limit))
+            ids = self._ids_by_rid([rid for rid, _ in hits])
+        except (StaleStatistics, apsw.Error) as exc:
+            log.debug("in-process keyword scoring unavailable: %s", exc)
+            self._bm25 = None
+            return None
+        if self._data_token() != token:  # written meanwhile: FTS5 reads one consistent state
+            self._bm25 = None
+            return None
+        return [(ids[rid], rank) for rid, rank in hits if rid in ids]
+
+    def _fts_tokens(self, terms: list[str]) -> list[str] | None:
+        """The FTS5 token of each query term, or ``None`` when a term is not exactly one token."""
+        if self._query_tokenizer is None:
+            name, *args = [a.strip("'") for a in FTS_TOKENIZERS[self.fts_tokenizer].split()]
+            self._query_tokenizer = self.conn.fts5_tokenizer(name, args)
+        out = []
+        for term in terms:
+            got = self._query_tokenizer(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False)
+            if len(got) != 1 or len(got[0]) != 1:
+                return None
+            out.append(got[0][0])
+        return out
+
+    def _ids_by_rid(self, rids: list[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for i in range(0, len(rids), 500):
+            part = rids[i : i + 500]
+            marks = ",".join("?" * len(part))
+            out.update(self.conn.execute(f"SELECT rid, id FROM chunks WHERE rid IN ({marks})", part).fetchall())
+        return out
 
     def refresh(self) -> None:
         """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
