@@ -75,16 +75,20 @@ def merge_hybrid(
 ) -> list[Candidate]:
     """Union by chunk id; ``score = vw * vector_score + tw * text_score``. On overlap the keyword
     snippet is kept. Returned unsorted (decay comes first)."""
-    by_id: dict[str, Candidate] = {}
+    # Fields gathered first and each candidate built once (``_replace`` is slow at this volume).
+    by_id: dict[str, tuple[Candidate, float, float, str, bool]] = {}
     for c in vector:
-        by_id[c.id] = c._replace(text_score=0.0)
+        by_id[c.id] = (c, c.vector_score, 0.0, c.snippet, c.from_keyword)
     for c in keyword:
         prev = by_id.get(c.id)
         if prev is None:
-            by_id[c.id] = c._replace(vector_score=0.0, from_keyword=True)
+            by_id[c.id] = (c, 0.0, c.text_score, c.snippet, True)
         else:
-            by_id[c.id] = prev._replace(text_score=c.text_score, snippet=c.snippet or prev.snippet, from_keyword=True)
-    return [c._replace(score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_id.values()]
+            by_id[c.id] = (prev[0], prev[1], c.text_score, c.snippet or prev[3], True)
+    return [
+        Candidate(c.id, c.path, c.source, c.start_line, c.end_line, snippet, vs, ts, vector_weight * vs + text_weight * ts, fk)
+        for c, vs, ts, snippet, fk in by_id.values()
+    ]
 
 
 def dedupe_line_ranges(ranked: Sequence[Candidate]) -> list[Candidate]:
@@ -151,7 +155,7 @@ def apply_temporal_decay(
             else:
                 ts = mtime_of(c.path, c.source)
             memo[key] = 1.0 if ts is None else decay_multiplier((now_ts - ts) / 86400.0, half_life_days)
-        out.append(c._replace(score=c.score * memo[key]))
+        out.append(Candidate(*c[:8], c.score * memo[key], c.from_keyword))
     return out
 
 
