@@ -41,6 +41,8 @@ _MATRIX_AFTER_QUERIES = 2
 #: itself (:class:`~.bm25.Bm25Index`, same scores): a short-lived process or an index that changes
 #: between searches never pays for reading the statistics.
 _BM25_AFTER_QUERIES = 2
+#: Candidate metadata kept between the candidate lists and :meth:`SQLiteStore.get_chunk_meta`.
+_META_MEMO_MAX = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -164,12 +166,13 @@ class SQLiteStore(Store):
         self.file_id: tuple[int, int] | None = None
         self._writes = 0
         self._vec_queries = 0
-        self._matrix: tuple[Any, list[str], Any] | None = None
+        self._matrix: tuple[Any, list[str], Any, Any] | None = None
         self._seen_token: Any = None
         self._bm25: tuple[Any, Bm25Index] | None = None
         self._kw_token: Any = None
         self._kw_queries = 0
         self._query_tokenizer: Any = None
+        self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
         self._open()
 
     # -- connection ---------------------------------------------------------------------------
@@ -412,6 +415,10 @@ class SQLiteStore(Store):
         """``id -> (path, source, start_line, end_line)``, without reading any text."""
         ids = list(ids)
         out: dict[str, tuple[str, str, int, int]] = {}
+        token, memo = self._meta_memo
+        if memo and token == self._data_token():  # read with this search's candidates
+            out = {i: memo[i] for i in ids if i in memo}
+            ids = [i for i in ids if i not in out]
         for i in range(0, len(ids), 500):
             part = ids[i : i + 500]
             marks = ",".join("?" * len(part))
@@ -419,6 +426,26 @@ class SQLiteStore(Store):
                 f"SELECT id, path, source, start_line, end_line FROM chunks WHERE id IN ({marks})", part
             ):
                 out[row[0]] = (row[1], row[2], row[3], row[4])
+        return out
+
+    def _read_meta(self, rids: Iterable[int]) -> dict[int, str]:
+        """``rid -> id`` of search candidates; their metadata is kept for :meth:`get_chunk_meta`
+        while the index is unchanged (looked up by rid, which is cheaper than by id)."""
+        token = self._data_token()
+        memo_token, memo = self._meta_memo
+        if memo_token != token or len(memo) > _META_MEMO_MAX:
+            memo = {}
+            self._meta_memo = (token, memo)
+        rids = [int(r) for r in rids]
+        out: dict[int, str] = {}
+        for i in range(0, len(rids), 500):
+            part = rids[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for rid, cid, path, source, start, end in self.conn.execute(
+                f"SELECT rid, id, path, source, start_line, end_line FROM chunks WHERE rid IN ({marks})", part
+            ):
+                out[rid] = cid
+                memo[cid] = (path, source, start, end)
         return out
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
@@ -478,7 +505,7 @@ class SQLiteStore(Store):
             if self._bm25 is None or self._bm25[0] != token:
                 self._bm25 = (token, Bm25Index.load(self.conn, "chunks_fts"))
             hits = self._bm25[1].search(tokens, int(limit))
-            ids = self._ids_by_rid([rid for rid, _ in hits])
+            ids = self._read_meta(rid for rid, _ in hits)
         except (StaleStatistics, apsw.Error) as exc:
             log.debug("in-process keyword scoring unavailable: %s", exc)
             self._bm25 = None
@@ -499,14 +526,6 @@ class SQLiteStore(Store):
             if len(got) != 1 or len(got[0]) != 1:
                 return None
             out.append(got[0][0])
-        return out
-
-    def _ids_by_rid(self, rids: list[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for i in range(0, len(rids), 500):
-            part = rids[i : i + 500]
-            marks = ",".join("?" * len(part))
-            out.update(self.conn.execute(f"SELECT rid, id FROM chunks WHERE rid IN ({marks})", part).fetchall())
         return out
 
     def refresh(self) -> None:
@@ -547,11 +566,13 @@ class SQLiteStore(Store):
         if not self._matrix_fresh():
             token = self._data_token()
             ids: list[str] = []
+            rids: list[int] = []
             blobs: list[bytes] = []
-            for cid, blob in self.conn.execute(
-                "SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
+            for rid, cid, blob in self.conn.execute(
+                "SELECT rid, id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
                 (self.vector_dims * 4,),  # type: ignore[operator]
             ):
+                rids.append(rid)
                 ids.append(cid)
                 blobs.append(blob)
             if blobs:
@@ -560,8 +581,8 @@ class SQLiteStore(Store):
                 np.divide(m, norms, out=m, where=norms > 0)
             else:
                 m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
-            self._matrix = (token, ids, m)
-        _, ids, m = self._matrix  # type: ignore[misc]
+            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64))
+        _, ids, m, rid_of = self._matrix  # type: ignore[misc]
         if not ids:
             return []
         qn = float(np.linalg.norm(q))
@@ -571,6 +592,7 @@ class SQLiteStore(Store):
         k = min(int(limit), len(ids))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
         top = top[np.argsort(-scores[top], kind="stable")]
+        self._read_meta(rid_of[top])
         return [(ids[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
 
     # -- embedding cache ----------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""In-process BM25 (``clawmem_core.store.bm25``): the same scores and order as FTS5's ``bm25()``,
-used by a warm store and dropped as soon as the index changes."""
+"""The store's search path: in-process BM25 (``clawmem_core.store.bm25``, the same scores and order
+as FTS5's ``bm25()``) used by a warm store, and candidate metadata, both dropped as soon as the
+index changes."""
 
 from __future__ import annotations
 
@@ -138,3 +139,15 @@ def test_a_term_of_several_tokens_falls_back_to_fts5(tmp_path: Path) -> None:
     for _ in range(store_mod._BM25_AFTER_QUERIES + 2):
         assert [cid for cid, _ in s.keyword_search(["lamp"], 5)] == ["memory/a.md#0"]
     assert s._bm25 is None
+
+
+def test_candidate_metadata_follows_writes(store: SQLiteStore, tmp_path: Path) -> None:
+    _warm(store)
+    store.replace_files([_chunks("memory/m.md", ["quokka lamp"])])
+    (cid, _), = store.keyword_search(["quokka"], 5)
+    assert store.get_chunk_meta([cid]) == {cid: ("memory/m.md", "memory", 1, 1)}
+    other = SQLiteStore(tmp_path / "index.sqlite", vector_enabled=False)
+    moved = ChunkRow(cid, "memory/m.md", "memory", 7, 9, "h0", "none", "quokka lamp")
+    other.replace_files([(FileRow("memory/m.md", "memory", "y", 0, 0), [moved])])
+    other.close()
+    assert store.get_chunk_meta([cid]) == {cid: ("memory/m.md", "memory", 7, 9)}
