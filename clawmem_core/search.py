@@ -77,22 +77,27 @@ def merge_hybrid(
     source, path and line range, which its embedding windows share: its vector score is that of
     its best window. On overlap the keyword candidate (its id, hence its snippet) is kept.
     Returned unsorted (decay comes first)."""
-    by_key: dict[tuple[str, str, int, int], Candidate] = {}
+    # (candidate, vector score, text score, snippet, from keyword), each Candidate built once at
+    # the end (``_replace`` is slow at this volume).
+    by_key: dict[tuple[str, str, int, int], tuple[Candidate, float, float, str, bool]] = {}
     for c in vector:
         key = (c.source, c.path, c.start_line, c.end_line)
         prev = by_key.get(key)
-        if prev is None or c.vector_score > prev.vector_score:
-            by_key[key] = c._replace(text_score=0.0)
+        if prev is None or c.vector_score > prev[1]:
+            by_key[key] = (c, c.vector_score, 0.0, c.snippet, False)
     for c in keyword:
         key = (c.source, c.path, c.start_line, c.end_line)
         prev = by_key.get(key)
         if prev is None:
-            by_key[key] = c._replace(vector_score=0.0, from_keyword=True)
-        elif not prev.from_keyword:
-            by_key[key] = c._replace(vector_score=prev.vector_score, snippet=c.snippet or prev.snippet, from_keyword=True)
-        elif c.text_score > prev.text_score:  # pieces of one long line share its line range
-            by_key[key] = c._replace(vector_score=prev.vector_score, from_keyword=True)
-    return [c._replace(score=vector_weight * c.vector_score + text_weight * c.text_score) for c in by_key.values()]
+            by_key[key] = (c, 0.0, c.text_score, c.snippet, True)
+        elif not prev[4]:
+            by_key[key] = (c, prev[1], c.text_score, c.snippet or prev[3], True)
+        elif c.text_score > prev[2]:  # pieces of one long line share its line range
+            by_key[key] = (c, prev[1], c.text_score, c.snippet, True)
+    return [
+        Candidate(c.id, c.path, c.source, c.start_line, c.end_line, snippet, vs, ts, vector_weight * vs + text_weight * ts, fk)
+        for c, vs, ts, snippet, fk in by_key.values()
+    ]
 
 
 def dedupe_line_ranges(ranked: Sequence[Candidate]) -> list[Candidate]:
@@ -159,7 +164,7 @@ def apply_temporal_decay(
             else:
                 ts = mtime_of(c.path, c.source)
             memo[key] = 1.0 if ts is None else decay_multiplier((now_ts - ts) / 86400.0, half_life_days)
-        out.append(c._replace(score=c.score * memo[key]))
+        out.append(Candidate(*c[:8], c.score * memo[key], c.from_keyword))
     return out
 
 

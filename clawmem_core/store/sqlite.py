@@ -23,6 +23,7 @@ import apsw
 from ..errors import StoreError
 from ..text import index_document, quote_fts
 from .base import ChunkRow, FileRow, Store, StoreCounts
+from .bm25 import Bm25Index, StaleStatistics
 
 log = logging.getLogger("clawmem")
 
@@ -36,6 +37,12 @@ FTS_TOKENIZERS = {
 }
 #: Queries served by sqlite-vec before the process keeps a NumPy matrix of the vectors.
 _MATRIX_AFTER_QUERIES = 2
+#: Keyword queries served by FTS5's bm25() on an unchanged index before the process scores them
+#: itself (:class:`~.bm25.Bm25Index`, same scores): a short-lived process or an index that changes
+#: between searches never pays for reading the statistics.
+_BM25_AFTER_QUERIES = 2
+#: Candidate metadata kept between the candidate lists and :meth:`SQLiteStore.get_chunk_meta`.
+_META_MEMO_MAX = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -159,8 +166,13 @@ class SQLiteStore(Store):
         self.file_id: tuple[int, int] | None = None
         self._writes = 0
         self._vec_queries = 0
-        self._matrix: tuple[Any, list[str], Any] | None = None
+        self._matrix: tuple[Any, list[str], Any, Any] | None = None
         self._seen_token: Any = None
+        self._bm25: tuple[Any, Bm25Index] | None = None
+        self._kw_token: Any = None
+        self._kw_queries = 0
+        self._query_tokenizer: Any = None
+        self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
         self._open()
 
     # -- connection ---------------------------------------------------------------------------
@@ -285,6 +297,7 @@ class SQLiteStore(Store):
                 self._conn.close()
             self._conn = None
         self._matrix = None
+        self._bm25 = None
 
     # -- meta ---------------------------------------------------------------------------------
 
@@ -431,6 +444,10 @@ class SQLiteStore(Store):
         """``id -> (path, source, start_line, end_line)``, without reading any text."""
         ids = list(ids)
         out: dict[str, tuple[str, str, int, int]] = {}
+        token, memo = self._meta_memo
+        if memo and token == self._data_token():  # read with this search's candidates
+            out = {i: memo[i] for i in ids if i in memo}
+            ids = [i for i in ids if i not in out]
         for i in range(0, len(ids), 500):
             part = ids[i : i + 500]
             marks = ",".join("?" * len(part))
@@ -438,6 +455,26 @@ class SQLiteStore(Store):
                 f"SELECT id, path, source, start_line, end_line FROM chunks WHERE id IN ({marks})", part
             ):
                 out[row[0]] = (row[1], row[2], row[3], row[4])
+        return out
+
+    def _read_meta(self, rids: Iterable[int]) -> dict[int, str]:
+        """``rid -> id`` of search candidates; their metadata is kept for :meth:`get_chunk_meta`
+        while the index is unchanged (looked up by rid, which is cheaper than by id)."""
+        token = self._data_token()
+        memo_token, memo = self._meta_memo
+        if memo_token != token or len(memo) > _META_MEMO_MAX:
+            memo = {}
+            self._meta_memo = (token, memo)
+        rids = [int(r) for r in rids]
+        out: dict[int, str] = {}
+        for i in range(0, len(rids), 500):
+            part = rids[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for rid, cid, path, source, start, end in self.conn.execute(
+                f"SELECT rid, id, path, source, start_line, end_line FROM chunks WHERE rid IN ({marks})", part
+            ):
+                out[rid] = cid
+                memo[cid] = (path, source, start, end)
         return out
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
@@ -462,6 +499,9 @@ class SQLiteStore(Store):
             terms = [t for t in terms if len(t) >= 3]
             if not terms:
                 return []
+        hits = self._bm25_search(terms, limit)
+        if hits is not None:
+            return hits
         match = " OR ".join(quote_fts(t) for t in terms)
         try:
             return [
@@ -476,6 +516,46 @@ class SQLiteStore(Store):
         except apsw.SQLError as exc:  # never expected: every term is quoted
             log.warning("keyword search failed: %s", exc)
             return []
+
+    def _bm25_search(self, terms: list[str], limit: int) -> list[tuple[str, float]] | None:
+        """The keyword query scored in process once the index has stayed unchanged for a few
+        queries; ``None``: use FTS5 (not warm yet, a term that is not one token, or the index
+        changed meanwhile)."""
+        token = self._data_token()
+        if token != self._kw_token:
+            self._kw_token, self._kw_queries, self._bm25 = token, 0, None
+        self._kw_queries += 1
+        if self._kw_queries <= _BM25_AFTER_QUERIES or self.fts_tokenizer == "trigram":
+            return None
+        tokens = self._fts_tokens(terms)
+        if tokens is None:
+            return None
+        try:
+            if self._bm25 is None or self._bm25[0] != token:
+                self._bm25 = (token, Bm25Index.load(self.conn, "chunks_fts"))
+            hits = self._bm25[1].search(tokens, int(limit))
+            ids = self._read_meta(rid for rid, _ in hits)
+        except (StaleStatistics, apsw.Error) as exc:
+            log.debug("in-process keyword scoring unavailable: %s", exc)
+            self._bm25 = None
+            return None
+        if self._data_token() != token:  # written meanwhile: FTS5 reads one consistent state
+            self._bm25 = None
+            return None
+        return [(ids[rid], rank) for rid, rank in hits if rid in ids]
+
+    def _fts_tokens(self, terms: list[str]) -> list[str] | None:
+        """The FTS5 token of each query term, or ``None`` when a term is not exactly one token."""
+        if self._query_tokenizer is None:
+            name, *args = [a.strip("'") for a in FTS_TOKENIZERS[self.fts_tokenizer].split()]
+            self._query_tokenizer = self.conn.fts5_tokenizer(name, args)
+        out = []
+        for term in terms:
+            got = self._query_tokenizer(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False)
+            if len(got) != 1 or len(got[0]) != 1:
+                return None
+            out.append(got[0][0])
+        return out
 
     def refresh(self) -> None:
         """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
@@ -515,11 +595,13 @@ class SQLiteStore(Store):
         if not self._matrix_fresh():
             token = self._data_token()
             ids: list[str] = []
+            rids: list[int] = []
             blobs: list[bytes] = []
-            for cid, blob in self.conn.execute(
-                "SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
+            for rid, cid, blob in self.conn.execute(
+                "SELECT rid, id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
                 (self.vector_dims * 4,),  # type: ignore[operator]
             ):
+                rids.append(rid)
                 ids.append(cid)
                 blobs.append(blob)
             if blobs:
@@ -528,8 +610,8 @@ class SQLiteStore(Store):
                 np.divide(m, norms, out=m, where=norms > 0)
             else:
                 m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
-            self._matrix = (token, ids, m)
-        _, ids, m = self._matrix  # type: ignore[misc]
+            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64))
+        _, ids, m, rid_of = self._matrix  # type: ignore[misc]
         if not ids:
             return []
         qn = float(np.linalg.norm(q))
@@ -539,6 +621,7 @@ class SQLiteStore(Store):
         k = min(int(limit), len(ids))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
         top = top[np.argsort(-scores[top], kind="stable")]
+        self._read_meta(rid_of[top])
         return [(ids[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
 
     # -- embedding cache ----------------------------------------------------------------------
