@@ -202,12 +202,6 @@ def embedding_windows(chunk: Chunk, max_bytes: int) -> list[Chunk]:
     return [Chunk(chunk.start_line, chunk.end_line, w, sha256(w)) for w in windows if w.strip()]
 
 
-def enforce_input_limit(chunks: list[Chunk], max_bytes: int) -> list[Chunk]:
-    """Split chunks over ``max_bytes`` UTF-8 bytes (the embedding model's limit, at most 8000)
-    into :func:`embedding_windows`; pieces keep the parent's line range and get their own hash."""
-    return [w for c in chunks for w in embedding_windows(c, max_bytes)]
-
-
 def remap_lines(chunks: list[Chunk], line_map: list[int] | None) -> list[Chunk]:
     """Map content line numbers to source line numbers (session transcripts -> JSONL lines)."""
     if not line_map:

@@ -638,17 +638,20 @@ class MemoryIndex:
     ) -> None:
         # What the embedder sees: each chunk whole when it fits the embedder's window, else its
         # windows (vector side only; keyword search keeps the whole chunk).
-        window = emb.embed_window if emb is not None else 0
-        pieces = {id(c): embedding_windows(c, window) for _, cs in group for c in cs} if emb is not None else {}
+        windowed = [
+            (file, [(c, embedding_windows(c, emb.embed_window) if emb is not None else [c]) for c in chunks])
+            for file, chunks in group
+        ]
         vectors: dict[str, list[float]] = {}
         if emb is not None:
-            vectors = self._embed(store, cache_mirrors, [w for ws in pieces.values() for w in ws], emb, report)
+            pieces = [w for _, pairs in windowed for _, windows in pairs for w in windows]
+            vectors = self._embed(store, cache_mirrors, pieces, emb, report)
 
-        def row_of(c: Chunk, embedding: list[float] | None, window: bool = False) -> ChunkRow:
+        def row_of(file: FileRow, c: Chunk, embedding: list[float] | None, window: bool = False) -> ChunkRow:
             return ChunkRow(
-                id=chunk_id(row.source, row.path, c.start_line, c.end_line, c.hash, model),
-                path=row.path,
-                source=row.source,
+                id=chunk_id(file.source, file.path, c.start_line, c.end_line, c.hash, model),
+                path=file.path,
+                source=file.source,
                 start_line=c.start_line,
                 end_line=c.end_line,
                 hash=c.hash,
@@ -659,18 +662,17 @@ class MemoryIndex:
             )
 
         batch = []
-        for row, chunks in group:
+        for file, pairs in windowed:
             rows = []
-            for c in chunks:
-                windows = pieces.get(id(c), [c])
+            for c, windows in pairs:
                 if windows == [c]:
-                    rows.append(row_of(c, vectors.get(c.hash)))
+                    rows.append(row_of(file, c, vectors.get(c.hash)))
                 else:
-                    rows.append(row_of(c, None))
-                    rows.extend(row_of(w, vectors.get(w.hash), window=True) for w in windows)
-            batch.append((row, rows))
+                    rows.append(row_of(file, c, None))
+                    rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
+            batch.append((file, rows))
             report.files_indexed += 1
-            report.chunks_indexed += len(chunks)
+            report.chunks_indexed += len(pairs)
         store.replace_files(batch)
 
     def _embed(

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from clawmem_core.chunking import Chunk, chunk_id, chunk_markdown, enforce_input_limit, remap_lines
+from clawmem_core.chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
 from clawmem_core.embeddings.base import MAX_INPUT_BYTES
 from clawmem_core.embeddings.limits import max_input_bytes
 from clawmem_core.testing import HashEmbedder
@@ -201,7 +201,7 @@ def test_graphemes_are_never_split(grapheme: str, prefix: str) -> None:
 def test_chunk_over_the_byte_limit_is_split_keeping_lines() -> None:
     text = "x" * 9000
     parent = Chunk(1, 1, text, hashlib.sha256(text.encode()).hexdigest())
-    pieces = enforce_input_limit([parent], 8192)
+    pieces = embedding_windows(parent, 8192)
     assert len(pieces) == 2
     assert all(len(p.text.encode("utf-8")) <= 8192 for p in pieces)
     assert "".join(p.text for p in pieces) == text
@@ -213,7 +213,7 @@ def test_chunk_over_the_byte_limit_is_split_keeping_lines() -> None:
 def test_byte_limit_split_never_cuts_a_multibyte_character() -> None:
     text = "😀é中" * 1500
     parent = Chunk(3, 9, text, hashlib.sha256(text.encode()).hexdigest())
-    pieces = enforce_input_limit([parent], 1000)
+    pieces = embedding_windows(parent, 1000)
     assert len(pieces) > 10
     for p in pieces:
         encoded = p.text.encode("utf-8")
@@ -225,7 +225,7 @@ def test_byte_limit_split_never_cuts_a_multibyte_character() -> None:
 
 def test_chunks_within_the_limit_are_untouched() -> None:
     chunks = chunk_markdown("hello\nworld\n" * 50, tokens=50, overlap=0)
-    assert enforce_input_limit(chunks, 8000) == chunks
+    assert [w for c in chunks for w in embedding_windows(c, 8000)] == chunks
 
 
 def test_local_models_without_a_declared_limit_get_2048_bytes() -> None:
