@@ -74,57 +74,125 @@ class TemporalDecayConfig:
         self.half_life_days = max(1, math.floor(hl)) if math.isfinite(hl) else 30
 
 
+FUSIONS = ("calibrated", "openclaw")
+#: Default weights (vector, text) and ``min_score`` of each fusion.
+FUSION_DEFAULTS = {"calibrated": (0.3, 0.7, 0.2), "openclaw": (0.7, 0.3, 0.35)}
+
+
 @dataclass
 class HybridConfig:
     """How keyword (BM25) and vector scores combine.
 
-    ``text_score`` picks the BM25 conversion: ``"saturate"`` (OpenClaw's ``|r| / (1 + |r|)``) or
-    ``"normalize"`` (``|r|`` over the query's best ``|r|``, so the best keyword hit scores 1). The
-    saturating form squeezes all good keyword hits into 0.8-0.95, which lets a weak embedding
-    model outvote them; with a small local model, ``"normalize"`` and weights 0.5 / 0.5 keep
-    hybrid search at least as good as keyword search (see the benchmarks).
+    ``fusion`` picks the formula. ``"calibrated"`` (default): the keyword side scores the share of
+    the query's IDF mass a chunk matches, ``min(1, |bm25| / sum idf(query terms))``, and the vector
+    side the cosine above what unrelated text reaches for this query with this embedder
+    (``clawmem_core.calibration``); both are on an absolute 0-1 scale, so ``min_score`` means the
+    same for every embedder and a query about something absent scores low. ``"openclaw"``:
+    OpenClaw's ``vw * cosine + tw * |r| / (1 + |r|)`` with its relaxed keyword fallback, bit for
+    bit. Weights left unset take the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3);
+    set ones are normalised to sum to 1.
+
+    ``text_score`` applies to the OpenClaw fusion only: ``"saturate"`` (OpenClaw's
+    ``|r| / (1 + |r|)``) or ``"normalize"`` (``|r|`` over the query's best ``|r|``).
     """
 
     enabled: bool = True
-    vector_weight: float = 0.7
-    text_weight: float = 0.3
+    vector_weight: float | None = None
+    text_weight: float | None = None
     candidate_multiplier: int = 4
+    fusion: Literal["calibrated", "openclaw"] = "calibrated"
     text_score: Literal["saturate", "normalize"] = "saturate"
     mmr: MMRConfig = field(default_factory=MMRConfig)
     temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
 
     def __post_init__(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ConfigError(f"hybrid.fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if self.text_score not in ("saturate", "normalize"):
             raise ConfigError(f"hybrid.text_score must be 'saturate' or 'normalize', got {self.text_score!r}")
-        vw = _num(self.vector_weight, "hybrid.vector_weight")
-        tw = _num(self.text_weight, "hybrid.text_weight")
-        vw = _clamp(vw, 0.0, 1.0) if math.isfinite(vw) else 0.7
-        tw = _clamp(tw, 0.0, 1.0) if math.isfinite(tw) else 0.3
+        if self.vector_weight is not None:
+            vw = _num(self.vector_weight, "hybrid.vector_weight")
+            self.vector_weight = _clamp(vw, 0.0, 1.0) if math.isfinite(vw) else None
+        if self.text_weight is not None:
+            tw = _num(self.text_weight, "hybrid.text_weight")
+            self.text_weight = _clamp(tw, 0.0, 1.0) if math.isfinite(tw) else None
+        self.candidate_multiplier = int(_clamp(int(_num(self.candidate_multiplier, "candidate_multiplier")), 1, 20))
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        """``(vector weight, text weight)`` in effect: the set ones (normalised to sum to 1), the
+        fusion's defaults for unset ones."""
+        dv, dt, _ = FUSION_DEFAULTS[self.fusion]
+        vw = dv if self.vector_weight is None else float(self.vector_weight)
+        tw = dt if self.text_weight is None else float(self.text_weight)
         total = vw + tw
         if total <= 0:
-            vw, tw, total = 0.7, 0.3, 1.0
-        self.vector_weight, self.text_weight = vw / total, tw / total
-        self.candidate_multiplier = int(_clamp(int(_num(self.candidate_multiplier, "candidate_multiplier")), 1, 20))
+            return dv, dt
+        return vw / total, tw / total
+
+
+@dataclass
+class RerankConfig:
+    """The optional reranking stage (off by default): a reranker reorders the fused candidate pool
+    before MMR and the cut to ``max_results``. ``provider``: ``"voyage"`` (Voyage's rerank API,
+    ``model``) or ``"local"`` (a sentence-transformers CrossEncoder in ``model_path``); a reranker
+    object passed to ``MemoryIndex`` takes precedence. ``candidates``: how many of the best fused
+    candidates it sees; ``weight``: how much its order counts against the fused order (blended by
+    position, 0-1); ``timeout_ms``: its own time limit (within ``query.timeout_ms``)."""
+
+    enabled: bool = False
+    provider: str | None = None
+    model: str | None = None
+    model_path: str | None = None
+    base_url: str | None = None
+    candidates: int = 40
+    weight: float = 0.5
+    timeout_ms: int = 3000
+
+    def __post_init__(self) -> None:
+        if self.provider not in (None, "voyage", "local"):
+            raise ConfigError(f"query.rerank.provider must be 'voyage' or 'local', got {self.provider!r}")
+        n = _num(self.candidates, "rerank.candidates")
+        self.candidates = int(_clamp(n, 1, 200)) if math.isfinite(n) else 40
+        w = _num(self.weight, "rerank.weight")
+        self.weight = _clamp(w, 0.0, 1.0) if math.isfinite(w) else 0.5
+        t = _num(self.timeout_ms, "rerank.timeout_ms")
+        self.timeout_ms = int(_clamp(t, 1, 600_000)) if math.isfinite(t) else 3000
 
 
 @dataclass
 class QueryConfig:
-    """Search defaults. ``strict`` turns off the relaxed keyword fallback: nothing below ``min_score``, ever."""
+    """Search defaults. ``strict`` turns off OpenClaw's relaxed keyword fallback: nothing below
+    ``min_score``, ever (the calibrated fusion has no fallback). ``min_score`` unset: the fusion's
+    default (calibrated 0.2, OpenClaw 0.35). ``timeout_ms``: how long a search may wait for the
+    query embedding and the reranker before answering from the keyword side."""
 
     max_results: int = 6
-    min_score: float = 0.35
+    min_score: float | None = None
     strict: bool = False
+    timeout_ms: int = 5000
     hybrid: HybridConfig = field(default_factory=HybridConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
 
     def __post_init__(self) -> None:
         mr = _num(self.max_results, "query.max_results")
         if not math.isfinite(mr) or mr < 1:
             raise ConfigError(f"query.max_results must be a positive integer, got {self.max_results!r}")
         self.max_results = int(mr)
-        ms = _num(self.min_score, "query.min_score")
-        if not math.isfinite(ms):
-            raise ConfigError(f"query.min_score must be a finite number, got {self.min_score!r}")
-        self.min_score = _clamp(ms, 0.0, 1.0)
+        if self.min_score is not None:
+            ms = _num(self.min_score, "query.min_score")
+            if not math.isfinite(ms):
+                raise ConfigError(f"query.min_score must be a finite number, got {self.min_score!r}")
+            self.min_score = _clamp(ms, 0.0, 1.0)
+        t = _num(self.timeout_ms, "query.timeout_ms")
+        if not math.isfinite(t) or t <= 0:
+            raise ConfigError(f"query.timeout_ms must be a positive number of milliseconds, got {self.timeout_ms!r}")
+        self.timeout_ms = int(min(t, 600_000))
+
+    @property
+    def effective_min_score(self) -> float:
+        """``min_score`` in effect: the set one, else the fusion's default."""
+        return FUSION_DEFAULTS[self.hybrid.fusion][2] if self.min_score is None else float(self.min_score)
 
 
 @dataclass

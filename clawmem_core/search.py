@@ -60,6 +60,42 @@ def keyword_scores(ranks: Sequence[float], mode: str = "saturate") -> list[float
     return [m / best if best > 0 else 0.0 for m in mags]
 
 
+#: Characters of Chinese, Japanese and Korean scripts (a query's CJK runs become characters and
+#: character pairs, SPEC 3).
+_CJK_PAIR = re.compile(r"^[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]{2}$")
+
+
+def fts_idf(rows: int, hits: int) -> float:
+    """FTS5's BM25 IDF of a term in ``hits`` of ``rows`` rows, floored at 1e-6 as FTS5 floors it."""
+    if rows <= 0:
+        return 1e-6
+    idf = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return idf if idf > 1e-6 else 1e-6
+
+
+def query_idf_mass(terms: Sequence[str], hits: Sequence[int], rows: int) -> float:
+    """The BM25 a chunk scores when it holds every query term once at average length: the sum of
+    the terms' IDFs. A term absent from the index counts at the IDF of a term in no row, so that a
+    chunk matching only part of the query scores in proportion to the part it matches, except a
+    CJK character pair absent from the index: a question's runs are cut into every overlapping
+    pair, and pairs that straddle two words are absent from any text, related or not."""
+    total = 0.0
+    for term, n in zip(terms, hits):
+        if n <= 0 and _CJK_PAIR.match(term):
+            continue
+        total += fts_idf(rows, max(0, int(n)))
+    return total
+
+
+def text_relevance(rank: float, idf_mass: float) -> float:
+    """Calibrated keyword score: ``min(1, |bm25| / idf_mass)``, the share of the query's IDF mass a
+    chunk matches. Scale-free, so meaningful in a workspace of three files (where FTS5's IDF of a
+    term in half the files is 1e-6 and raw BM25 scores read as 0.000) as in one of 100k."""
+    if not math.isfinite(rank) or rank >= 0 or not (idf_mass > 0):
+        return 0.0
+    return min(1.0, -rank / idf_mass)
+
+
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
     """At most ``limit`` characters, never ending inside a surrogate pair."""
     if len(text) <= limit:

@@ -1,0 +1,144 @@
+"""Scratch study of calibrated fusion on cached vectors (see bench.fusion for the caches)."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from clawmem_core.calibration import BACKGROUND_TEXTS
+
+from . import fusion as F
+from .data import default_data_dir, load_locomo, load_scifact
+from .metrics import Span, covered_gold
+
+
+@dataclass
+class Q:
+    """Candidates keyed by chunk (path, start, end)."""
+
+    keys: list[tuple[str, int, int]]
+    bm25: np.ndarray  # |rank| or 0
+    kw_pos: np.ndarray
+    cos: np.ndarray  # best window cosine, nan when not a vector candidate
+    vec_pos: np.ndarray
+    idf_mass: float  # sum idf of query terms (absent terms at the n=0 idf)
+    idf_present: float
+    bg: np.ndarray  # cos of query to the background passages
+    gold: list | None
+    ncos_all: np.ndarray | None = None
+    terms: list | None = None
+    n_docs: int = 0
+
+
+def term_stats(view_mem, q: str):
+    from clawmem_core.index import MAX_QUERY_TERM_CHARS, MAX_QUERY_TERMS
+    from clawmem_core.store.sqlite import quote_fts
+    from clawmem_core.text import search_terms
+
+    store = view_mem._store
+    n_docs = store.conn.execute("SELECT count(*) FROM chunks").fetchall()[0][0]
+    terms = search_terms(q[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+    mass = present = 0.0
+    stats = []
+    for t in terms:
+        n = store.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quote_fts(t),)).fetchall()[0][0]
+        idf = max(1e-6, math.log((n_docs - n + 0.5) / (n + 0.5)))
+        mass += idf
+        stats.append((t, n))
+        if n:
+            present += idf
+    return mass, present, stats, n_docs
+
+
+def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign: list[str]):
+    """Per query Q objects (real then foreign)."""
+    mem0, kview = F.open_view(ws, state / "none")
+    mem1, vview = F.open_view(ws, state / label, F._proxy_embedder(label, mdl.input_limit(label)))
+    try:
+        dvecs = mdl.vectors(label, "doc", vview.texts)
+        texts = [q.text for q in real]
+        qv = mdl.vectors(label, "query", texts) if texts else np.zeros((0, dvecs.shape[1]))
+        fv = mdl.vectors(label, "query", foreign) if foreign else np.zeros((0, dvecs.shape[1]))
+        bgv = mdl.vectors(label, "doc", list(BACKGROUND_TEXTS))
+        vkeys = [(p, s, e) for p, s, e in zip(vview.paths, vview.starts, vview.ends)]
+        out = []
+        for qtext, qvec, gold in [(q.text, qv[i], q.gold_lines or ("beir", frozenset(q.relevant_paths))) for i, q in enumerate(real)] + [(t, fv[i], None) for i, t in enumerate(foreign)]:
+            kw = kview.keyword(qtext)
+            keys: dict[tuple, int] = {}
+            for r, _ in kw:
+                keys.setdefault((kview.paths[r], kview.starts[r], kview.ends[r]), len(keys))
+            cos_all = dvecs @ qvec
+            best: dict[tuple, float] = {}
+            for i, k in enumerate(vkeys):
+                c = float(cos_all[i])
+                if c > best.get(k, -9):
+                    best[k] = c
+            vorder = sorted(best, key=lambda k: -best[k])[: F.POOL]
+            for k in vorder:
+                keys.setdefault(k, len(keys))
+            n = len(keys)
+            bm = np.zeros(n); kp = np.zeros(n, dtype=int); cs = np.full(n, np.nan); vp = np.zeros(n, dtype=int)
+            for i, (r, rank) in enumerate(kw):
+                j = keys[(kview.paths[r], kview.starts[r], kview.ends[r])]
+                if kp[j] == 0:
+                    bm[j] = abs(rank); kp[j] = i + 1
+            for i, k in enumerate(vorder):
+                cs[keys[k]] = best[k]; vp[keys[k]] = i + 1
+            mass, present, stats, nd = term_stats(mem0, qtext)
+            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd))
+        return out
+    finally:
+        mem0.close(); mem1.close()
+
+
+def main():
+    data = default_data_dir()
+    cache = Path(sys.argv[1])
+    labels = sys.argv[2].split(",")
+    out = Path(sys.argv[3])
+    mdl = F.Models(cache)
+    en = load_locomo(data / "locomo", "locomo-en", "en")
+    zh = load_locomo(data / "locomo-zh", "locomo-zh", "zh")
+    sci = load_scifact(data / "scifact", limit=100)
+    sci_q = [q.text for q in sci.queries] + F.OFF_TOPIC
+    res = {}
+    for label in labels:
+        for ds in (en, zh):
+            by_ws: dict[Path, list] = {}
+            for q in ds.queries:
+                by_ws.setdefault(q.workspace, []).append(q)
+            for ws, qs in sorted(by_ws.items()):
+                if ds is en:
+                    foreign = sci_q + ([q.text for q in zh.queries] if ws.name != "conv-26" else [])
+                else:
+                    foreign = sci_q + [q.text for q in en.queries if q.workspace.name in ("conv-30", "conv-41")]
+                state = cache / "state" / ds.name / ws.name
+                res[(label, ds.name, ws.name)] = build(label, ws, state, mdl, qs, foreign)
+                F.log(f"{label} {ds.name} {ws.name} done")
+    out.write_bytes(pickle.dumps(res))
+
+
+def main_scifact():
+    """python -c: SciFact subset (bench.scifact_subset) with LoCoMo questions as foreign queries."""
+    data = default_data_dir()
+    cache = Path(sys.argv[1]); labels = sys.argv[2].split(","); out = Path(sys.argv[3]); sub = Path(sys.argv[4])
+    mdl = F.Models(cache)
+    en = load_locomo(data / "locomo", "locomo-en", "en")
+    zh = load_locomo(data / "locomo-zh", "locomo-zh", "zh")
+    sci = load_scifact(sub)
+    foreign = [q.text for q in en.queries[::8]] + [q.text for q in zh.queries[::3]]
+    res = {}
+    for label in labels:
+        res[(label, "scifact", "sub")] = build(label, sci.workspaces[0], cache / "state" / "scifact-sub", mdl, sci.queries, foreign)
+        F.log(f"{label} scifact done")
+    out.write_bytes(pickle.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

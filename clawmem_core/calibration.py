@@ -1,0 +1,90 @@
+"""Calibration of an embedder's cosine similarity: what "unrelated" looks like for this model.
+
+Embedding models differ in their baseline: with all-MiniLM-L6-v2 unrelated texts score a cosine
+near 0.1, with the e5 family near 0.75. A raw cosine therefore means nothing across models, and a
+fixed ``min_score`` cannot tell "nothing relevant" from "a match". At sync time the index embeds
+:data:`BACKGROUND_TEXTS` (short passages on everyday and technical topics, in English and Chinese,
+chosen to be unrelated to any one memory) with the index's own embedder and keeps the vectors. At
+query time the query's cosine to those passages is its null distribution: a chunk counts as
+relevant to the extent that its cosine stands out above the best unrelated passage
+(:func:`calibrated_cosine`). Pure maths, no model: the vectors come from the index.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+#: Version of :data:`BACKGROUND_TEXTS`: the index re-embeds them when it changes.
+BACKGROUND_VERSION = 1
+
+#: Passages unrelated to one another and to any particular person's notes.
+BACKGROUND_TEXTS: tuple[str, ...] = (
+    "Knead the dough for ten minutes, then let it rise in a warm place until it doubles in size.",
+    "Tomorrow will be cloudy in the morning with light rain in the afternoon and a high of 14 degrees.",
+    "The home team scored twice in the second half and won the match three goals to one.",
+    "Index funds track a market benchmark and usually charge lower fees than actively managed funds.",
+    "Water tomato plants at the base in the early morning and mulch the soil to keep it moist.",
+    "The treaty ended the war in 1648 and redrew the borders of several European states.",
+    "A hash map gives constant average lookup time, but iteration order is not guaranteed.",
+    "The night train leaves the central station at 22:10 and arrives at the coast after sunrise.",
+    "The quartet played a slow ballad, and the pianist improvised a long solo over the chords.",
+    "Take one tablet twice a day with food and do not exceed the stated dose.",
+    "If the engine light comes on, check the oil level and the tyre pressure before a long drive.",
+    "Jupiter is the largest planet in the solar system and has dozens of known moons.",
+    "Please submit the expense report with receipts attached by the last working day of the month.",
+    "The museum is closed on Mondays; guided tours start every hour from the main entrance.",
+    "Cats sleep for most of the day and are most active at dawn and dusk.",
+    "Sand the wooden surface lightly before applying a second coat of varnish.",
+    "The library extended its opening hours during the exam period.",
+    "Photosynthesis converts light energy, water and carbon dioxide into glucose and oxygen.",
+    "Our flight was delayed by two hours because of fog at the departure airport.",
+    "The recipe calls for two cups of flour, one egg, a pinch of salt and warm milk.",
+    "Regular stretching before running lowers the risk of muscle injuries.",
+    "The novel follows three generations of a family living on a remote island.",
+    "Replace the air filter every twelve months or after fifteen thousand kilometres.",
+    "The city council approved a new bicycle lane along the river.",
+    "把面团揉十分钟，然后放在温暖的地方发酵，直到体积变成两倍。",
+    "明天上午多云，下午有小雨，最高气温十四度。",
+    "主队在下半场打进两球，最终以三比一赢得比赛。",
+    "指数基金跟踪市场基准，费用通常比主动管理型基金低。",
+    "清晨给番茄浇水，并在土壤表面覆盖一层稻草保持湿润。",
+    "这座古城的城墙建于明代，至今保存完好。",
+    "哈希表的平均查找时间是常数，但遍历顺序没有保证。",
+    "夜班火车晚上十点十分从中央车站出发，日出后到达海边。",
+    "乐队演奏了一首慢歌，钢琴手在和弦上即兴独奏了很久。",
+    "每天两次，每次一片，饭后服用，不要超过规定剂量。",
+    "如果发动机故障灯亮了，长途驾驶前请检查机油和胎压。",
+    "木星是太阳系中最大的行星，拥有几十颗已知的卫星。",
+    "请在本月最后一个工作日之前提交报销单并附上发票。",
+    "博物馆周一闭馆，导览每小时从正门出发一次。",
+    "猫一天中大部分时间都在睡觉，黎明和黄昏时最活跃。",
+    "刷第二遍清漆之前，先把木头表面轻轻打磨一遍。",
+    "考试期间图书馆延长了开放时间。",
+    "光合作用把光能、水和二氧化碳转化为葡萄糖和氧气。",
+    "因为出发机场有雾，我们的航班延误了两个小时。",
+    "这道菜需要两杯面粉、一个鸡蛋、一小撮盐和温牛奶。",
+    "跑步前做拉伸运动可以降低肌肉受伤的风险。",
+    "这部小说讲述了一个家族三代人在偏远小岛上的生活。",
+    "空气滤清器每十二个月或每行驶一万五千公里更换一次。",
+    "市议会批准沿河修建一条新的自行车道。",
+)
+
+
+def background_level(query_to_background: Sequence[float]) -> float:
+    """The cosine an unrelated text reaches for this query: the best of its cosines to the
+    background passages (``nan`` when there are none)."""
+    vals = [c for c in query_to_background if math.isfinite(c)]
+    return max(vals) if vals else math.nan
+
+
+def calibrated_cosine(cosine: float, level: float) -> float:
+    """``(cos - level) / (1 - level)`` clipped to [0, 1]: 0 for a chunk no closer to the query than
+    an unrelated passage, 1 for an identical text. Without a level (``nan``) the raw cosine,
+    clipped."""
+    if not math.isfinite(cosine):
+        return 0.0
+    if not math.isfinite(level):
+        return max(0.0, min(1.0, cosine))
+    level = min(level, 0.999)
+    return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
