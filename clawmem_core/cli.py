@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("get", help="read lines of a memory file")
     _common(p, suppress=True)
     p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-05.md")
-    p.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line (1-based)")
-    p.add_argument("--lines", type=int, metavar="N", help="how many lines")
+    p.add_argument("--from", dest="from_line", type=_line_number, metavar="N", help="first line (1-based)")
+    p.add_argument("--lines", type=_line_number, metavar="N", help="how many lines (1 or more)")
     p.add_argument("--json", action="store_true", help="print the memory_get payload")
 
     p = sub.add_parser("write", help="append a note to today's memory/YYYY-MM-DD.md (or MEMORY.md)")
@@ -90,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watch", help="keep the index fresh while files change (Ctrl-C to stop)")
     _common(p, suppress=True)
     return parser
+
+
+def _line_number(value: str) -> int:
+    """``--from`` / ``--lines``: a whole number, 1 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (lines are numbered from 1), got {number}")
+    return number
 
 
 def _version() -> str:
@@ -220,11 +231,28 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
 
 
 def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
-    result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
+    from .tools import get_payload, looks_binary
+
     if args.json:
-        print(json.dumps(result.to_payload(), ensure_ascii=False, indent=2))
-    else:
-        sys.stdout.write(result.text if result.text.endswith("\n") or not result.text else result.text + "\n")
+        payload = get_payload(mem, args.path, args.from_line, args.lines)
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        failed = "error" in payload or payload.get("missing") or payload.get("pastEnd")
+        return EXIT_ERROR if failed else EXIT_OK
+    result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
+    if result.missing:
+        print(f"clawmem: error: {result.path} does not exist in {mem.workspace}", file=sys.stderr)
+        return EXIT_ERROR
+    if looks_binary(result.text):
+        print(f"clawmem: error: {result.path} is binary content, not text; not printing it", file=sys.stderr)
+        return EXIT_ERROR
+    if not result.text:
+        if result.total_lines and result.from_line > result.total_lines:
+            print(f"clawmem: error: --from {result.from_line} is past the end of {result.path} "
+                  f"({result.total_lines} lines)", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"clawmem: {result.path} is empty", file=sys.stderr)
+        return EXIT_OK
+    sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
     return EXIT_OK
 
 

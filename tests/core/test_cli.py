@@ -93,6 +93,51 @@ def test_get_outside_memory_fails_cleanly(ws: Path, capsys: pytest.CaptureFixtur
     assert one_error_line(err).startswith("clawmem: error:")
 
 
+def test_get_missing_file_is_an_error(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "get", "memory/2099-01-01.md", "--workspace", str(ws))
+    assert (code, out) == (1, "")
+    assert "memory/2099-01-01.md does not exist" in one_error_line(err)
+    code, out, _ = run(capsys, "get", "memory/2099-01-01.md", "--json", "--workspace", str(ws))
+    assert code == 1 and json.loads(out)["missing"] is True
+
+
+def test_get_past_the_end_is_an_error(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "get", "MEMORY.md", "--from", "50", "--workspace", str(ws))
+    assert (code, out) == (1, "")
+    assert "--from 50 is past the end of MEMORY.md (4 lines)" in one_error_line(err)
+    code, out, _ = run(capsys, "get", "MEMORY.md", "--from", "50", "--json", "--workspace", str(ws))
+    assert code == 1 and json.loads(out)["pastEnd"] is True
+
+
+def test_get_empty_file_says_so(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (ws / "memory" / "empty.md").write_text("")
+    code, out, err = run(capsys, "get", "memory/empty.md", "--workspace", str(ws))
+    assert (code, out) == (0, "") and "memory/empty.md is empty" in one_error_line(err)
+
+
+def test_get_binary_file_is_not_dumped(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (ws / "memory" / "blob.md").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 50)
+    code, out, err = run(capsys, "get", "memory/blob.md", "--workspace", str(ws))
+    assert (code, out) == (1, "") and "binary" in one_error_line(err)
+    code, out, _ = run(capsys, "get", "memory/blob.md", "--json", "--workspace", str(ws))
+    payload = json.loads(out)
+    assert code == 1 and payload["text"] == "" and "binary" in payload["error"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--from", "0"], "--from"), (["--from", "-2"], "--from"), (["--lines", "0"], "--lines"),
+    (["--lines", "-1"], "--lines"), (["--from", "two"], "--from"),
+])
+def test_get_rejects_line_numbers_below_one(ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                            named: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["get", "MEMORY.md", *argv, "--workspace", str(ws)])
+    out, err = capsys.readouterr()
+    assert (exit_info.value.code, out) == (2, "")
+    line = one_error_line(err)
+    assert named in line and ("1 or more" in line or "whole number" in line)
+
+
 def test_missing_workspace_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "status", "--workspace", str(tmp_path / "nope"))
     assert code != 0 and out == ""
