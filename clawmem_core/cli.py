@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -116,7 +117,41 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         changes["provider"] = args.provider
     if args.model:
         changes["model"] = args.model
+        if (args.provider or config.provider) == "local":  # --model names the local model
+            changes["local"] = dataclasses.replace(config.local, model_path=args.model)
     return dataclasses.replace(config, **changes) if changes else config
+
+
+#: Commands that embed (index or search): an explicitly requested provider must start for them.
+_EMBEDDING_COMMANDS = ("index", "search", "watch", "write", "mcp")
+
+
+class _DropKeywordOnlyWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .embeddings.registry import NO_FALLBACK_WARNING, NO_PROVIDER_WARNING
+
+        return record.msg not in (NO_PROVIDER_WARNING, NO_FALLBACK_WARNING)
+
+
+def _check_requested_provider(mem: Any) -> None:
+    """An explicitly requested provider (``--provider openai`` or a config file's) that cannot start
+    is an error naming what is missing; only ``auto`` may fall back to keyword-only quietly."""
+    requested = mem.config.provider
+    if requested in ("auto", "none") or not mem.config.enabled:
+        return
+    logger = logging.getLogger("clawmem")
+    quiet = _DropKeywordOnlyWarning()
+    logger.addFilter(quiet)  # the error below says it; the warning would repeat it
+    try:
+        info = mem.provider_info()
+    finally:
+        logger.removeFilter(quiet)
+    if info["provider"] != "none" or not info["fallback"]:
+        return
+    raise ClawmemError(
+        f"embedding provider {requested} cannot start: {info['fallback']['reason']}. "
+        "Set it up, or choose --provider auto (keyword-only when no key is found) or --provider none"
+    )
 
 
 class _Progress:
@@ -171,6 +206,8 @@ def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     mem = MemoryIndex(args.workspace, agent_id=args.agent, config=config)
     try:
+        if args.command in _EMBEDDING_COMMANDS or (args.command == "status" and args.index):
+            _check_requested_provider(mem)
         return _COMMANDS[args.command](mem, args)
     finally:
         try:
@@ -331,6 +368,11 @@ def _probe(mem: Any) -> tuple[bool, str | None]:
     except ClawmemError as exc:
         return False, str(exc)
     if emb is None:
+        fallback = mem.provider_info()["fallback"]
+        if fallback:
+            return False, f"{fallback['from']} requested but cannot start: {fallback['reason']} (keyword-only mode)"
+        if mem.config.provider == "auto":
+            return False, "auto found no embedding provider (no local model set, no API key found): keyword-only mode"
         return False, "no embedding provider configured (keyword-only mode)"
     try:
         from .embeddings.registry import probe
