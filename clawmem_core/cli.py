@@ -90,6 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", help="keep the index fresh while files change (Ctrl-C to stop)")
     _common(p, suppress=True)
+
+    p = sub.add_parser("mcp", help="serve memory_search, memory_get and memory_write over MCP")
+    _common(p, suppress=True)
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio (default: what MCP clients spawn) or streamable HTTP on --host/--port")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--path", dest="http_path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    p.add_argument("--no-watch", action="store_true", help="do not re-index on file changes")
     return parser
 
 
@@ -405,6 +414,24 @@ def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .mcp_server import _require_mcp, serve_http, serve_stdio
+
+    _require_mcp()
+    if args.transport == "stdio":
+        asyncio.run(serve_stdio(mem, watch=not args.no_watch))
+        return EXIT_OK
+
+    def ready(url: str) -> None:
+        print(f"clawmem MCP server for {mem.workspace} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=not args.no_watch,
+                           on_ready=ready))
+    return EXIT_OK
+
+
 _COMMANDS = {
     "status": _cmd_status,
     "index": _cmd_index,
@@ -412,6 +439,7 @@ _COMMANDS = {
     "get": _cmd_get,
     "write": _cmd_write,
     "watch": _cmd_watch,
+    "mcp": _cmd_mcp,
 }
 
 
