@@ -2,9 +2,10 @@
 
 Embedding models differ in their baseline: with all-MiniLM-L6-v2 unrelated texts score a cosine
 near 0.1, with the e5 family near 0.75. A raw cosine therefore means nothing across models, and a
-fixed ``min_score`` cannot tell "nothing relevant" from "a match". At sync time the index embeds
-:data:`BACKGROUND_TEXTS` (short passages on everyday and technical topics, in English and Chinese,
-chosen to be unrelated to any one memory) with the index's own embedder and keeps the vectors. At
+fixed ``min_score`` cannot tell "nothing relevant" from "a match". On its first hybrid search the
+index embeds :data:`BACKGROUND_TEXTS` (short passages on everyday and technical topics, in English
+and Chinese, unrelated to any one memory) with its own embedder, in one call, and keeps the vectors
+in the index. At
 query time the query's cosine to those passages is its null distribution: a chunk counts as
 relevant to the extent that its cosine stands out above the best unrelated passage
 (:func:`calibrated_cosine`). Pure maths, no model: the vectors come from the index.
@@ -12,7 +13,9 @@ relevant to the extent that its cosine stands out above the best unrelated passa
 
 from __future__ import annotations
 
+import base64
 import math
+from array import array
 from typing import Sequence
 
 #: Version of :data:`BACKGROUND_TEXTS`: the index re-embeds them when it changes.
@@ -88,3 +91,18 @@ def calibrated_cosine(cosine: float, level: float) -> float:
         return max(0.0, min(1.0, cosine))
     level = min(level, 0.999)
     return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
+
+
+def encode_vectors(vectors: Sequence[Sequence[float]]) -> str:
+    """Vectors as text (float32, base64), one line each, to keep in the index."""
+    return "\n".join(base64.b64encode(array("f", v).tobytes()).decode("ascii") for v in vectors)
+
+
+def decode_vectors(text: str) -> list[list[float]]:
+    """The inverse of :func:`encode_vectors`."""
+    out = []
+    for line in text.splitlines():
+        a = array("f")
+        a.frombytes(base64.b64decode(line))
+        out.append(a.tolist())
+    return out

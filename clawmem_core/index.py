@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -21,7 +22,7 @@ from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
 from .errors import ConfigError, EmbeddingError, StoreError, WorkspaceError
 from .read import read_memory_file
-from .results import IndexStatus, ReadResult, SearchResult, SyncReport
+from .results import IndexStatus, ReadResult, SearchResult, SearchResults, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
     MAX_QUERY_EMBED_CHARS,
     MAX_QUERY_TERM_CHARS,
@@ -29,6 +30,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     MAX_RESULTS,
     check_args,
     rank,
+    run_with_deadline,
 )
 from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
 from .sync import ProgressCallback, Scan, Syncer
@@ -50,6 +52,11 @@ def default_state_dir() -> Path:
     """``$CLAWMEM_STATE_DIR`` or ``~/.clawmem``."""
     env = os.environ.get("CLAWMEM_STATE_DIR")
     return Path(os.path.expanduser(env)) if env else Path.home() / ".clawmem"
+
+
+def _unit(v: Sequence[float]) -> list[float]:
+    n = math.sqrt(sum(x * x for x in v))
+    return [x / n for x in v] if n > 0 else list(v)
 
 
 @dataclass
@@ -90,6 +97,7 @@ class MemoryIndex:
         state_dir: str | os.PathLike[str] | None = None,
         *,
         sessions_dir: str | os.PathLike[str] | None = None,
+        reranker: Any = None,
     ) -> None:
         ws = Path(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
         if not ws.exists():
@@ -107,6 +115,15 @@ class MemoryIndex:
         self.workspace = ws
         self.agent_id = agent_id
         self.config = config
+        from .rerank import wrap_reranker
+
+        #: The reranking stage (``query.rerank``): an object passed here, else one built from the
+        #: configuration on first use.
+        self._reranker = wrap_reranker(reranker) if reranker is not None else None
+        self._reranker_built = reranker is not None
+        self._background_vecs: dict[str, list[list[float]]] = {}
+        self._background_pending: dict[str, threading.Event] = {}
+        self._background_lock = threading.Lock()
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
         self.store_path = self._resolve_store_path()
         #: Session transcripts (``*.jsonl``) indexed when ``sources`` includes "sessions".
@@ -448,28 +465,39 @@ class MemoryIndex:
     def _check_args(self, query: Any, max_results: Any, min_score: Any) -> tuple[str, int, float]:
         return check_args(query, max_results, min_score, self.config.query)
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchResults:
         """Hybrid search (SPEC 6). Empty query or empty index -> ``[]`` without creating the
-        embedder. Raises :class:`EmbeddingError` when the query cannot be embedded."""
+        embedder. Raises :class:`EmbeddingError` when the query cannot be embedded. A query
+        embedding that takes longer than ``query.timeout_ms`` is abandoned: the results come from
+        the keyword side and ``results.info["degraded"]`` says ``"embedding timeout"``. An explicit
+        ``min_score`` is a floor."""
         self._check_open()
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
-            return []
+            return SearchResults()
         store = self._store
         try:
-            return self._search_once(q, k, ms)
+            return self._search_once(q, k, ms, min_score is not None)
         except Exception as exc:  # damaged while in use: rebuild, answer
             if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
                 raise
             self._rebuild_damaged(exc, store)
-            return self._search_once(q, k, ms)
+            return self._search_once(q, k, ms, min_score is not None)
 
-    def _search_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
+    def _search_once(self, q: str, k: int, ms: float, explicit: bool) -> SearchResults:
         if not self._prepare_search():
-            return []
+            return SearchResults()
         emb = self._selection_now().embedder
-        qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
-        return self._rank(q, qvec, k, ms)
+        deadline = time.monotonic() + self.config.query.timeout_ms / 1000.0
+        qvec = None
+        degraded = None
+        if emb is not None:
+            ok, qvec = run_with_deadline(lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]), deadline - time.monotonic())
+            if not ok:
+                degraded = "embedding timeout"
+                log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
+                            self.config.query.timeout_ms)
+        return self._rank(q, qvec, k, ms, explicit, deadline, degraded)
 
     def _rebuild_damaged(self, exc: Exception, failed: Store) -> None:
         with self._sync_lock:
@@ -481,19 +509,29 @@ class MemoryIndex:
                     self._retired.append(failed)
                     self._store = self._new_store()
 
-    async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
-        """Async twin of :meth:`search`: the query embedding is awaited (``aembed_query``)."""
+    async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchResults:
+        """Async twin of :meth:`search`: the query embedding is awaited (``aembed_query``) within
+        ``query.timeout_ms``."""
         import asyncio
 
         self._check_open()
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
-            return []
+            return SearchResults()
         if not await asyncio.to_thread(self._prepare_search):
-            return []
+            return SearchResults()
         emb = self._selection_now().embedder
-        qvec = await emb.aembed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
-        return await asyncio.to_thread(self._rank, q, qvec, k, ms)
+        deadline = time.monotonic() + self.config.query.timeout_ms / 1000.0
+        qvec = None
+        degraded = None
+        if emb is not None:
+            try:
+                qvec = await asyncio.wait_for(emb.aembed_query(q[:MAX_QUERY_EMBED_CHARS]), deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                degraded = "embedding timeout"
+                log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
+                            self.config.query.timeout_ms)
+        return await asyncio.to_thread(self._rank, q, qvec, k, ms, min_score is not None, deadline, degraded)
 
     def _prepare_search(self) -> bool:
         """Sync triggers; False when there is nothing to search."""
@@ -506,10 +544,86 @@ class MemoryIndex:
             self._maybe_background_sync()
         return True
 
-    def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float) -> list[SearchResult]:
-        keyword_only = self._selection_now().embedder is None
-        return rank(self._store, self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
-                    mtime_of=self._mtime_of)
+    def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float, explicit: bool = False,
+              deadline: float | None = None, degraded: str | None = None) -> SearchResults:
+        emb = self._selection_now().embedder
+        keyword_only = emb is None
+        background = None
+        if emb is not None and qvec is not None and self.config.query.hybrid.fusion == "calibrated":
+            left = self.config.query.timeout_ms / 1000.0 if deadline is None else deadline - time.monotonic()
+            background = self._background(emb, left)
+        out = rank(self._store, self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
+                   mtime_of=self._mtime_of, background=background, explicit_min_score=explicit,
+                   reranker=self._get_reranker(), deadline=deadline)
+        if degraded:
+            out.info["degraded"] = degraded
+        return out
+
+    def _get_reranker(self) -> Any:
+        """The reranker in effect (``None`` when reranking is off)."""
+        rc = self.config.query.rerank
+        if not self._reranker_built:
+            self._reranker_built = True
+            if rc.enabled and rc.provider:
+                from .rerank import create_reranker
+
+                self._reranker = create_reranker(rc.provider, model=rc.model, model_path=rc.model_path,
+                                                 api_key=self.config.remote.api_key if rc.provider == "voyage" else None,
+                                                 base_url=rc.base_url)
+        if self._reranker is None or (not rc.enabled and not self._reranker_passed()):
+            return None
+        return self._reranker
+
+    def _reranker_passed(self) -> bool:
+        return self._reranker is not None and not self.config.query.rerank.provider
+
+    def _background(self, emb: Embedder, seconds: float) -> list[list[float]] | None:
+        """The embedder's vectors of :data:`~clawmem_core.calibration.BACKGROUND_TEXTS` (the
+        calibration of its cosine): from memory, from the index, or embedded once (one call, on
+        the first hybrid search; kept in the index for later processes). ``None`` when they cannot
+        be had within ``seconds`` or at all: the vector side then scores the raw cosine."""
+        from .calibration import BACKGROUND_TEXTS, BACKGROUND_VERSION, decode_vectors, encode_vectors
+
+        ident = hashlib.sha256(f"{emb.provider}\0{emb.model}\0{emb.provider_key}".encode()).hexdigest()[:24]
+        key = f"calibration:{BACKGROUND_VERSION}:{ident}"
+        with self._background_lock:
+            if key in self._background_vecs:
+                return self._background_vecs[key]
+            try:
+                stored = self._store.get_value(key)
+                vecs = decode_vectors(stored) if stored else None
+            except Exception as exc:
+                log.debug("stored calibration vectors unreadable: %s", exc)
+                vecs = None
+            if vecs is not None and len(vecs) == len(BACKGROUND_TEXTS):
+                self._background_vecs[key] = vecs
+                return vecs
+            pending = self._background_pending.get(key)
+            if pending is None:
+                import threading as _t
+
+                pending = self._background_pending[key] = _t.Event()
+
+                def work() -> None:
+                    try:
+                        got = [_unit(v) for v in emb.embed_documents(list(BACKGROUND_TEXTS))]
+                        with self._background_lock:
+                            self._background_vecs[key] = got
+                        try:
+                            self._store.set_value(key, encode_vectors(got))
+                        except Exception as exc:  # read-only or busy index: kept in memory only
+                            log.debug("calibration vectors not stored: %s", exc)
+                    except Exception as exc:
+                        log.warning("embedder calibration unavailable (%s): vector scores are raw cosines", exc)
+                    finally:
+                        with self._background_lock:
+                            self._background_pending.pop(key, None)
+                        pending.set()
+
+                threading.Thread(target=work, name="clawmem-calibration", daemon=True).start()
+        pending.wait(max(0.0, seconds))
+        with self._background_lock:
+            return self._background_vecs.get(key)
 
     def _stale_on_disk(self, found: Discovery) -> bool:
         """Whether the Markdown differs from the index (by path, size and mtime) or the index

@@ -56,6 +56,24 @@ class SearchResult:
         }
 
 
+class SearchResults(list):  # type: ignore[type-arg]
+    """The results of a search (a list of :class:`SearchResult`) and how they were made:
+    :attr:`info` may say ``degraded`` (e.g. ``"embedding timeout"``: answered from the keyword
+    side), ``reranked`` (a reranker is configured: whether it reordered) and ``rerank_error``."""
+
+    def __init__(self, items: Any = (), info: dict[str, Any] | None = None) -> None:
+        super().__init__(items)
+        self.info: dict[str, Any] = dict(info or {})
+
+    @property
+    def degraded(self) -> str | None:
+        return self.info.get("degraded")
+
+    @property
+    def reranked(self) -> bool | None:
+        return self.info.get("reranked")
+
+
 @dataclass(frozen=True)
 class ReadResult:
     """Lines read from a memory file (``memory_get``)."""

@@ -14,7 +14,7 @@ from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
 from .errors import InvalidQueryError
-from .results import SearchResult
+from .results import SearchResult, SearchResults
 from .text import search_terms, similarity_tokens
 
 if TYPE_CHECKING:
@@ -239,18 +239,22 @@ def mmr_score(relevance: float, max_similarity: float, lambda_: float) -> float:
 MMR_WINDOW = 60
 
 
-def mmr_rerank(items: Sequence[Candidate], lambda_: float = 0.7, window: int = MMR_WINDOW) -> list[Candidate]:
+def mmr_rerank(
+    items: Sequence[Candidate], lambda_: float = 0.7, window: int = MMR_WINDOW, relevance: Sequence[float] | None = None
+) -> list[Candidate]:
     """Greedy maximal marginal relevance over snippets of the ``window`` best items. Reorders,
-    never drops. Relevance is min-max normalised; ties go to the higher original score."""
+    never drops. Relevance (the scores, or ``relevance`` given per item, e.g. a reranked order) is
+    min-max normalised; ties go to the higher relevance."""
     items = list(items)
     if len(items) > window:
-        return mmr_rerank(items[:window], lambda_, window) + items[window:]
+        head_rel = None if relevance is None else list(relevance)[:window]
+        return mmr_rerank(items[:window], lambda_, window, head_rel) + items[window:]
     if len(items) < 2:
         return items
     lam = 0.7 if not math.isfinite(lambda_) else max(0.0, min(1.0, lambda_))
+    scores = [c.score for c in items] if relevance is None else [float(r) for r in relevance][: len(items)]
     if lam >= 1.0:
-        return sorted(items, key=lambda c: -c.score)
-    scores = [c.score for c in items]
+        return [items[i] for i in sorted(range(len(items)), key=lambda i: -scores[i])]
     lo, hi = min(scores), max(scores)
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
     tokens = [similarity_tokens(c.snippet) for c in items]
@@ -306,10 +310,70 @@ def check_args(query: Any, max_results: Any, min_score: Any, cfg: "QueryConfig")
         or (isinstance(k, float) and k != int(k))
     ):
         raise InvalidQueryError(f"max_results must be a positive integer, got {max_results!r}")
-    ms = cfg.min_score if min_score is None else min_score
+    ms = cfg.effective_min_score if min_score is None else min_score
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms in (float("inf"), float("-inf")):
         raise InvalidQueryError(f"min_score must be a finite number, got {min_score!r}")
     return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, min(1.0, float(ms)))
+
+
+def run_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
+    """Run ``fn`` in a daemon thread and wait at most ``seconds``: ``(True, result)``, or
+    ``(False, None)`` on time-out (the call is left to finish on its own; a daemon thread never
+    holds up interpreter exit). An exception from ``fn`` is raised here."""
+    import threading
+
+    box: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the caller
+            box.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="clawmem-deadline", daemon=True).start()
+    if not done.wait(max(0.0, seconds)):
+        return False, None
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return True, value
+
+
+def _rerank_head(
+    store: "Store", query: str, merged: list[Candidate], reranker: Any, cfg: "QueryConfig", seconds: float,
+    info: dict[str, Any],
+) -> tuple[list[Candidate], list[float] | None]:
+    """Rerank the best ``rerank.candidates`` of ``merged`` (fused order), blended by position;
+    fails open (fused order, ``reranked: false`` and why). Returns the new order and, when
+    reranked, a relevance per candidate for MMR (the blended order, best 1)."""
+    from .rerank import blend_by_position
+
+    n = min(len(merged), cfg.rerank.candidates)
+    if n < 2:
+        info["reranked"] = False
+        info["rerank_error"] = "fewer than two candidates"
+        return merged, None
+    head = merged[:n]
+    rows = store.get_chunks([c.id for c in head])
+    texts = [rows[c.id].text if c.id in rows else c.snippet for c in head]
+    try:
+        ok, scores = run_with_deadline(lambda: reranker.rerank(query, texts), seconds)
+        if not ok:
+            info["reranked"] = False
+            info["rerank_error"] = f"reranker timeout ({seconds * 1000:.0f} ms)"
+            return merged, None
+        order = blend_by_position(n, list(scores), cfg.rerank.weight)
+    except Exception as exc:  # fail open: the fused order stands
+        info["reranked"] = False
+        info["rerank_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return merged, None
+    info["reranked"] = True
+    out = [head[i] for i in order] + merged[n:]
+    rel = [1.0 - i / len(out) for i in range(len(out))]
+    return out, rel
 
 
 def rank(
@@ -322,14 +386,28 @@ def rank(
     *,
     keyword_only: bool,
     mtime_of: Callable[[str, str], float | None],
-) -> list[SearchResult]:
-    """Search ``store``: keyword and vector candidates -> fusion -> temporal decay -> MMR ->
-    thresholds. ``qvec`` is the query's embedding (``None`` in keyword-only mode);
-    ``mtime_of(path, source)`` dates the files that decay by modification time."""
+    background: Sequence[Sequence[float]] | None = None,
+    explicit_min_score: bool = False,
+    reranker: Any = None,
+    deadline: float | None = None,
+) -> "SearchResults":
+    """Search ``store``: keyword and vector candidates -> fusion -> temporal decay -> rerank ->
+    MMR -> thresholds. ``qvec`` is the query's embedding (``None`` in keyword-only mode or when it
+    timed out); ``background`` the embedder's vectors of the calibration passages
+    (:mod:`clawmem_core.calibration`); ``explicit_min_score``: the caller gave ``min_score``, a
+    floor (no relaxed fallback); ``reranker`` (a :class:`~clawmem_core.rerank.Reranker`) runs until
+    ``deadline`` (a ``time.monotonic()`` value) at the latest; ``mtime_of(path, source)`` dates the
+    files that decay by modification time."""
+    import time
+
+    from .calibration import background_level, calibrated_cosine
+
     hybrid = cfg.hybrid
+    info: dict[str, Any] = {}
     pool = max(CANDIDATE_POOL, k)
-    keyword_side = keyword_only or (hybrid.enabled and store.fts_available)
-    kw_hits = store.keyword_search(search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS], pool) if keyword_side else []
+    keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
+    terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+    kw_hits = store.keyword_search(terms, pool) if keyword_side else []
     vec_hits: list[tuple[str, float]] = []
     if qvec is not None and any(v != 0 for v in qvec):
         vec_hits = store.vector_search(qvec, pool)
@@ -339,32 +417,64 @@ def rank(
         m = meta.get(cid)  # None: removed since the candidate lists were read
         return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
 
-    # Keyword-only mode keeps OpenClaw's conversion: its scores meet min_score on their own.
-    mode = hybrid.text_score if not keyword_only else "saturate"
-    scores = keyword_scores([r for _, r in kw_hits], mode)
+    no_vectors = keyword_only or qvec is None
+    vw, tw = hybrid.weights
+    if hybrid.fusion == "openclaw":
+        # OpenClaw's formula; keyword-only mode keeps its conversion (scores meet min_score alone).
+        mode = hybrid.text_score if not no_vectors else "saturate"
+        scores = keyword_scores([r for _, r in kw_hits], mode)
+        vec_scores = [s for _, s in vec_hits]
+    else:
+        hits = store.term_hits(terms) if kw_hits else None
+        if hits is None:
+            scores = keyword_scores([r for _, r in kw_hits], "normalize")
+        else:
+            mass = query_idf_mass(terms, hits[1], hits[0])
+            scores = [text_relevance(r, mass) for _, r in kw_hits]
+        level = math.nan
+        if background and qvec is not None and vec_hits:
+            level = background_level([sum(a * b for a, b in zip(qvec, bg)) for bg in background])
+        vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
-    vec = [c for c in (cand(i, vector_score=s) for i, s in vec_hits) if c]
-    if keyword_only:
+    vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
+    if no_vectors:
         merged = merge_hybrid([], kw, 0.0, 1.0)
     elif not keyword_side:
         merged = merge_hybrid(vec, [], 1.0, 0.0)
     else:
-        merged = merge_hybrid(vec, kw, hybrid.vector_weight, hybrid.text_weight)
+        merged = merge_hybrid(vec, kw, vw, tw)
     if hybrid.temporal_decay.enabled:
         merged = apply_temporal_decay(merged, hybrid.temporal_decay.half_life_days, datetime.now(timezone.utc), mtime_of)
     merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
     merged = dedupe_line_ranges(merged)
+    relevance = None
+    if reranker is not None and merged:
+        seconds = cfg.rerank.timeout_ms / 1000.0
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.monotonic())
+        if seconds <= 0:
+            info["reranked"] = False
+            info["rerank_error"] = "no time left before query.timeout_ms"
+        else:
+            merged, relevance = _rerank_head(store, query, merged, reranker, cfg, seconds, info)
     if hybrid.mmr.enabled:
         window = with_snippets(store, merged[:MMR_WINDOW])
-        merged = mmr_rerank(window + merged[MMR_WINDOW:], hybrid.mmr.lambda_)
-    # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a
-    # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
-    floor = 0.0 if keyword_only else min(min_score, hybrid.text_weight)
-    chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
-    return [
-        SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
-        for c in with_snippets(store, chosen)
-    ]
+        merged = mmr_rerank(window + merged[MMR_WINDOW:], hybrid.mmr.lambda_, relevance=relevance)
+    if hybrid.fusion == "openclaw":
+        # Keyword-only: when nothing reaches min_score, the best keyword hits still answer;
+        # hybrid: OpenClaw's floor min(min_score, tw). A caller's own min_score is a floor.
+        floor = 0.0 if no_vectors else min(min_score, tw)
+        chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor,
+                                strict=cfg.strict or explicit_min_score)
+    else:  # calibrated scores mean the same in every index: no fallback below min_score
+        chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=1.0, strict=True)
+    return SearchResults(
+        (
+            SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
+            for c in with_snippets(store, chosen)
+        ),
+        info,
+    )
 
 
 def with_snippets(store: "Store", cands: list[Candidate]) -> list[Candidate]:

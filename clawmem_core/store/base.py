@@ -152,6 +152,12 @@ class Store(ABC):
         """``(chunk id, bm25 rank)`` best first (FTS5's sign: more negative is better); any term may
         match (rarer terms weigh more)."""
 
+    def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        """Rows of the keyword index and, for each term, how many rows hold it (BM25's document
+        frequencies, for the calibrated keyword score); ``None`` when the store cannot tell (the
+        search then scores keyword hits relative to the query's best one)."""
+        return None
+
     @abstractmethod
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         """``(chunk id, cosine similarity)`` best first."""

@@ -23,7 +23,7 @@ import apsw
 from ..errors import StoreError
 from ..text import index_document, quote_fts
 from .base import ChunkRow, CorruptIndexError, FileRow, Store, StoreBackend, StoreBusyError, StoreCounts
-from .bm25 import Bm25Index, StaleStatistics
+from .bm25 import Bm25Index, StaleStatistics, read_varint
 
 log = logging.getLogger("clawmem")
 
@@ -166,6 +166,7 @@ class SQLiteStore(Store):
         self._seen_token: Any = None
         self._bm25: tuple[Any, Bm25Index] | None = None
         self._kw_token: Any = None
+        self._hits_cache: tuple[Any, int, dict[str, int]] | None = None
         self._kw_queries = 0
         self._query_tokenizer: Any = None
         self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
@@ -567,6 +568,44 @@ class SQLiteStore(Store):
             self._bm25 = None
             return None
         return [(ids[rid], rank) for rid, rank in hits if rid in ids]
+
+    def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        if not self.fts_available:
+            return None
+        token = self._data_token()
+        if self._hits_cache is None or self._hits_cache[0] != token:
+            rows = 0
+            for (block,) in self.conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
+                rows = read_varint(block)[0]
+            self._hits_cache = (token, rows, {})
+        _, rows, known = self._hits_cache
+        out = []
+        for term in terms:
+            n = known.get(term)
+            if n is None:
+                try:
+                    n = self._term_rows(term)
+                except apsw.Error as exc:  # never expected: the term is quoted
+                    log.debug("term frequency of %r unavailable: %s", term, exc)
+                    return None
+                if len(known) < 50_000:
+                    known[term] = n
+            out.append(n)
+        return rows, out
+
+    def _term_rows(self, term: str) -> int:
+        """Rows holding ``term``: the FTS5 vocabulary's row count for one token, else a count of
+        the rows matching it as a phrase."""
+        if self.fts_tokenizer == "trigram" and len(term) < 3:
+            return 0
+        tokens = self._fts_tokens([term])
+        if tokens is not None:
+            self.conn.execute(
+                'CREATE VIRTUAL TABLE IF NOT EXISTS temp."chunks_fts_rows" USING fts5vocab(main, "chunks_fts", row)'
+            )
+            got = self.conn.execute('SELECT doc FROM temp."chunks_fts_rows" WHERE term = ?', (tokens[0],)).fetchall()
+            return int(got[0][0]) if got else 0
+        return int(self.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quote_fts(term),)).fetchall()[0][0])
 
     def _fts_tokens(self, terms: list[str]) -> list[str] | None:
         """The FTS5 token of each query term, or ``None`` when a term is not exactly one token."""

@@ -326,13 +326,17 @@ def test_chinese_question_ranks_the_chunk_with_the_content_words_first(make_work
 def test_relaxed_fallback_versus_strict_abstention(make_workspace: WorkspaceFactory, open_index: IndexFactory,
                                                    tmp_path: Path) -> None:
     ws = make_workspace(SAMPLE_FILES)
-    relaxed = open_index(ws)
+    openclaw = {"hybrid": {"fusion": "openclaw"}}
+    relaxed = open_index(ws, config=MemoryConfig.from_dict({"query": {**openclaw, "minScore": 0.95}}))
     relaxed.sync()
-    # min_score 0.95 is out of reach; the relaxed fallback still returns the keyword hits.
-    hits = relaxed.search("kubernetes", min_score=0.95)
+    # OpenClaw fusion: a configured min_score 0.95 is out of reach; the relaxed fallback still
+    # returns the keyword hits.
+    hits = relaxed.search("kubernetes")
     assert hits and hits[0].path == "memory/2026-01-05.md"
     assert all(h.score < 0.95 and h.score >= 0.3 * h.text_score for h in hits)
-    strict = open_index(ws, config=MemoryConfig(query=QueryConfig(strict=True)), state=tmp_path / "strict")
+    # A min_score the caller gives is a floor, in either fusion.
+    assert relaxed.search("kubernetes", min_score=0.95) == []
+    strict = open_index(ws, config=MemoryConfig.from_dict({"query": {**openclaw, "strict": True}}), state=tmp_path / "strict")
     strict.sync()
     assert strict.search("kubernetes", min_score=0.95) == []
     for ms in (0.0, 0.1, 0.2, 0.3, 0.35, 0.5, 0.8):
@@ -342,7 +346,8 @@ def test_relaxed_fallback_versus_strict_abstention(make_workspace: WorkspaceFact
 
 def test_strict_keyword_only_abstains(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
     ws = make_workspace(SAMPLE_FILES)
-    mem = open_index(ws, embedder=None, config=MemoryConfig(provider="none", query=QueryConfig(strict=True)))
+    cfg = MemoryConfig.from_dict({"provider": "none", "query": {"strict": True, "hybrid": {"fusion": "openclaw"}}})
+    mem = open_index(ws, embedder=None, config=cfg)
     mem.sync()
     assert mem.search("kubernetes", min_score=0.99) == []
     assert all(h.score >= 0.2 for h in mem.search("kubernetes billing", min_score=0.2))

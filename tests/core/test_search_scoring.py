@@ -91,11 +91,16 @@ def test_merge_keeps_vector_snippet_when_keyword_snippet_empty() -> None:
 
 def test_config_weights_are_normalised_to_sum_one() -> None:
     h = MemoryConfig.from_dict({"query": {"hybrid": {"vectorWeight": 2, "textWeight": 2}}}).query.hybrid
-    assert (h.vector_weight, h.text_weight) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert h.weights == (pytest.approx(0.5), pytest.approx(0.5))
+    # Both zero: the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3).
     h = MemoryConfig.from_dict({"query": {"hybrid": {"vectorWeight": 0, "textWeight": 0}}}).query.hybrid
-    assert (h.vector_weight, h.text_weight) == (pytest.approx(0.7), pytest.approx(0.3))
-    h = MemoryConfig().query.hybrid
-    assert h.vector_weight + h.text_weight == pytest.approx(1.0)
+    assert h.weights == (pytest.approx(0.3), pytest.approx(0.7))
+    h = MemoryConfig.from_dict({"query": {"hybrid": {"vectorWeight": 0, "textWeight": 0, "fusion": "openclaw"}}}).query.hybrid
+    assert h.weights == (pytest.approx(0.7), pytest.approx(0.3))
+    assert MemoryConfig().query.hybrid.weights == (pytest.approx(0.3), pytest.approx(0.7))
+    # One set: the other takes the fusion's default, then both are normalised.
+    h = MemoryConfig.from_dict({"query": {"hybrid": {"vectorWeight": 0.7}}}).query.hybrid
+    assert h.weights == (pytest.approx(0.5), pytest.approx(0.5))
 
 
 # -- temporal decay (tests 6-11) -----------------------------------------------------------------
@@ -347,7 +352,7 @@ def test_normalized_keyword_scores_change_the_hybrid_balance(tmp_path: Path) -> 
     (ws / "memory" / "target.md").write_text("the zephyrine protocol was approved on tuesday\n")
     results = {}
     for mode in ("saturate", "normalize"):
-        cfg = MemoryConfig(query=QueryConfig(hybrid=HybridConfig(text_score=mode)))
+        cfg = MemoryConfig(query=QueryConfig(hybrid=HybridConfig(text_score=mode, fusion="openclaw")))
         with MemoryIndex(ws, config=cfg, embedder=HashEmbedder(), state_dir=tmp_path / mode) as mem:
             mem.sync()
             hits = mem.search("zephyrine protocol", min_score=0)

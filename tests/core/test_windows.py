@@ -161,7 +161,8 @@ def test_hybrid_result_combines_best_window_and_keyword_score(make_workspace: Wo
     hit = mem.search("marathon hospital", min_score=0)[0]
     assert hit.vector_score is not None and hit.text_score is not None
     assert hit.vector_score > 0 and hit.text_score > 0
-    assert hit.score == pytest.approx(0.7 * hit.vector_score + 0.3 * hit.text_score, abs=1e-6)
+    vw, tw = mem.config.query.hybrid.weights
+    assert hit.score == pytest.approx(vw * hit.vector_score + tw * hit.text_score, abs=1e-6)
     assert hit.snippet.startswith("# Journal")  # on overlap the keyword (whole chunk) snippet
 
 
