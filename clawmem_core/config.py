@@ -134,13 +134,14 @@ class HybridConfig:
 @dataclass
 class RerankConfig:
     """The optional reranking stage (off by default): a reranker reorders the fused candidate pool
-    before MMR and the cut to ``max_results``. ``provider``: ``"voyage"`` (Voyage's rerank API,
+    before MMR and the cut to ``max_results``. ``enabled`` unset: on when a reranker is passed to
+    ``MemoryIndex`` or a ``provider`` is set; false turns it off either way. ``provider``: ``"voyage"`` (Voyage's rerank API,
     ``model``) or ``"local"`` (a sentence-transformers CrossEncoder in ``model_path``); a reranker
     object passed to ``MemoryIndex`` takes precedence. ``candidates``: how many of the best fused
     candidates it sees; ``weight``: how much its order counts against the fused order (blended by
     position, 0-1); ``timeout_ms``: its own time limit (within ``query.timeout_ms``)."""
 
-    enabled: bool = False
+    enabled: bool | None = None
     provider: str | None = None
     model: str | None = None
     model_path: str | None = None

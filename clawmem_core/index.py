@@ -124,6 +124,7 @@ class MemoryIndex:
         self._background_vecs: dict[str, list[list[float]]] = {}
         self._background_pending: dict[str, threading.Event] = {}
         self._background_lock = threading.Lock()
+        self._background_unsaved: dict[str, tuple[Embedder, dict[str, list[float]]]] = {}
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
         self.store_path = self._resolve_store_path()
         #: Session transcripts (``*.jsonl``) indexed when ``sources`` includes "sessions".
@@ -557,62 +558,73 @@ class MemoryIndex:
                    reranker=self._get_reranker(), deadline=deadline)
         if degraded:
             out.info["degraded"] = degraded
+        self._save_background()
         return out
+
+    def _save_background(self) -> None:
+        """Cache calibration vectors embedded by an earlier search (after a search succeeded, so
+        never into an index found damaged)."""
+        if not self._background_unsaved:
+            return
+        with self._background_lock:
+            pending, self._background_unsaved = self._background_unsaved, {}
+        for emb, items in pending.values():
+            try:
+                self._store.cache_put(emb.provider, emb.model, emb.provider_key, items)
+            except Exception as exc:  # read-only or busy index: kept in memory only
+                log.debug("calibration vectors not cached: %s", exc)
 
     def _get_reranker(self) -> Any:
         """The reranker in effect (``None`` when reranking is off)."""
         rc = self.config.query.rerank
+        if rc.enabled is False:
+            return None
         if not self._reranker_built:
             self._reranker_built = True
-            if rc.enabled and rc.provider:
+            if rc.provider:
                 from .rerank import create_reranker
 
                 self._reranker = create_reranker(rc.provider, model=rc.model, model_path=rc.model_path,
                                                  api_key=self.config.remote.api_key if rc.provider == "voyage" else None,
                                                  base_url=rc.base_url)
-        if self._reranker is None or (not rc.enabled and not self._reranker_passed()):
-            return None
         return self._reranker
-
-    def _reranker_passed(self) -> bool:
-        return self._reranker is not None and not self.config.query.rerank.provider
 
     def _background(self, emb: Embedder, seconds: float) -> list[list[float]] | None:
         """The embedder's vectors of :data:`~clawmem_core.calibration.BACKGROUND_TEXTS` (the
-        calibration of its cosine): from memory, from the index, or embedded once (one call, on
-        the first hybrid search; kept in the index for later processes). ``None`` when they cannot
-        be had within ``seconds`` or at all: the vector side then scores the raw cosine."""
-        from .calibration import BACKGROUND_TEXTS, BACKGROUND_VERSION, decode_vectors, encode_vectors
+        calibration of its cosine): from memory, from the embedding cache, or embedded once (one
+        call, on the first hybrid search; cached like chunk vectors, so later processes and
+        rebuilds reuse them). ``None`` when they cannot be had within ``seconds`` or at all: the
+        vector side then scores the raw cosine."""
+        from .calibration import BACKGROUND_TEXTS
+        from .chunking import sha256
 
-        ident = hashlib.sha256(f"{emb.provider}\0{emb.model}\0{emb.provider_key}".encode()).hexdigest()[:24]
-        key = f"calibration:{BACKGROUND_VERSION}:{ident}"
+        key = f"{emb.provider}\0{emb.model}\0{emb.provider_key}"
+        hashes = [sha256(t) for t in BACKGROUND_TEXTS]
+        use_cache = self.config.cache.enabled
+        store = self._store
         with self._background_lock:
             if key in self._background_vecs:
                 return self._background_vecs[key]
             try:
-                stored = self._store.get_value(key)
-                vecs = decode_vectors(stored) if stored else None
+                got = store.cache_get(emb.provider, emb.model, emb.provider_key, hashes) if use_cache else {}
             except Exception as exc:
-                log.debug("stored calibration vectors unreadable: %s", exc)
-                vecs = None
-            if vecs is not None and len(vecs) == len(BACKGROUND_TEXTS):
+                log.debug("cached calibration vectors unreadable: %s", exc)
+                got = {}
+            if all(h in got for h in hashes):
+                vecs = [_unit(got[h]) for h in hashes]
                 self._background_vecs[key] = vecs
                 return vecs
             pending = self._background_pending.get(key)
             if pending is None:
-                import threading as _t
-
-                pending = self._background_pending[key] = _t.Event()
+                pending = self._background_pending[key] = threading.Event()
 
                 def work() -> None:
                     try:
-                        got = [_unit(v) for v in emb.embed_documents(list(BACKGROUND_TEXTS))]
+                        raw = emb.embed_documents(list(BACKGROUND_TEXTS))
                         with self._background_lock:
-                            self._background_vecs[key] = got
-                        try:
-                            self._store.set_value(key, encode_vectors(got))
-                        except Exception as exc:  # read-only or busy index: kept in memory only
-                            log.debug("calibration vectors not stored: %s", exc)
+                            self._background_vecs[key] = [_unit(v) for v in raw]
+                            if use_cache:  # written by the search that uses them, once it succeeded
+                                self._background_unsaved[key] = (emb, dict(zip(hashes, raw)))
                     except Exception as exc:
                         log.warning("embedder calibration unavailable (%s): vector scores are raw cosines", exc)
                     finally:

@@ -313,7 +313,8 @@ def check_args(query: Any, max_results: Any, min_score: Any, cfg: "QueryConfig")
     ms = cfg.effective_min_score if min_score is None else min_score
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms in (float("inf"), float("-inf")):
         raise InvalidQueryError(f"min_score must be a finite number, got {min_score!r}")
-    return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, min(1.0, float(ms)))
+    # A caller's min_score above 1 stays above every score (a floor); the configured one is in [0, 1].
+    return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, float(ms))
 
 
 def run_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:

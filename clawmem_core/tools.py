@@ -107,7 +107,7 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
             item["citation"] = None
         results.append(item)
     info = mem.provider_info()
-    return {
+    payload = {
         "results": results,
         "provider": info["provider"],
         "model": info["model"],
@@ -115,6 +115,14 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
         "citations": mem.config.citations,
         "mode": info["mode"],
     }
+    made = getattr(hits, "info", None) or {}
+    if made.get("degraded"):  # e.g. "embedding timeout": these results come from the keyword side
+        payload["degraded"] = made["degraded"]
+    if "reranked" in made:
+        payload["reranked"] = bool(made["reranked"])
+        if made.get("rerank_error"):
+            payload["rerank_error"] = made["rerank_error"]
+    return payload
 
 
 def search_error_payload(exc: BaseException) -> dict[str, Any]:

@@ -136,10 +136,12 @@ async def test_retriever_async_is_really_async(li_memory: Any) -> None:
 
 
 def test_llama_index_embedding_accepted(li_memory: Any) -> None:
-    mem, _ = li_memory
+    mem, emb = li_memory
     assert mem.provider_info()["provider"] == "llama_index" and mem.provider_info()["mode"] == "hybrid"
+    before = emb.sync_queries
     nodes = ClawmemRetriever(mem, similarity_top_k=1, min_score=0.0).retrieve("Porto train Santa Apolónia")
-    assert nodes[0].node.metadata["path"] == "memory/2026-11-19.md" and nodes[0].node.metadata["vector_score"] > 0
+    assert nodes[0].node.metadata["path"] == "memory/2026-11-19.md"
+    assert emb.sync_queries == before + 1  # the query went through the LlamaIndex embedding
 
 
 # -- tools -------------------------------------------------------------------------------------

@@ -82,11 +82,11 @@ def open_index(state_dir: Path) -> Iterator[IndexFactory]:
     opened: list[MemoryIndex] = []
 
     def open_(workspace: Path, *, embedder: Any = "hash", config: MemoryConfig | None = None,
-              state: Path | None = None, agent_id: str = "main") -> MemoryIndex:
+              state: Path | None = None, agent_id: str = "main", reranker: Any = None) -> MemoryIndex:
         if embedder == "hash":
             embedder = HashEmbedder()
         mem = MemoryIndex(workspace, agent_id=agent_id, config=config, embedder=embedder,
-                          state_dir=state or state_dir)
+                          state_dir=state or state_dir, reranker=reranker)
         opened.append(mem)
         return mem
 

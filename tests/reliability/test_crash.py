@@ -78,7 +78,10 @@ def after_kill_is_old(state: Path, old: dict) -> bool:
     return snapshot(state) == old
 
 
-NO_AUTO_SYNC = MemoryConfig.from_dict({"sync": {"on_session_start": False, "on_search": False}})
+# OpenClaw's fusion: the calibrated one embeds its calibration passages on a first search, and
+# these tests count embedded texts to prove that no sync ran.
+NO_AUTO_SYNC = MemoryConfig.from_dict({"sync": {"on_session_start": False, "on_search": False},
+                                       "query": {"hybrid": {"fusion": "openclaw"}}})
 
 
 def search_answers(ws: Path, state: Path) -> None:
