@@ -84,7 +84,7 @@ class HybridConfig:
     """How keyword (BM25) and vector scores combine.
 
     ``fusion`` picks the formula. ``"calibrated"`` (default): the keyword side scores the share of
-    the query's IDF mass a chunk matches, ``min(1, |bm25| / sum idf(query terms))``, and the vector
+    the query's IDF mass a chunk matches, ``|bm25| / max(sum idf(query terms), best |bm25|)``, and the vector
     side the cosine above what unrelated text reaches for this query with this embedder
     (``clawmem_core.calibration``); both are on an absolute 0-1 scale, so ``min_score`` means the
     same for every embedder and a query about something absent scores low. ``"openclaw"``:

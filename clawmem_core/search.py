@@ -100,13 +100,16 @@ def query_idf_mass(terms: Sequence[str], hits: Sequence[int], rows: int) -> floa
     return total
 
 
-def text_relevance(rank: float, idf_mass: float) -> float:
-    """Calibrated keyword score: ``min(1, |bm25| / idf_mass)``, the share of the query's IDF mass a
-    chunk matches. Scale-free, so meaningful in a workspace of three files (where FTS5's IDF of a
-    term in half the files is 1e-6 and raw BM25 scores read as 0.000) as in one of 100k."""
-    if not math.isfinite(rank) or rank >= 0 or not (idf_mass > 0):
-        return 0.0
-    return min(1.0, -rank / idf_mass)
+def text_relevance(ranks: Sequence[float], idf_mass: float) -> list[float]:
+    """Calibrated keyword scores of a query's hits: ``|bm25| / max(idf_mass, best |bm25|)``. A chunk
+    holding every query term once at average length scores about 1, a chunk holding part of the
+    query about the share of the IDF mass it holds; when some chunk scores above the mass (the
+    terms several times, a short chunk) the best one scores 1 and the rest in proportion, so the
+    order is BM25's. Scale-free: meaningful in a workspace of three files (where FTS5's IDF of a
+    term in half the files is 1e-6 and raw BM25 reads as 0.000) as in one of 100k."""
+    mags = [-r if math.isfinite(r) and r < 0 else 0.0 for r in ranks]
+    scale = max(idf_mass if idf_mass > 0 else 0.0, max(mags, default=0.0))
+    return [m / scale if scale > 0 else 0.0 for m in mags]
 
 
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
@@ -430,8 +433,7 @@ def rank(
         if hits is None:
             scores = keyword_scores([r for _, r in kw_hits], "normalize")
         else:
-            mass = query_idf_mass(terms, hits[1], hits[0])
-            scores = [text_relevance(r, mass) for _, r in kw_hits]
+            scores = text_relevance([r for _, r in kw_hits], query_idf_mass(terms, hits[1], hits[0]))
         level = math.nan
         if background and qvec is not None and vec_hits:
             level = background_level([sum(a * b for a, b in zip(qvec, bg)) for bg in background])

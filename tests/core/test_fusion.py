@@ -54,10 +54,12 @@ def test_text_relevance_is_the_share_of_the_query_idf_mass() -> None:
     mass = query_idf_mass(["jazz", "kubernetes"], [1, 0], 10)
     assert mass == pytest.approx(fts_idf(10, 1) + fts_idf(10, 0))
     # a chunk holding the one present term (once, average length) scores its share of the mass
-    assert text_relevance(-fts_idf(10, 1), mass) == pytest.approx(fts_idf(10, 1) / mass)
-    assert text_relevance(-100.0, mass) == 1.0  # capped
-    assert text_relevance(0.5, mass) == 0.0 and text_relevance(-1.0, 0.0) == 0.0
-    assert text_relevance(float("nan"), mass) == 0.0
+    part = -fts_idf(10, 1)
+    assert text_relevance([part, part / 2], mass) == [pytest.approx(fts_idf(10, 1) / mass), pytest.approx(fts_idf(10, 1) / mass / 2)]
+    # a hit above the mass: the best scores 1, the rest in BM25's proportion
+    assert text_relevance([-2 * mass, -mass, -mass / 2], mass) == [1.0, 0.5, 0.25]
+    assert text_relevance([0.5, -1.0], 0.0) == [0.0, 1.0]
+    assert text_relevance([float("nan")], mass) == [0.0] and text_relevance([], mass) == []
 
 
 def test_idf_mass_skips_absent_cjk_pairs_but_not_absent_words() -> None:
@@ -71,7 +73,7 @@ def test_small_workspace_idf_floor_still_gives_meaningful_shares() -> None:
     rows, hits = 3, 3
     idf = fts_idf(rows, hits)
     assert idf == 1e-6
-    assert text_relevance(-idf * 0.9, query_idf_mass(["dana"], [hits], rows)) == pytest.approx(0.9)
+    assert text_relevance([-idf * 0.9], query_idf_mass(["dana"], [hits], rows)) == [pytest.approx(0.9)]
 
 
 def test_calibrated_cosine_removes_the_embedder_baseline() -> None:
