@@ -174,6 +174,8 @@ class MemoryIndex:
         self._sessions = SessionDeltaTracker(sessions_cfg.delta_bytes, sessions_cfg.delta_messages)
         self._user_embedder = embedder
         self._selection: _Selection | None = None
+        #: Guards the embedder's creation and the background sync thread's start.
+        self._state_lock = threading.RLock()
         self._fallback_used = False
         self._store = self._open_store()
         self._writer: SQLiteStore | None = None
@@ -246,6 +248,12 @@ class MemoryIndex:
         """Create the embedder on first need (never for an empty index or an empty query)."""
         if self._selection is not None:
             return self._selection
+        with self._state_lock:  # threads searching at once create one embedder
+            if self._selection is not None:
+                return self._selection
+            return self._select()
+
+    def _select(self) -> _Selection:
         if self._user_embedder is not None:
             emb = _wrap(self._user_embedder)
             self._selection = _Selection(emb, requested=emb.provider)
@@ -488,8 +496,7 @@ class MemoryIndex:
     @staticmethod
     def _data_version(store: SQLiteStore) -> int:
         """Changes whenever another connection commits to the index."""
-        value: Any = store.conn.execute("PRAGMA data_version").fetchall()[0][0]
-        return int(value)
+        return store.data_version()
 
     def _scan(self, store: SQLiteStore, items: list[_Entry], *, full: bool) -> _Scan:
         """Stat every file and compare it with the index: a file whose size and mtime match and
@@ -718,31 +725,31 @@ class MemoryIndex:
         self._session_warmed = True
         if not want:
             return
-        if self._bg_thread is not None and self._bg_thread.is_alive():
-            return
+        with self._state_lock:
+            if self._bg_thread is not None and self._bg_thread.is_alive():
+                return
+            self._bg_thread = threading.Thread(target=self._background_sync, name="clawmem-sync", daemon=True)
+            self._bg_thread.start()
 
-        def run() -> None:
-            try:
-                if self._sync_lock.acquire(blocking=False):
+    def _background_sync(self) -> None:
+        try:
+            if self._sync_lock.acquire(blocking=False):
+                try:
+                    from filelock import Timeout
+
                     try:
-                        from filelock import Timeout
-
-                        try:
-                            with self._process_lock().acquire(timeout=0):
-                                # Changes noticed while syncing are picked up by another round.
-                                for _ in range(3):
-                                    self._guarded_sync(False, None, "search")
-                                    if not self._dirty:
-                                        break
-                        except Timeout:
-                            pass  # another process is syncing this index
-                    finally:
-                        self._sync_lock.release()
-            except Exception as exc:  # logged, never raised into the agent
-                log.warning("background memory sync failed: %s", exc)
-
-        self._bg_thread = threading.Thread(target=run, name="clawmem-sync", daemon=True)
-        self._bg_thread.start()
+                        with self._process_lock().acquire(timeout=0):
+                            # Changes noticed while syncing are picked up by another round.
+                            for _ in range(3):
+                                self._guarded_sync(False, None, "search")
+                                if not self._dirty:
+                                    break
+                    except Timeout:
+                        pass  # another process is syncing this index
+                finally:
+                    self._sync_lock.release()
+        except Exception as exc:  # logged, never raised into the agent
+            log.warning("background memory sync failed: %s", exc)
 
     def mark_dirty(self) -> None:
         """Tell the index the Markdown changed (the watcher calls this)."""

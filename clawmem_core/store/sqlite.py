@@ -9,14 +9,16 @@ stored and searched with NumPy in process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from array import array
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import apsw
 
@@ -141,6 +143,22 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _locked(method: _F) -> _F:
+    """Run a store method holding the store's lock: one apsw connection serves one thread at a
+    time, and the caches it keeps (BM25 statistics, vector matrix, candidate metadata) change
+    with it."""
+
+    @functools.wraps(method)
+    def run(self: "SQLiteStore", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
 class SQLiteStore(Store):
     """A SQLite index file. Open it with :meth:`open`; :meth:`rebuild` builds a new index beside
     it and swaps it in atomically."""
@@ -173,6 +191,8 @@ class SQLiteStore(Store):
         self._kw_queries = 0
         self._query_tokenizer: Any = None
         self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
+        #: Guards the connection and the caches (a ``MemoryIndex`` is shared by threads).
+        self._lock = threading.RLock()
         self._open()
 
     # -- connection ---------------------------------------------------------------------------
@@ -278,19 +298,21 @@ class SQLiteStore(Store):
     @contextlib.contextmanager
     def _tx(self) -> Iterator[None]:
         """An IMMEDIATE transaction (takes the write lock up front, so no deadlock on upgrade)."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            # SQLite has already rolled back after some errors (SQLITE_FULL, SQLITE_IOERR...): a
-            # second ROLLBACK would raise and hide the real error.
-            if not self.conn.getautocommit():
-                self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self.conn.execute("COMMIT")
-            self._writes += 1
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                # SQLite has already rolled back after some errors (SQLITE_FULL, SQLITE_IOERR...): a
+                # second ROLLBACK would raise and hide the real error.
+                if not self.conn.getautocommit():
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+                self._writes += 1
 
+    @_locked
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(apsw.Error):
@@ -301,6 +323,7 @@ class SQLiteStore(Store):
 
     # -- meta ---------------------------------------------------------------------------------
 
+    @_locked
     def get_meta(self) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (META_KEY,)).fetchall()
         if not row:
@@ -311,6 +334,7 @@ class SQLiteStore(Store):
             return None
         return value if isinstance(value, dict) else None
 
+    @_locked
     def set_meta(self, meta: dict[str, Any]) -> None:
         value = json.dumps(meta, sort_keys=True)
         with self._tx():
@@ -318,6 +342,7 @@ class SQLiteStore(Store):
 
     # -- vectors table ------------------------------------------------------------------------
 
+    @_locked
     def ensure_vector_table(self, dims: int) -> None:
         """Create ``chunks_vec`` for ``dims``-dimensional vectors (recreated if dims change)."""
         if self.vector_dims == dims and (not self.vector_extension or self._has_table("chunks_vec")):
@@ -341,18 +366,22 @@ class SQLiteStore(Store):
 
     # -- files and chunks ---------------------------------------------------------------------
 
+    @_locked
     def get_value(self, key: str) -> str | None:
         """A small bookkeeping value from ``meta`` (not the index identity)."""
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchall()
         return row[0][0] if row else None
 
+    @_locked
     def set_value(self, key: str, value: str) -> None:
         with self._tx():
             self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
+    @_locked
     def file_hashes(self, source: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
 
+    @_locked
     def file_states(self, source: str) -> dict[str, tuple[str, str, int, int]]:
         """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
         rows = self.conn.execute("SELECT path, hash, size, mtime FROM files WHERE source=?", (source,))
@@ -376,6 +405,7 @@ class SQLiteStore(Store):
                 conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
             conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
+    @_locked
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         """Replace several files and their chunks in one transaction."""
         dims = next((len(c.embedding) for _, chunks in items for c in chunks if c.embedding), None)
@@ -426,6 +456,7 @@ class SQLiteStore(Store):
         """Record a new size and mtime for a file whose content did not change."""
         self.touch_files([file])
 
+    @_locked
     def touch_files(self, files: Sequence[FileRow]) -> None:
         """:meth:`touch_file` for many files, in one transaction."""
         with self._tx():
@@ -434,12 +465,14 @@ class SQLiteStore(Store):
                 [(f.mtime, f.size, f.source, f.path) for f in files],
             )
 
+    @_locked
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
         paths = list(paths)
         with self._tx():
             self._delete_chunks(source, paths)
             self.conn.executemany("DELETE FROM files WHERE source=? AND path=?", [(source, p) for p in paths])
 
+    @_locked
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         """``id -> (path, source, start_line, end_line)``, without reading any text."""
         ids = list(ids)
@@ -477,6 +510,7 @@ class SQLiteStore(Store):
                 memo[cid] = (path, source, start, end)
         return out
 
+    @_locked
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         ids = list(ids)
         out: dict[str, ChunkRow] = {}
@@ -492,6 +526,7 @@ class SQLiteStore(Store):
 
     # -- search -------------------------------------------------------------------------------
 
+    @_locked
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         if not self.fts_available or not terms:
             return []
@@ -557,6 +592,7 @@ class SQLiteStore(Store):
             out.append(got[0][0])
         return out
 
+    @_locked
     def refresh(self) -> None:
         """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
         token = self._data_token()
@@ -564,6 +600,7 @@ class SQLiteStore(Store):
             self._seen_token = token
             self.vector_dims = self._existing_vector_dims()
 
+    @_locked
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         self.refresh()
         if not self.vector_dims or len(query) != self.vector_dims:
@@ -580,6 +617,11 @@ class SQLiteStore(Store):
                 )
             ]
         return self._matrix_search(query, limit)
+
+    @_locked
+    def data_version(self) -> int:
+        """SQLite's ``data_version``: changes whenever another connection commits to the index."""
+        return int(self.conn.execute("PRAGMA data_version").fetchall()[0][0])
 
     def _data_token(self) -> Any:
         return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes)
@@ -626,6 +668,7 @@ class SQLiteStore(Store):
 
     # -- embedding cache ----------------------------------------------------------------------
 
+    @_locked
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
         for i in range(0, len(hashes), 400):
@@ -640,6 +683,7 @@ class SQLiteStore(Store):
                     out[h] = _unblob(blob)
         return out
 
+    @_locked
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
         if not items:
             return
@@ -651,6 +695,7 @@ class SQLiteStore(Store):
                 [(provider, model, provider_key, h, _blob(v), len(v), now) for h, v in items.items() if len(v)],
             )
 
+    @_locked
     def cache_prune(self, max_entries: int) -> int:
         count = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
         excess = count - max_entries
@@ -664,16 +709,19 @@ class SQLiteStore(Store):
             )
         return excess
 
+    @_locked
     def copy_cache_from(self, other: "SQLiteStore") -> None:
         """Copy another index's embedding cache into this one (a rebuild re-embeds nothing)."""
-        rows = other.conn.execute(
-            "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM embedding_cache"
-        ).fetchall()
+        with other._lock:
+            rows = other.conn.execute(
+                "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM embedding_cache"
+            ).fetchall()
         with self._tx():
             self.conn.executemany("INSERT OR REPLACE INTO embedding_cache VALUES (?,?,?,?,?,?,?)", rows)
 
     # -- status -------------------------------------------------------------------------------
 
+    @_locked
     def counts(self) -> StoreCounts:
         self.refresh()
         rows = self.conn.execute(
@@ -693,6 +741,7 @@ class SQLiteStore(Store):
         chunks = sum(v[1] for v in by_source.values())
         return StoreCounts(files, chunks, {k: (v[0], v[1]) for k, v in by_source.items()}, cache)
 
+    @_locked
     def has_content(self) -> bool:
         return bool(self.conn.execute("SELECT 1 FROM chunks LIMIT 1").fetchall())
 
@@ -721,12 +770,13 @@ class SQLiteStore(Store):
             tmp.conn.execute("PRAGMA synchronous=OFF")
             tmp.copy_cache_from(self)
             yield tmp
-            with self.conn.backup("main", tmp.conn, "main") as backup:
-                backup.step(-1)
-            self._writes += 1
-            self._matrix = None
-            self.fts_available = tmp.fts_available
-            self.vector_dims = self._existing_vector_dims()
+            with self._lock:
+                with self.conn.backup("main", tmp.conn, "main") as backup:
+                    backup.step(-1)
+                self._writes += 1
+                self._matrix = None
+                self.fts_available = tmp.fts_available
+                self.vector_dims = self._existing_vector_dims()
         finally:
             tmp.close()
             remove_index_files(tmp_path)
