@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -180,6 +181,9 @@ class SQLiteStore(Store):
         self.vector_extension = False
         self.vector_error: str | None = None
         self.vector_dims: int | None = None
+        #: ``chunks_vec`` exists and matches the chunks' vectors (a writer without sqlite-vec could
+        #: not keep it up to date, or never created it): only then does sqlite-vec answer.
+        self.vector_table_ok = False
         self._conn: apsw.Connection | None = None
         self.file_id: tuple[int, int] | None = None
         self._writes = 0
@@ -226,7 +230,7 @@ class SQLiteStore(Store):
                 self._add_missing_columns()
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._ensure_fts()
-            self.vector_dims = self._existing_vector_dims()
+            self._read_vector_state()
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.close()
             raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
@@ -291,9 +295,42 @@ class SQLiteStore(Store):
             self.fts_available = False
             self.fts_error = str(exc)
 
-    def _existing_vector_dims(self) -> int | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key='vector_dims'").fetchall()
-        return int(row[0][0]) if row else None
+    def _read_vector_state(self) -> None:
+        """Read the vector dimensions and whether ``chunks_vec`` can answer (:attr:`vector_table_ok`)."""
+        dims, stale, table = self.conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key='vector_dims'), "
+            "(SELECT value FROM meta WHERE key='vector_table_stale'), "
+            "EXISTS (SELECT 1 FROM sqlite_master WHERE name='chunks_vec')"
+        ).fetchall()[0]
+        self.vector_dims = int(dims) if dims else None
+        self.vector_table_ok = bool(table) and not stale
+
+    def _fill_vector_table(self, dims: int) -> None:
+        """(Re)create ``chunks_vec`` from the chunks' vectors (inside a transaction)."""
+        self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+        self.conn.execute(f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)")
+        self.conn.execute(
+            "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
+            "WHERE embedding IS NOT NULL AND length(embedding) = ? AND embedding != zeroblob(length(embedding))",
+            (dims * 4,),
+        )
+        self.conn.execute("DELETE FROM meta WHERE key='vector_table_stale'")
+        self.vector_table_ok = True
+
+    def _vectors_in_step(self) -> bool:
+        """Before changing chunks (inside the write transaction): bring ``chunks_vec`` in step
+        with the chunks when this connection has sqlite-vec (recreated if it is missing or
+        another writer left it stale), or mark it stale when it has not. True when the
+        vector rows are to be written too."""
+        self._read_vector_state()
+        if not self.vector_extension:
+            if self.vector_dims and self._has_table("chunks_vec"):
+                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_table_stale', '1')")
+                self.vector_table_ok = False
+            return False
+        if self.vector_dims and not self.vector_table_ok:
+            self._fill_vector_table(self.vector_dims)
+        return bool(self.vector_dims)
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[None]:
@@ -344,21 +381,17 @@ class SQLiteStore(Store):
 
     @_locked
     def ensure_vector_table(self, dims: int) -> None:
-        """Create ``chunks_vec`` for ``dims``-dimensional vectors (recreated if dims change)."""
-        if self.vector_dims == dims and (not self.vector_extension or self._has_table("chunks_vec")):
+        """Create ``chunks_vec`` for ``dims``-dimensional vectors (recreated if dims change).
+        Without sqlite-vec only the dimensions are recorded (and an existing table marked stale)."""
+        if self.vector_dims == dims and (not self.vector_extension or self.vector_table_ok):
             return
         with self._tx():
-            if self.vector_extension:
-                self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
-                self.conn.execute(
-                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
-                )
-                self.conn.execute(
-                    "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
-                    "WHERE embedding IS NOT NULL AND length(embedding) = ?",
-                    (dims * 4,),
-                )
             self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_dims', ?)", (str(dims),))
+            if self.vector_extension:
+                self._fill_vector_table(dims)
+            elif self._has_table("chunks_vec"):
+                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_table_stale', '1')")
+                self.vector_table_ok = False
         self.vector_dims = dims
 
     def _has_table(self, name: str) -> bool:
@@ -387,7 +420,7 @@ class SQLiteStore(Store):
         rows = self.conn.execute("SELECT path, hash, size, mtime FROM files WHERE source=?", (source,))
         return {row[0]: row for row in rows}
 
-    def _delete_chunks(self, source: str, paths: Sequence[str]) -> None:
+    def _delete_chunks(self, source: str, paths: Sequence[str], with_vectors: bool) -> None:
         """Delete the chunks (keywords, vectors) of ``paths``: one lookup per 500 paths, not per file."""
         conn = self.conn
         rids: list[int] = []
@@ -401,7 +434,7 @@ class SQLiteStore(Store):
             marks = ",".join("?" * len(part_rids))
             if self.fts_available:
                 conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
-            if self.vector_extension and self.vector_dims:
+            if with_vectors:
                 conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
             conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
@@ -414,13 +447,13 @@ class SQLiteStore(Store):
         now = _now_ms()
         conn = self.conn
         cjk = self.fts_tokenizer == "cjk"
-        with_vectors = self.vector_extension and bool(self.vector_dims)
         by_source: dict[str, list[str]] = {}
         for file, _ in items:
             by_source.setdefault(file.source, []).append(file.path)
         with self._tx():
+            with_vectors = self._vectors_in_step()
             for source, paths in by_source.items():
-                self._delete_chunks(source, paths)
+                self._delete_chunks(source, paths, with_vectors)
             conn.executemany(
                 "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
                 [(f.path, f.source, f.hash, f.mtime, f.size) for f, _ in items],
@@ -440,8 +473,8 @@ class SQLiteStore(Store):
                                  int(c.window)))
                     if not c.window:
                         docs.append((rid, index_document(c.text) if cjk else c.text))
-                    if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims:
-                        vecs.append((rid, blob))
+                    if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims and blob.strip(b"\0"):
+                        vecs.append((rid, blob))  # an all-zero vector has no direction: matrix side only
             conn.executemany(
                 "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
                 "updated_at, part) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -469,7 +502,7 @@ class SQLiteStore(Store):
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
         paths = list(paths)
         with self._tx():
-            self._delete_chunks(source, paths)
+            self._delete_chunks(source, paths, self._vectors_in_step())
             self.conn.executemany("DELETE FROM files WHERE source=? AND path=?", [(source, p) for p in paths])
 
     @_locked
@@ -598,7 +631,7 @@ class SQLiteStore(Store):
         token = self._data_token()
         if token != self._seen_token:
             self._seen_token = token
-            self.vector_dims = self._existing_vector_dims()
+            self._read_vector_state()
 
     @_locked
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
@@ -606,7 +639,7 @@ class SQLiteStore(Store):
         if not self.vector_dims or len(query) != self.vector_dims:
             return []
         self._vec_queries += 1
-        use_extension = self.vector_extension and self._vec_queries <= _MATRIX_AFTER_QUERIES
+        use_extension = self.vector_extension and self.vector_table_ok and self._vec_queries <= _MATRIX_AFTER_QUERIES
         if use_extension and not self._matrix_fresh():
             return [
                 (row[0], 1.0 - float(row[1]))
@@ -615,6 +648,7 @@ class SQLiteStore(Store):
                     "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
                     (_blob(query), int(limit)),
                 )
+                if row[1] is not None and math.isfinite(row[1])
             ]
         return self._matrix_search(query, limit)
 
@@ -776,7 +810,7 @@ class SQLiteStore(Store):
                 self._writes += 1
                 self._matrix = None
                 self.fts_available = tmp.fts_available
-                self.vector_dims = self._existing_vector_dims()
+                self._read_vector_state()
         finally:
             tmp.close()
             remove_index_files(tmp_path)
