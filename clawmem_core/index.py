@@ -497,6 +497,18 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return []
+        store = self._store
+        try:
+            return await self._asearch_once(q, k, ms)
+        except Exception as exc:  # damaged while in use: rebuild, answer
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            await asyncio.to_thread(self._rebuild_damaged, exc, store)
+            return await self._asearch_once(q, k, ms)
+
+    async def _asearch_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
+        import asyncio
+
         if not await asyncio.to_thread(self._prepare_search):
             return []
         emb = self._selection_now().embedder
@@ -647,8 +659,19 @@ class MemoryIndex:
 
     def status(self) -> IndexStatus:
         """Files, chunks, provider, model, mode, vector and FTS state, cache, dirty, issues.
-        Does not create the embedder when it has not been needed yet."""
+        Does not create the embedder when it has not been needed yet. A damaged index is set
+        aside and rebuilt from the Markdown first."""
         self._check_open()
+        store = self._store
+        try:
+            return self._status()
+        except Exception as exc:
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            self._rebuild_damaged(exc, store)
+            return self._status()
+
+    def _status(self) -> IndexStatus:
         store = self._store
         counts = store.counts()
         meta = store.get_meta() or {}

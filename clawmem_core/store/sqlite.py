@@ -77,6 +77,20 @@ _COLUMNS = {
 KEEP_CORRUPT = 2
 
 
+class VectorTableError(StoreError):
+    """sqlite-vec failed on ``chunks_vec``: its pages are damaged (the index is rebuilt)."""
+
+
+@contextlib.contextmanager
+def _vec_errors() -> Iterator[None]:
+    """sqlite-vec reports damaged shadow-table pages as plain SQL errors ("vectors blob read
+    error", "could not read validity bitmap", ...): they mean a damaged index."""
+    try:
+        yield
+    except apsw.SQLError as exc:
+        raise VectorTableError(f"the vector table of the index is damaged: {exc}") from None
+
+
 def _check_file_header(path: Path) -> None:
     """Cheap checks of an existing index file before SQLite opens it: the SQLite magic string,
     and a file at least as long as its header says (a truncated copy or a half-written file)."""
@@ -227,6 +241,7 @@ class SQLiteStore(Store):
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._ensure_fts()
             self._read_vector_state()
+            conn.execute("SELECT key, value FROM meta").fetchall()  # a damaged meta page fails here, not later
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.close()
             raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
@@ -253,7 +268,7 @@ class SQLiteStore(Store):
         return self.file_id != self.current_file_id()
 
     def is_corruption(self, exc: BaseException) -> bool:
-        return isinstance(exc, (apsw.CorruptError, apsw.NotADBError, CorruptIndexError))
+        return isinstance(exc, (apsw.CorruptError, apsw.NotADBError, CorruptIndexError, VectorTableError))
 
     def write_error(self, exc: BaseException) -> StoreError | None:
         if isinstance(exc, apsw.FullError):
@@ -332,7 +347,8 @@ class SQLiteStore(Store):
 
     def _fill_vector_table(self, dims: int) -> None:
         """(Re)create ``chunks_vec`` from the chunks' vectors (inside a transaction)."""
-        self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+        with _vec_errors():
+            self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
         self.conn.execute(f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)")
         self.conn.execute(
             "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
@@ -460,7 +476,8 @@ class SQLiteStore(Store):
             if self.fts_available:
                 conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
             if with_vectors:
-                conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
+                with _vec_errors():
+                    conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
             conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
     @_locked
@@ -508,7 +525,8 @@ class SQLiteStore(Store):
             if self.fts_available:
                 conn.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", docs)
             if vecs:
-                conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
+                with _vec_errors():
+                    conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
@@ -666,16 +684,21 @@ class SQLiteStore(Store):
         self._vec_queries += 1
         use_extension = self.vector_extension and self.vector_table_ok and self._vec_queries <= _MATRIX_AFTER_QUERIES
         if use_extension and not self._matrix_fresh():
-            return [
-                (row[0], 1.0 - float(row[1]))
-                for row in self.conn.execute(
-                    "SELECT c.id, v.distance FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
-                    "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
-                    (_blob(query), int(limit)),
-                )
-                if row[1] is not None and math.isfinite(row[1])
-            ]
+            with _vec_errors():
+                return self._vec_query(query, limit)
         return self._matrix_search(query, limit)
+
+    def _vec_query(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        """sqlite-vec's nearest chunks (an all-zero stored vector has no distance: skipped)."""
+        return [
+            (row[0], 1.0 - float(row[1]))
+            for row in self.conn.execute(
+                "SELECT c.id, v.distance FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
+                "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
+                (_blob(query), int(limit)),
+            )
+            if row[1] is not None and math.isfinite(row[1])
+        ]
 
     def _data_token(self) -> Any:
         return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes)
