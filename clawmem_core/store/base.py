@@ -41,6 +41,10 @@ class FileRow:
     hash: str
     mtime: int
     size: int
+    #: The inode change time (ns) and inode number when the file was read: a same-size edit
+    #: whose old mtime was put back (``cp -p``, ``rsync -t``, ``tar x``) still changes them.
+    ctime: int = 0
+    ino: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,8 @@ class StoreCounts:
     cache_entries: int
 
 
-#: ``(path, hash, size, mtime)`` of an indexed file.
-FileState = tuple[str, str, int, int]
+#: ``(path, hash, size, mtime, ctime, ino)`` of an indexed file.
+FileState = tuple[str, str, int, int, int, int]
 
 
 class CorruptIndexError(StoreError):
@@ -118,7 +122,8 @@ class Store(ABC):
 
     @abstractmethod
     def file_states(self, source: str) -> dict[str, FileState]:
-        """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
+        """The ``(path, hash, size, mtime, ctime, ino)`` of each indexed file of ``source``, by path
+        (one query)."""
 
     @abstractmethod
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
@@ -131,7 +136,8 @@ class Store(ABC):
 
     @abstractmethod
     def touch_files(self, files: Sequence[FileRow]) -> None:
-        """Record new sizes and mtimes of files whose content did not change (one transaction)."""
+        """Record new sizes, mtimes, ctimes and inodes of files whose content did not change (one
+        transaction)."""
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
