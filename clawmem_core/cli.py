@@ -270,7 +270,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         print("No matches.")
         return EXIT_OK
     for h in hits:
-        print(f"{h.score:.3f} {h.path}:{h.start_line}-{h.end_line}")
+        print(f"{h.score:.3f} {h.path}:{h.snippet_start_line or h.start_line}-{h.snippet_end_line or h.end_line}")
         print(h.snippet)
         print()
     return EXIT_OK
