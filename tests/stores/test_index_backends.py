@@ -47,7 +47,12 @@ def open_index(ws: Path, tmp: Path, store: dict[str, Any], *, embedder: Any = No
 
 
 def answers(mem: MemoryIndex, q: str) -> list[tuple[str, int, int, float]]:
-    return [(r.path, r.start_line, r.end_line, round(r.score, 6)) for r in mem.search(q, max_results=6, min_score=0)]
+    return [(r.path, r.start_line, r.end_line, r.score) for r in mem.search(q, max_results=6, min_score=0)]
+
+
+def same_answers(a: list[tuple[str, int, int, float]], b: list[tuple[str, int, int, float]]) -> bool:
+    """Same results in the same order, scores within float32 noise."""
+    return len(a) == len(b) and all(x[:3] == y[:3] and abs(x[3] - y[3]) < 1e-5 for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("hybrid", [False, True], ids=["keyword", "hybrid"])
@@ -59,7 +64,7 @@ def test_postgres_answers_exactly_as_sqlite(tmp_path: Path, pg_url: str, hybrid:
         lite.sync()
         pg.sync()
         for q in QUERIES:
-            assert answers(pg, q) == answers(lite, q), q
+            assert same_answers(answers(pg, q), answers(lite, q)), q
         assert answers(pg, "jazz")  # not vacuous
 
 
