@@ -262,7 +262,7 @@ class Syncer:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, key[1], key[0], key[2], key[3])
+            row = FileRow(item.path, item.source, digest, key[1], key[0], text, ctime=key[2], ino=key[3])
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
