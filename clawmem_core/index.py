@@ -999,7 +999,8 @@ class MemoryIndex:
         """Read lines of a memory file (``memory_get``). A path outside memory raises
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
-        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines)
+        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
+                                max_chars=self.config.read.max_chars)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio
