@@ -22,6 +22,7 @@ from .embeddings.batching import batches_by_bytes
 from .errors import ConfigError, EmbeddingError, InvalidQueryError, StoreError, WorkspaceError
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchResult, SyncReport
+from .safe_fs import FileTooLargeError, UnsafeFileError, decode, read_listed_file
 from .search import (
     CANDIDATE_POOL,
     Candidate,
@@ -60,7 +61,10 @@ _RACY_SECONDS = 2.0
 #: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
+#: Transcripts are not held to ``sync.max_file_bytes`` (they are parsed line by line into messages),
+#: only to this bound on what one sync reads into memory.
+_TRANSCRIPT_MAX_BYTES = 1 << 30
 
 
 def default_state_dir() -> Path:
@@ -191,6 +195,7 @@ class MemoryIndex:
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
+        self._read_roots: list[str] | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -307,6 +312,8 @@ class MemoryIndex:
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,
+            # a file over the limit is stored without chunks: another limit rebuilds what it changes
+            "max_file_bytes": self.config.sync.max_file_bytes,
         }
 
     def needs_full_reindex(self) -> bool:
@@ -572,15 +579,24 @@ class MemoryIndex:
         pending: list[tuple[FileRow, list[Chunk]]] = []
         pending_chunks = 0
         touched: list[FileRow] = []
+        skipped: set[str] = set()
         first = total - len(scan.todo)
         for done, (item, size, mtime) in enumerate(scan.todo, start=first):
             if progress:
                 progress(done, total, "Indexing memory files")
             try:
-                with open(item.abs_path, "rb") as fh:
-                    data = fh.read()
+                data = self._read_item(item)
+            except FileTooLargeError as exc:
+                # a row without chunks: its old chunks go, and it is not opened again until it changes
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                skipped.add(item.path)
+                pending.append((FileRow(item.path, item.source, f"too-large:{size}", mtime, size), []))
+                continue
+            except UnsafeFileError as exc:  # swapped for a symlink or FIFO since discovery, too large...
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                continue
             except OSError as exc:
-                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
+                report.files_skipped.append(f"{item.path}: {exc.strerror or type(exc).__name__}")
                 continue
             text, line_map, digest = self._load(item, data)
             row = FileRow(item.path, item.source, digest, mtime, size)
@@ -591,7 +607,10 @@ class MemoryIndex:
                     touched.append(row)
                 continue
             if text is None:
+                # kept as a row without chunks (its old chunks go; it is not re-read until it changes),
+                # counted as skipped, not as indexed
                 report.files_skipped.append(f"{item.path}: binary content")
+                skipped.add(item.path)
                 chunks: list[Chunk] = []
             else:
                 chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
@@ -600,10 +619,10 @@ class MemoryIndex:
             pending.append((row, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= _GROUP_CHUNKS:
-                self._write_group(store, cache_mirrors, pending, emb, model, report)
+                self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
                 pending, pending_chunks = [], 0
         if pending:
-            self._write_group(store, cache_mirrors, pending, emb, model, report)
+            self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
         if touched:
             store.touch_files(touched)
         if progress:
@@ -612,6 +631,17 @@ class MemoryIndex:
             if gone:
                 store.delete_files(source, gone)
                 report.files_deleted += len(gone)
+
+    def _read_item(self, item: "_Item") -> bytes:
+        """A listed file's bytes, opened safely from its memory root (see :mod:`safe_fs`)."""
+        roots = self._read_roots
+        if roots is None:
+            roots = [str(self.workspace), str(self.sessions_dir)]
+            for extra in normalize_extra_paths(self.workspace, self.config.extra_paths):
+                roots.append(str(extra) if not extra.name.endswith(".md") else str(extra.parent))
+            self._read_roots = roots
+        limit = self.config.sync.max_file_bytes if item.source == "memory" else _TRANSCRIPT_MAX_BYTES
+        return read_listed_file(item.abs_path, roots, limit, shown=item.path)
 
     @staticmethod
     def _load(item: "_Item", data: bytes) -> tuple[str | None, list[int] | None, str]:
@@ -622,10 +652,7 @@ class MemoryIndex:
 
             entry = parse_transcript(data.decode("utf-8", errors="replace"))
             return entry.content, list(entry.line_map), entry.hash
-        digest = hashlib.sha256(data).hexdigest()
-        if b"\x00" in data[:8192]:
-            return None, None, digest
-        return data.decode("utf-8", errors="replace"), None, digest
+        return decode(data), None, hashlib.sha256(data).hexdigest()
 
     def _write_group(
         self,
@@ -635,6 +662,7 @@ class MemoryIndex:
         emb: Embedder | None,
         model: str,
         report: SyncReport,
+        skipped: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         # What the embedder sees: each chunk whole when it fits the embedder's window, else its
         # windows (vector side only; keyword search keeps the whole chunk).
@@ -671,7 +699,8 @@ class MemoryIndex:
                     rows.append(row_of(file, c, None))
                     rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
             batch.append((file, rows))
-            report.files_indexed += 1
+            if file.path not in skipped:
+                report.files_indexed += 1
             report.chunks_indexed += len(pairs)
         store.replace_files(batch)
 

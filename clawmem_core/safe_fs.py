@@ -26,6 +26,8 @@ from .errors import PathNotAllowedError
 
 __all__ = [
     "UnsafeFileError",
+    "FileTooLargeError",
+    "read_listed_file",
     "DirHandle",
     "open_dir",
     "open_regular",
@@ -62,6 +64,10 @@ class UnsafeFileError(PathNotAllowedError):
         super().__init__(f"{shown}: {reason}")
         self.shown = shown
         self.reason = reason
+
+
+class FileTooLargeError(UnsafeFileError):
+    """A file over the size limit of a read (nothing of it was read)."""
 
 
 def _reason(exc: OSError) -> str | None:
@@ -445,3 +451,26 @@ def read_lines(fd: int, start: int = 1, count: int | None = None, max_chars: int
     if whole and not truncated and reader.final_newline and out:
         text += "\n"
     return LineSlice(text, start, start + len(out) - 1, total, truncated, next_from, False)
+
+
+def read_listed_file(abs_path: str, roots: list[str], limit: int, *, shown: str = "") -> bytes:
+    """The bytes of a file the sync listed, opened safely from the deepest of ``roots`` that holds
+    it (nothing below that root followed if it is a symlink, no FIFO, no device). Raises
+    :class:`UnsafeFileError` (also when the file is larger than ``limit`` bytes, without reading
+    it) or ``FileNotFoundError``."""
+    shown = shown or os.path.basename(abs_path)
+    root = max((r for r in roots if abs_path.startswith(r.rstrip(os.sep) + os.sep)), key=len, default=None)
+    if root is None:
+        raise UnsafeFileError(shown, "outside the memory roots")
+    parts = abs_path[len(root.rstrip(os.sep)) + 1 :].split(os.sep)
+    fd = open_regular(root, parts, shown=shown if len(parts) == 1 else "")
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise FileTooLargeError(shown, f"too large ({size} bytes, over the {limit}-byte limit)")
+        data = read_bounded(fd, limit)
+        if len(data) > limit:  # grew while being read
+            raise FileTooLargeError(shown, f"too large (over the {limit}-byte limit)")
+        return data
+    finally:
+        os.close(fd)
