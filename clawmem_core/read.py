@@ -148,7 +148,7 @@ def read_memory_file(
     try:
         fd = open_regular(root, parts)
     except FileNotFoundError:
-        return ReadResult(shown, "", 1, 0, 0)
+        return ReadResult(shown, "", 1, 0, 0, missing=True)
     except UnsafeFileError as exc:
         raise _refuse(str(path), exc.reason) from None
     except OSError as exc:  # never a raw OS error, nor an absolute path, to the caller

@@ -68,6 +68,8 @@ class ReadResult:
     total_lines: int
     truncated: bool = False
     next_from: Optional[int] = None
+    #: The file does not exist (the text is empty).
+    missing: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -80,6 +82,8 @@ class ReadResult:
         if self.truncated:
             payload["truncated"] = True
             payload["nextFrom"] = self.next_from
+        if self.missing:
+            payload["missing"] = True
         return payload
 
 
