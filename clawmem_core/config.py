@@ -210,10 +210,16 @@ class CacheConfig:
 
 @dataclass
 class VectorStoreConfig:
-    """sqlite-vec settings: ``enabled`` false keeps vectors in the index but searches them with NumPy."""
+    """Vector search settings. SQLite: ``enabled`` false keeps vectors in the index but searches
+    them with NumPy. PostgreSQL: an agent with fewer than ``exact_below`` vectors is searched
+    exactly, above that through an HNSW index."""
 
     enabled: bool = True
     extension_path: str | None = None
+    exact_below: int = 20_000
+
+    def __post_init__(self) -> None:
+        self.exact_below = max(0, int(_num(self.exact_below, "store.vector.exact_below")))
 
 
 @dataclass
@@ -229,11 +235,22 @@ class FtsConfig:
 
 @dataclass
 class StoreConfig:
-    """Where the index lives; ``path`` may contain ``{agent_id}`` and ``~``."""
+    """Where the index lives: a SQLite file per agent (``path`` may contain ``{agent_id}`` and
+    ``~``), or, with ``url`` (``postgresql://...``, also ``$CLAWMEM_STORE_URL``), a PostgreSQL
+    database shared by many agents. The URL's password is a secret: never shown."""
 
     path: str | None = None
+    url: str | None = field(default=None, repr=False)
     vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
     fts: FtsConfig = field(default_factory=FtsConfig)
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            if not isinstance(self.url, str):
+                raise ConfigError(f"store.url must be a string, got {type(self.url).__name__}")
+            self.url = self.url.strip() or None
+        if self.url is not None and self.url.split(":", 1)[0].lower() not in ("postgres", "postgresql"):
+            raise ConfigError("store.url must be a postgresql:// URL")
 
 
 @dataclass
@@ -247,14 +264,36 @@ class SessionSyncConfig:
 
 @dataclass
 class SyncConfig:
-    """When the index is brought up to date with the Markdown."""
+    """When the index is brought up to date with the Markdown. ``max_file_bytes``: a memory file
+    larger than this is skipped (and reported) instead of being read into memory."""
 
     on_session_start: bool = True
     on_search: bool = True
     watch: bool = True
     watch_debounce_ms: int = 1500
     interval_minutes: float = 0
+    max_file_bytes: int = 16 * 1024 * 1024
     sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
+
+    def __post_init__(self) -> None:
+        limit = _num(self.max_file_bytes, "sync.max_file_bytes")
+        if not math.isfinite(limit) or limit < 1:
+            raise ConfigError(f"sync.max_file_bytes must be a positive integer, got {self.max_file_bytes!r}")
+        self.max_file_bytes = int(limit)
+
+
+@dataclass
+class ReadConfig:
+    """``read`` / ``memory_get``: at most ``max_chars`` characters per call (the rest is marked
+    truncated, with the line to continue from)."""
+
+    max_chars: int = 20_000
+
+    def __post_init__(self) -> None:
+        limit = _num(self.max_chars, "read.max_chars")
+        if not math.isfinite(limit) or limit < 1:
+            raise ConfigError(f"read.max_chars must be a positive integer, got {self.max_chars!r}")
+        self.max_chars = int(limit)
 
 
 @dataclass
@@ -311,6 +350,7 @@ class MemoryConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    read: ReadConfig = field(default_factory=ReadConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
@@ -377,6 +417,10 @@ class MemoryConfig:
         """A plain snake_case dict (the API key is left out)."""
         d = dataclasses.asdict(self)
         d["remote"]["api_key"] = None
+        if self.store.url:
+            from .store.postgres import redact_url
+
+            d["store"]["url"] = redact_url(self.store.url)
         return d
 
 

@@ -33,7 +33,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     run_with_deadline,
 )
 from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
-from .sync import ProgressCallback, Scan, Syncer
+from .sync import ProgressCallback, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ log = logging.getLogger("clawmem")
 #: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
 
 
 def default_state_dir() -> Path:
@@ -126,7 +126,8 @@ class MemoryIndex:
         self._background_lock = threading.Lock()
         self._background_unsaved: dict[str, tuple[Embedder, dict[str, list[float]]]] = {}
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
-        self.store_path = self._resolve_store_path()
+        #: The SQLite index file (``None`` when the index is in PostgreSQL).
+        self.store_path: Path | None = None if self._store_url() else self._resolve_store_path()
         #: Session transcripts (``*.jsonl``) indexed when ``sources`` includes "sessions".
         self.sessions_dir = (
             Path(os.path.expanduser(os.fspath(sessions_dir)))
@@ -139,6 +140,8 @@ class MemoryIndex:
         self._sessions = SessionDeltaTracker(sessions_cfg.delta_bytes, sessions_cfg.delta_messages)
         self._user_embedder = embedder
         self._selection: _Selection | None = None
+        #: Guards the embedder's creation and the background sync thread's start.
+        self._state_lock = threading.RLock()
         self._fallback_used = False
         self._backend = self._new_backend()
         self._store = self._open_store()
@@ -158,6 +161,7 @@ class MemoryIndex:
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
+        self._interval_thread: threading.Thread | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -168,7 +172,22 @@ class MemoryIndex:
             return p if p.is_absolute() else self.workspace / p
         return self.state_dir / "memory" / f"{self.agent_id}.sqlite"
 
+    def _store_url(self) -> str | None:
+        return self.config.store.url or os.environ.get("CLAWMEM_STORE_URL") or None
+
     def _new_backend(self) -> StoreBackend:
+        url = self._store_url()
+        if url:
+            from .store.postgres import PostgresBackend, is_postgres_url
+
+            if not is_postgres_url(url):
+                raise ConfigError("CLAWMEM_STORE_URL must be a postgresql:// URL")
+            return PostgresBackend(
+                url,
+                self.agent_id,
+                fts_tokenizer=self.config.store.fts.tokenizer,
+                exact_below=self.config.store.vector.exact_below,
+            )
         from .store.sqlite import SQLiteBackend
 
         return SQLiteBackend(
@@ -218,6 +237,12 @@ class MemoryIndex:
         """Create the embedder on first need (never for an empty index or an empty query)."""
         if self._selection is not None:
             return self._selection
+        with self._state_lock:  # threads searching at once create one embedder
+            if self._selection is not None:
+                return self._selection
+            return self._select()
+
+    def _select(self) -> _Selection:
         if self._user_embedder is not None:
             emb = _wrap(self._user_embedder)
             self._selection = _Selection(emb, requested=emb.provider)
@@ -279,6 +304,8 @@ class MemoryIndex:
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,
+            # a file over the limit is stored without chunks: another limit rebuilds what it changes
+            "max_file_bytes": self.config.sync.max_file_bytes,
         }
 
     def needs_full_reindex(self) -> bool:
@@ -428,29 +455,34 @@ class MemoryIndex:
         self._session_warmed = True
         if not want:
             return
-        if self._bg_thread is not None and self._bg_thread.is_alive():
-            return
+        with self._state_lock:
+            if self._bg_thread is not None and self._bg_thread.is_alive():
+                return
+            self._bg_thread = threading.Thread(target=self._background_sync, name="clawmem-sync", daemon=True)
+            self._bg_thread.start()
 
-        def run() -> None:
-            try:
-                if self._sync_lock.acquire(blocking=False):
+    def _background_sync(self) -> None:
+        try:
+            if self._sync_lock.acquire(blocking=False):
+                try:
                     try:
-                        try:
-                            with self._process_lock(blocking=False):
-                                # Changes noticed while syncing are picked up by another round.
-                                for _ in range(3):
-                                    self._guarded_sync(False, None, "search")
-                                    if not self._dirty:
-                                        break
-                        except StoreBusyError:
-                            pass  # another process is syncing this index
-                    finally:
-                        self._sync_lock.release()
-            except Exception as exc:  # logged, never raised into the agent
-                log.warning("background memory sync failed: %s", exc)
-
-        self._bg_thread = threading.Thread(target=run, name="clawmem-sync", daemon=True)
-        self._bg_thread.start()
+                        # Changes noticed while syncing are picked up by another round.
+                        for _ in range(3):
+                            started, gen = time.perf_counter(), self._dirty_gen
+                            scan = self._unlocked_scan()
+                            if scan is not None and scan.clean:  # nothing to write: no lock taken
+                                self._nothing_changed(scan, "search", gen, started)
+                            else:
+                                with self._process_lock(blocking=False):
+                                    self._guarded_sync(False, None, "search", scan=scan)
+                            if not self._dirty:
+                                break
+                    except StoreBusyError:
+                        pass  # another process is syncing this index
+                finally:
+                    self._sync_lock.release()
+        except Exception as exc:  # logged, never raised into the agent
+            log.warning("background memory sync failed: %s", exc)
 
     def mark_dirty(self) -> None:
         """Tell the index the Markdown changed (the watcher calls this)."""
@@ -519,6 +551,19 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return SearchResults()
+        store = self._store
+        explicit = min_score is not None
+        try:
+            return await self._asearch_once(q, k, ms, explicit)
+        except Exception as exc:  # damaged while in use: rebuild, answer
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            await asyncio.to_thread(self._rebuild_damaged, exc, store)
+            return await self._asearch_once(q, k, ms, explicit)
+
+    async def _asearch_once(self, q: str, k: int, ms: float, explicit: bool) -> SearchResults:
+        import asyncio
+
         if not await asyncio.to_thread(self._prepare_search):
             return SearchResults()
         emb = self._selection_now().embedder
@@ -532,7 +577,7 @@ class MemoryIndex:
                 degraded = "embedding timeout"
                 log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
                             self.config.query.timeout_ms)
-        return await asyncio.to_thread(self._rank, q, qvec, k, ms, min_score is not None, deadline, degraded)
+        return await asyncio.to_thread(self._rank, q, qvec, k, ms, explicit, deadline, degraded)
 
     def _prepare_search(self) -> bool:
         """Sync triggers; False when there is nothing to search."""
@@ -655,7 +700,7 @@ class MemoryIndex:
             except OSError:
                 return True
             prev = indexed.get(f.path)
-            if prev is None or (prev[2], prev[3]) != (st.st_size, int(st.st_mtime * 1000)):
+            if prev is None or prev[2:] != stat_key(st):
                 return True
         return False
 
@@ -746,7 +791,8 @@ class MemoryIndex:
                 except Exception as exc:
                     log.warning("interval memory sync failed: %s", exc)
 
-        threading.Thread(target=loop, name="clawmem-interval", daemon=True).start()
+        self._interval_thread = threading.Thread(target=loop, name="clawmem-interval", daemon=True)
+        self._interval_thread.start()
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -754,7 +800,8 @@ class MemoryIndex:
         """Read lines of a memory file (``memory_get``). A path outside memory raises
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
-        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines)
+        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
+                                max_chars=self.config.read.max_chars)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio
@@ -765,8 +812,19 @@ class MemoryIndex:
 
     def status(self) -> IndexStatus:
         """Files, chunks, provider, model, mode, vector and FTS state, cache, dirty, issues.
-        Does not create the embedder when it has not been needed yet."""
+        Does not create the embedder when it has not been needed yet. A damaged index is set
+        aside and rebuilt from the Markdown first."""
         self._check_open()
+        store = self._store
+        try:
+            return self._status()
+        except Exception as exc:
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            self._rebuild_damaged(exc, store)
+            return self._status()
+
+    def _status(self) -> IndexStatus:
         store = self._store
         counts = store.counts()
         meta = store.get_meta() or {}
@@ -789,7 +847,7 @@ class MemoryIndex:
         return IndexStatus(
             agent_id=self.agent_id,
             workspace=str(self.workspace),
-            store_path=str(self.store_path),
+            store_path=self._backend.location,
             files=counts.files,
             chunks=counts.chunks,
             by_source={s: {"files": f, "chunks": c} for s, (f, c) in counts.by_source.items()},
@@ -829,9 +887,9 @@ class MemoryIndex:
             w.stop()
         if self._interval_stop is not None:
             self._interval_stop.set()
-        t = self._bg_thread
-        if t is not None and t.is_alive():
-            t.join()
+        for t in (self._bg_thread, self._interval_thread):
+            if t is not None and t.is_alive() and t is not threading.current_thread():
+                t.join()
         self._closed = True
         self._store.close()
         for store in self._retired:

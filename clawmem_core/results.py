@@ -13,7 +13,9 @@ def citation_for(path: str, start_line: int, end_line: int) -> str:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """One ranked snippet. ``vector_score`` and ``text_score`` show how ``score`` was made."""
+    """One ranked snippet. ``start_line``/``end_line`` are the chunk's lines; the snippet shows the
+    part that matched, lines ``snippet_start_line``..``snippet_end_line`` (the citation). ``vector_score``
+    and ``text_score`` show how ``score`` was made."""
 
     path: str
     start_line: int
@@ -24,10 +26,15 @@ class SearchResult:
     id: str = ""
     vector_score: float = 0.0
     text_score: float = 0.0
+    #: The file lines the snippet shows (0: the chunk's lines).
+    snippet_start_line: int = 0
+    snippet_end_line: int = 0
 
     @property
     def citation(self) -> str:
-        return citation_for(self.path, self.start_line, self.end_line)
+        """``path#Lstart-Lend`` of the lines the snippet shows."""
+        return citation_for(self.path, self.snippet_start_line or self.start_line,
+                            self.snippet_end_line or self.end_line)
 
     def metadata(self) -> dict[str, Any]:
         """Where the snippet comes from and how it scored: the metadata of the adapters'
@@ -76,13 +83,16 @@ class SearchResults(list):  # type: ignore[type-arg]
 
 @dataclass(frozen=True)
 class ReadResult:
-    """Lines read from a memory file (``memory_get``)."""
+    """Lines read from a memory file (``memory_get``). ``truncated``: the text was cut at the
+    character cap; ``next_from`` is then the line to continue from (None when none follows)."""
 
     path: str
     text: str
     from_line: int
     to_line: int
     total_lines: int
+    truncated: bool = False
+    next_from: Optional[int] = None
     #: The file does not exist (the text is empty).
     missing: bool = False
 
@@ -94,6 +104,9 @@ class ReadResult:
             "lines": max(0, self.to_line - self.from_line + 1) if self.text else 0,
             "totalLines": self.total_lines,
         }
+        if self.truncated:
+            payload["truncated"] = True
+            payload["nextFrom"] = self.next_from
         if self.missing:
             payload["missing"] = True
         return payload

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
 from .errors import InvalidQueryError
 from .results import SearchResult, SearchResults
+from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import search_terms, similarity_tokens
 
 if TYPE_CHECKING:
     from .config import QueryConfig
     from .store.base import Store
 
-SNIPPET_MAX_CHARS = 700
 MAX_QUERY_TERMS = 64
 #: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
 MAX_RESULTS = 1000
@@ -471,13 +471,20 @@ def rank(
                                 strict=cfg.strict or explicit_min_score)
     else:  # calibrated scores mean the same in every index: no fallback below min_score
         chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=1.0, strict=True)
-    return SearchResults(
-        (
-            SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
-            for c in with_snippets(store, chosen)
-        ),
-        info,
-    )
+    return SearchResults(results_with_snippets(store, chosen, terms), info)
+
+
+def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:
+    """The results, each with the part of its chunk that matched ``terms`` as its snippet (a vector
+    hit's row is its best embedding window) and the lines that part shows."""
+    rows = store.get_chunks([c.id for c in chosen])
+    out = []
+    for c in chosen:
+        row = rows.get(c.id)
+        snip = build_snippet(row.text if row is not None else c.snippet, c.start_line, c.end_line, terms)
+        out.append(SearchResult(c.path, c.start_line, c.end_line, c.score, snip.text, c.source, c.id, c.vector_score,
+                                c.text_score, snip.start_line, snip.end_line))
+    return out
 
 
 def with_snippets(store: "Store", cands: list[Candidate]) -> list[Candidate]:
