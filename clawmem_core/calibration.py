@@ -7,8 +7,8 @@ index embeds :data:`BACKGROUND_TEXTS` (short passages on everyday and technical 
 and Chinese, unrelated to any one memory) with its own embedder, in one call, and keeps the vectors
 in the index. At
 query time the query's cosine to those passages is its null distribution: a chunk counts as
-relevant to the extent that its cosine stands out above the best unrelated passage
-(:func:`calibrated_cosine`). Pure maths, no model: the vectors come from the index.
+relevant to the extent that its cosine stands out above the 90th percentile of it
+(:func:`background_level`, :func:`calibrated_cosine`). Pure maths, no model: the vectors come from the index.
 """
 
 from __future__ import annotations
@@ -74,11 +74,20 @@ BACKGROUND_TEXTS: tuple[str, ...] = (
 )
 
 
-def background_level(query_to_background: Sequence[float]) -> float:
-    """The cosine an unrelated text reaches for this query: the best of its cosines to the
-    background passages (``nan`` when there are none)."""
-    vals = [c for c in query_to_background if math.isfinite(c)]
-    return max(vals) if vals else math.nan
+#: The percentile of a query's cosines to the background passages taken as its "unrelated" level.
+BACKGROUND_PERCENTILE = 90.0
+
+
+def background_level(query_to_background: Sequence[float], percentile: float = BACKGROUND_PERCENTILE) -> float:
+    """The cosine unrelated text reaches for this query: the ``percentile`` (linear interpolation)
+    of its cosines to the background passages (``nan`` when there are none)."""
+    vals = sorted(c for c in query_to_background if math.isfinite(c))
+    if not vals:
+        return math.nan
+    pos = (len(vals) - 1) * max(0.0, min(100.0, percentile)) / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
 def calibrated_cosine(cosine: float, level: float) -> float:

@@ -436,7 +436,8 @@ def rank(
             scores = text_relevance([r for _, r in kw_hits], query_idf_mass(terms, hits[1], hits[0]))
         level = math.nan
         if background and qvec is not None and vec_hits:
-            level = background_level([sum(a * b for a, b in zip(qvec, bg)) for bg in background])
+            norm = math.sqrt(sum(a * a for a in qvec)) or 1.0
+            level = background_level([sum(a * b for a, b in zip(qvec, bg)) / norm for bg in background])
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
     vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]

@@ -84,7 +84,9 @@ def test_calibrated_cosine_removes_the_embedder_baseline() -> None:
     assert calibrated_cosine(0.05, 0.1) == 0.0
     assert calibrated_cosine(0.7, math.nan) == 0.7  # no calibration: the raw cosine
     assert calibrated_cosine(float("nan"), 0.5) == 0.0
-    assert background_level([0.1, 0.3, float("nan"), 0.2]) == 0.3
+    assert background_level([0.1, 0.3, float("nan"), 0.2], 100) == 0.3
+    assert background_level([0.1, 0.3, float("nan"), 0.2], 50) == pytest.approx(0.2)
+    assert background_level([float(i) for i in range(11)]) == pytest.approx(9.0)  # the 90th percentile
     assert math.isnan(background_level([]))
 
 
