@@ -348,6 +348,10 @@ def write(out_dir: Path = RESULTS_DIR) -> Path:
         "[../README.md](../README.md) for what each number means and how to reproduce it.",
         "",
     ]
+    fusion = out_dir / "fusion.md"  # written by ``python -m bench.calibrated --out``
+    if fusion.exists():
+        lines += ["## Fusion, abstention and reranking (`python -m bench.calibrated`)", "",
+                  fusion.read_text(encoding="utf-8").strip(), ""]
     for prof, res in runs:
         lines += [f"## Profile `{prof}`", "", env_line(res.get("env") or {}), ""]
         if res.get("notes"):

@@ -388,6 +388,8 @@ class MemoryIndex:
         if self._dirty_gen == gen:  # a change noticed during this sync keeps the index dirty
             self._dirty = False
         self._synced_here = True
+        if self.config.cache.enabled:
+            self._save_background(writer)
         return report
 
     @property
@@ -603,20 +605,19 @@ class MemoryIndex:
                    reranker=self._get_reranker(), deadline=deadline)
         if degraded:
             out.info["degraded"] = degraded
-        self._save_background()
         return out
 
-    def _save_background(self) -> None:
-        """Cache calibration vectors embedded by an earlier search (after a search succeeded, so
-        never into an index found damaged)."""
+    def _save_background(self, store: Store) -> None:
+        """Cache calibration vectors embedded by an earlier search, in a sync (a search never
+        writes to the index)."""
         if not self._background_unsaved:
             return
         with self._background_lock:
             pending, self._background_unsaved = self._background_unsaved, {}
         for emb, items in pending.values():
             try:
-                self._store.cache_put(emb.provider, emb.model, emb.provider_key, items)
-            except Exception as exc:  # read-only or busy index: kept in memory only
+                store.cache_put(emb.provider, emb.model, emb.provider_key, items)
+            except Exception as exc:  # kept in memory only
                 log.debug("calibration vectors not cached: %s", exc)
 
     def _get_reranker(self) -> Any:
@@ -637,8 +638,8 @@ class MemoryIndex:
     def _background(self, emb: Embedder, seconds: float) -> list[list[float]] | None:
         """The embedder's vectors of :data:`~clawmem_core.calibration.BACKGROUND_TEXTS` (the
         calibration of its cosine): from memory, from the embedding cache, or embedded once (one
-        call, on the first hybrid search; cached like chunk vectors, so later processes and
-        rebuilds reuse them). ``None`` when they cannot be had within ``seconds`` or at all: the
+        call, on the first hybrid search; written to the embedding cache by the next sync, so later
+        processes and rebuilds reuse them). ``None`` when they cannot be had within ``seconds`` or at all: the
         vector side then scores the raw cosine."""
         from .calibration import BACKGROUND_TEXTS
         from .chunking import sha256
@@ -653,6 +654,8 @@ class MemoryIndex:
             try:
                 got = store.cache_get(emb.provider, emb.model, emb.provider_key, hashes) if use_cache else {}
             except Exception as exc:
+                if store.is_corruption(exc):
+                    raise  # the search recovers the index
                 log.debug("cached calibration vectors unreadable: %s", exc)
                 got = {}
             if all(h in got for h in hashes):

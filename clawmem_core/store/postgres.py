@@ -672,6 +672,24 @@ class PostgresStore(Store):
             ).fetchall()
         return [(r[0], float(r[1])) for r in rows]
 
+    def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        with self._conn() as conn:
+            n, _ = self._corpus_stats(conn)
+            out = []
+            for term in terms:
+                tokens = self.backend.terms.query([term])
+                if not tokens:
+                    out.append(0)
+                    continue
+                q = " & ".join(_tsquery([t]) for t in tokens)  # a term of several tokens: all of them
+                row = conn.execute(
+                    f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                    "AND part = 0 AND terms @@ %(q)s::tsquery",
+                    {"agent": self.agent, "q": q},
+                ).fetchone()
+                out.append(int(row[0]))
+        return int(n), out
+
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         dims = len(query)
         if not dims or limit <= 0:

@@ -699,7 +699,7 @@ class SQLiteStore(Store):
             if n is None:
                 try:
                     n = self._term_rows(term)
-                except apsw.Error as exc:  # never expected: the term is quoted
+                except apsw.SQLError as exc:  # never expected: the term is quoted
                     log.debug("term frequency of %r unavailable: %s", term, exc)
                     return None
                 if len(known) < 50_000:

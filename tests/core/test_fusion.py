@@ -196,11 +196,13 @@ def test_background_is_embedded_once_and_kept_in_the_index(make_workspace: Works
     mem.search("billing")
     mem.search("Grafana")
     assert emb.documents[synced:] == list(BACKGROUND_TEXTS)  # one call, on the first search
+    mem.sync()  # a search never writes; the next sync keeps them in the embedding cache
     mem.close()
     emb2 = CountingEmbedder()
     again = open_index(ws, embedder=emb2)
     again.search("billing")
     assert not set(BACKGROUND_TEXTS) & set(emb2.documents)  # read back from the index
+    assert again.search("billing").info.get("degraded") is None
 
 
 # -- the query deadline ----------------------------------------------------------------------------
