@@ -1,4 +1,9 @@
-"""Scratch study of calibrated fusion on cached vectors (see bench.fusion for the caches)."""
+"""Per-query candidates for ``bench.calibrated``: keyword hits (FTS5 ranks and the query terms' document
+frequencies) from the keyword-only index, the best-window cosine of every chunk from the model's index, and the
+query's cosines to the calibration passages, for the real questions and the foreign ones, pickled.
+
+``python -m bench.calib_study CACHE LABEL[,LABEL] OUT.pkl`` (LoCoMo EN and ZH; vectors from ``bench.fusion``'s
+cache ``CACHE``); :func:`main_scifact` does the same on a SciFact subset (``bench.scifact_subset``)."""
 
 from __future__ import annotations
 

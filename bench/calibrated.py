@@ -35,7 +35,7 @@ from clawmem_core.config import FUSION_DEFAULTS
 from clawmem_core.search import query_idf_mass
 
 from .calib_study import Q  # noqa: F401  (unpickling)
-from .calib_eval import evaluate
+from .metrics import Span, covered_gold
 
 VW, TW, MIN_SCORE = FUSION_DEFAULTS["calibrated"]
 OC_VW, OC_TW, OC_MIN = FUSION_DEFAULTS["openclaw"]
@@ -53,6 +53,36 @@ def vec_cal(q) -> np.ndarray:
     """``clawmem_core.calibration.calibrated_cosine`` with the query's background level."""
     lvl = min(background_level(list(q.bg)), 0.999)
     return np.where(np.isnan(q.cos), 0.0, np.clip((np.nan_to_num(q.cos) - lvl) / (1 - lvl), 0, 1))
+
+
+def evaluate(qs, fn, thresholds):
+    """hit@1 (nDCG@10 for SciFact), hit@5, foreign share answered and hit@5 kept, per threshold."""
+    h1 = []; h5 = []; fr = {t: [] for t in thresholds}; h5t = {t: [] for t in thresholds}
+    for q in qs:
+        s = fn(q)
+        order = np.lexsort((np.arange(len(s)), -s))
+        order = [i for i in order if s[i] > -1]
+        spans = [Span(*q.keys[i]) for i in order]
+        if q.gold is None:
+            top = s[order[0]] if order else -1
+            for t in thresholds:
+                fr[t].append(1.0 if top >= t and top > 0 else 0.0)
+        elif isinstance(q.gold, tuple) and q.gold and q.gold[0] == "beir":
+            from .metrics import ndcg_at, rank_documents
+            rel = set(q.gold[1])
+            docs = rank_documents(spans)
+            h1.append(ndcg_at(docs, rel, 10))
+            h5.append(1.0 if rel & set(docs[:5]) else 0.0)
+            for t in thresholds:
+                kept = rank_documents([sp for sp, i in zip(spans, order) if s[i] >= t and s[i] > 0])
+                h5t[t].append(1.0 if rel & set(kept[:5]) else 0.0)
+        else:
+            h1.append(1.0 if covered_gold(spans, q.gold, 1) else 0.0)
+            h5.append(1.0 if covered_gold(spans, q.gold, 5) else 0.0)
+            for t in thresholds:
+                kept = [sp for sp, i in zip(spans, order) if s[i] >= t and s[i] > 0]
+                h5t[t].append(1.0 if covered_gold(kept, q.gold, 5) else 0.0)
+    return np.mean(h1), np.mean(h5), {t: np.mean(v) for t, v in fr.items()}, {t: np.mean(v) for t, v in h5t.items()}
 
 
 def methods() -> dict:
