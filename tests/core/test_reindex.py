@@ -69,7 +69,8 @@ def test_identity_changes_force_a_full_reindex(make_workspace: WorkspaceFactory,
     ws = make_workspace(SAMPLE_FILES)
     first = open_index(ws, embedder=KeyedEmbedder("a"))
     first.sync()
-    first.search("jazz")  # caches the embedder's calibration vectors too
+    first.search("jazz")  # embeds the embedder's calibration passages ...
+    first.sync()  # ... which the next sync keeps in the embedding cache
     first.close()
     embedder: Any = KeyedEmbedder("a")
     config = MemoryConfig()
