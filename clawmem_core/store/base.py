@@ -24,6 +24,8 @@ class ChunkRow:
     text: str
     embedding: Sequence[float] | None = None
     window: bool = False
+    #: Written for keyword search, its vectors still to compute (the second phase of a sync).
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,20 @@ class StoreCounts:
     chunks: int
     by_source: dict[str, tuple[int, int]]  # source -> (files, chunks)
     cache_entries: int
+
+
+@dataclass(frozen=True)
+class VectorCounts:
+    """Chunks with their vectors (``done``) of all chunks (``total``), and the characters of the
+    chunks still waiting for theirs (the work left for the ETA)."""
+
+    done: int
+    total: int
+    pending_chars: int = 0
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.done
 
 
 class Store(ABC):

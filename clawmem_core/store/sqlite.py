@@ -22,7 +22,7 @@ import apsw
 
 from ..errors import StoreError
 from ..text import index_document, quote_fts
-from .base import ChunkRow, FileRow, Store, StoreCounts
+from .base import ChunkRow, FileRow, Store, StoreCounts, VectorCounts
 from .bm25 import Bm25Index, StaleStatistics
 
 log = logging.getLogger("clawmem")
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
     source TEXT NOT NULL DEFAULT 'memory', start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
     hash TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB,
-    updated_at INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0);
+    updated_at INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0, pending INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks (source, path);
 CREATE TABLE IF NOT EXISTS embedding_cache (
     provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL, hash TEXT NOT NULL,
@@ -242,6 +242,9 @@ class SQLiteStore(Store):
         have = {row[1] for row in self.conn.execute("PRAGMA table_info(chunks)")}
         if "part" not in have:  # 1 = a window row (vector side only)
             self.conn.execute("ALTER TABLE chunks ADD COLUMN part INTEGER NOT NULL DEFAULT 0")
+        if "pending" not in have:  # 1 = keyword row written, vectors not yet (two-phase sync)
+            self.conn.execute("ALTER TABLE chunks ADD COLUMN pending INTEGER NOT NULL DEFAULT 0")
+        self.conn.execute("CREATE INDEX IF NOT EXISTS idx_chunks_pending ON chunks (pending, rid)")
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:
@@ -407,20 +410,84 @@ class SQLiteStore(Store):
                     rid += 1
                     blob = _blob(c.embedding) if c.embedding else None
                     rows.append((rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now,
-                                 int(c.window)))
+                                 int(c.window), int(c.pending)))
                     if not c.window:
                         docs.append((rid, index_document(c.text) if cjk else c.text))
                     if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims:
                         vecs.append((rid, blob))
             conn.executemany(
                 "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
-                "updated_at, part) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "updated_at, part, pending) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
             if self.fts_available:
                 conn.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", docs)
             if vecs:
                 conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
+
+    def pending_chunks(self, limit: int, after: int = 0) -> list[tuple[int, ChunkRow]]:
+        """Up to ``limit`` chunks whose vectors are still to compute, in index order, with the
+        position to pass as ``after`` for the next ones."""
+        rows = self.conn.execute(
+            "SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM chunks "
+            "WHERE pending = 1 AND rid > ? ORDER BY rid LIMIT ?",
+            (int(after), int(limit)),
+        ).fetchall()
+        return [(r[0], ChunkRow(*r[1:], pending=True)) for r in rows]
+
+    def vector_counts(self) -> VectorCounts:
+        """How many chunks have their vectors, of how many, and the characters still to embed."""
+        total, pending, chars = self.conn.execute(
+            "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
+            "FROM chunks WHERE part = 0"
+        ).fetchall()[0]
+        return VectorCounts(int(total) - int(pending), int(total), int(chars))
+
+    def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
+        """Give pending chunks their vectors: ``(chunk id, its vector or None, its window rows)``,
+        in one transaction. A chunk no longer pending (replaced or deleted meanwhile) is left
+        alone. Returns how many chunks were completed."""
+        dims = next((len(v) for _, v, _ in items if v), None) or next(
+            (len(w.embedding) for _, _, ws in items for w in ws if w.embedding), None
+        )
+        if dims and dims != self.vector_dims:
+            self.ensure_vector_table(dims)
+        conn = self.conn
+        now = _now_ms()
+        done = 0
+        with self._tx():
+            rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchall()[0][0]
+            for cid, vec, windows in items:
+                blob = _blob(vec) if vec else None
+                got = conn.execute(
+                    "UPDATE chunks SET embedding = ?, pending = 0, updated_at = ? WHERE id = ? AND pending = 1 "
+                    "RETURNING rid",
+                    (blob, now, cid),
+                ).fetchall()
+                if not got:
+                    continue
+                done += 1
+                vecs = []
+                if blob is not None:
+                    vecs.append((got[0][0], blob, len(vec or ())))
+                for w in windows:
+                    if conn.execute("SELECT 1 FROM chunks WHERE id = ?", (w.id,)).fetchall():
+                        continue  # identical pieces of one chunk: one row
+                    rid += 1
+                    wblob = _blob(w.embedding) if w.embedding else None
+                    conn.execute(
+                        "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
+                        "updated_at, part, pending) VALUES (?,?,?,?,?,?,?,?,?,?,?,1,0)",
+                        (rid, w.id, w.path, w.source, w.start_line, w.end_line, w.hash, w.model, w.text, wblob, now),
+                    )
+                    if wblob is not None:
+                        vecs.append((rid, wblob, len(w.embedding or ())))
+                if self.vector_extension and self.vector_dims:
+                    conn.executemany(
+                        "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
+                        [(r, b) for r, b, n in vecs if n == self.vector_dims],
+                    )
+        return done
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
