@@ -106,9 +106,11 @@ def fill_vectors(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     group_chunks: int = GROUP_CHUNKS,
+    paths: Sequence[str] | None = None,
 ) -> FillResult:
-    """Embed every pending chunk of ``store`` (those of other models are left alone). Stops early
-    when ``should_stop()`` says so or ``clock()`` passes ``deadline``; what is done stays done."""
+    """Embed every pending chunk of ``store`` (of ``paths`` only, when given; chunks of other
+    models are left alone). Stops early when ``should_stop()`` says so or ``clock()`` passes
+    ``deadline``; what is done stays done."""
     result = FillResult()
     counts = store.vector_counts()
     if counts.pending == 0:
@@ -123,7 +125,7 @@ def fill_vectors(
         if (should_stop and should_stop()) or (deadline is not None and clock() >= deadline):
             result.interrupted = True
             break
-        rows = [(rid, r) for rid, r in store.pending_chunks(group_chunks, after)]
+        rows = [(rid, r) for rid, r in store.pending_chunks(group_chunks, after, paths)]
         if not rows:
             # Chunks written pending by a sync that ran meanwhile sit before ``after``: one more
             # pass from the start picks them up; a pass finding only other models' chunks ends.

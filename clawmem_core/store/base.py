@@ -164,9 +164,10 @@ class Store(ABC):
     # -- vectors after keywords (two-phase sync) --------------------------------------------------
 
     @abstractmethod
-    def pending_chunks(self, limit: int, after: int = 0) -> list[tuple[int, ChunkRow]]:
-        """Up to ``limit`` chunks written with ``pending=True`` that still wait for their vectors, in
-        index order, each with its position (pass the last one as ``after`` for the next ones)."""
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        """Up to ``limit`` chunks written with ``pending=True`` that still wait for their vectors
+        (only those of ``paths`` when given, at most 500 paths), in index order, each with its
+        position (pass the last one as ``after`` for the next ones)."""
 
     @abstractmethod
     def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:

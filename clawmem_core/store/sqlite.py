@@ -169,6 +169,7 @@ class SQLiteStore(Store):
         self._kw_queries = 0
         self._query_tokenizer: Any = None
         self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
+        self._vector_counts: tuple[Any, VectorCounts] | None = None
         self._open()
 
     # -- connection ---------------------------------------------------------------------------
@@ -405,6 +406,7 @@ class SQLiteStore(Store):
 
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         """Replace several files and their chunks in one transaction."""
+        self.refresh()  # another handle (the vector phase's) may have created the vector table
         dims = next((len(c.embedding) for _, chunks in items for c in chunks if c.embedding), None)
         if dims and dims != self.vector_dims:
             self.ensure_vector_table(dims)
@@ -449,28 +451,40 @@ class SQLiteStore(Store):
             if vecs:
                 conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
 
-    def pending_chunks(self, limit: int, after: int = 0) -> list[tuple[int, ChunkRow]]:
-        """Up to ``limit`` chunks whose vectors are still to compute, in index order, with the
-        position to pass as ``after`` for the next ones."""
-        rows = self.conn.execute(
-            "SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM chunks "
-            "WHERE pending = 1 AND rid > ? ORDER BY rid LIMIT ?",
-            (int(after), int(limit)),
-        ).fetchall()
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        """Up to ``limit`` chunks whose vectors are still to compute (of ``paths`` only, when
+        given), in index order, with the position to pass as ``after`` for the next ones."""
+        sql = ("SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM chunks "
+               "WHERE pending = 1 AND rid > ?")
+        args: list[Any] = [int(after)]
+        if paths is not None:
+            if not paths:
+                return []
+            part = list(paths)[:500]
+            sql += f" AND path IN ({','.join('?' * len(part))})"
+            args += part
+        rows = self.conn.execute(sql + " ORDER BY rid LIMIT ?", (*args, int(limit))).fetchall()
         return [(r[0], ChunkRow(*r[1:], pending=True)) for r in rows]
 
     def vector_counts(self) -> VectorCounts:
-        """How many chunks have their vectors, of how many, and the characters still to embed."""
+        """How many chunks have their vectors, of how many, and the characters still to embed
+        (counted once per state of the index)."""
+        token = self._data_token()
+        if self._vector_counts is not None and self._vector_counts[0] == token:
+            return self._vector_counts[1]
         total, pending, chars = self.conn.execute(
             "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
             "FROM chunks WHERE part = 0"
         ).fetchall()[0]
-        return VectorCounts(int(total) - int(pending), int(total), int(chars))
+        counts = VectorCounts(int(total) - int(pending), int(total), int(chars))
+        self._vector_counts = (token, counts)
+        return counts
 
     def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
         """Give pending chunks their vectors: ``(chunk id, its vector or None, its window rows)``,
         in one transaction. A chunk no longer pending (replaced or deleted meanwhile) is left
         alone. Returns how many chunks were completed."""
+        self.refresh()
         dims = next((len(v) for _, v, _ in items if v), None) or next(
             (len(w.embedding) for _, _, ws in items for w in ws if w.embedding), None
         )
@@ -526,6 +540,7 @@ class SQLiteStore(Store):
             )
 
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
+        self.refresh()
         paths = list(paths)
         with self._tx():
             self._delete_chunks(source, paths)
