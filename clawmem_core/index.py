@@ -486,7 +486,10 @@ class MemoryIndex:
             or (self.config.sync.on_session_start and not self._session_warmed)
         )
         self._session_warmed = True
-        if not keywords and not self._pending_vectors():
+        # Vectors left pending (by a first search, a killed run, a search's small sync): after a
+        # first search always, later only when searches may sync.
+        vectors = (vectors_only or self.config.sync.on_search) and self._pending_vectors() > 0
+        if not keywords and not vectors:
             return
         if self._bg_thread is not None and self._bg_thread.is_alive():
             return
@@ -506,7 +509,7 @@ class MemoryIndex:
                             pass  # another process is syncing this index
                     finally:
                         self._sync_lock.release()
-                if not self._closing:
+                if not self._closing and (vectors or keywords):
                     self._sync_vectors(SyncReport(reason="background"), blocking=False)
             except Exception as exc:  # logged, never raised into the agent
                 log.warning("background memory sync failed: %s", exc)
