@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, normalize_extra_paths
@@ -59,6 +59,17 @@ class _Selection:
     requested: str
     fallback_from: str | None = None
     reason: str | None = None
+
+
+def _changed_files(scan: Scan) -> int:
+    """Files a scan found added, changed (by size or mtime) or gone; files re-read only because
+    they were modified close to the last scan (and are most likely unchanged) do not count."""
+    n = sum(map(len, scan.gone.values()))
+    for item, size, mtime in scan.todo:
+        prev = scan.known[item.source].get(item.path)
+        if prev is None or (prev[2], prev[3]) != (size, mtime):
+            n += 1
+    return n
 
 
 def _wrap(obj: Any) -> Embedder:
@@ -633,7 +644,7 @@ class MemoryIndex:
                 return False
             small = (
                 scan is not None
-                and len(scan.todo) + sum(map(len, scan.gone.values())) <= self.fresh_max_files
+                and _changed_files(scan) <= self.fresh_max_files
                 and sum(size for _, size, _ in scan.todo) <= self.fresh_max_bytes
                 and time.monotonic() < deadline
             )
@@ -718,11 +729,12 @@ class MemoryIndex:
         self.sync(reason="write")
         return result
 
-    def watch(self, block: bool = False) -> Any:
+    def watch(self, block: bool = False, on_sync: Callable[[SyncReport], Any] | None = None) -> Any:
         """Watch ``MEMORY.md``, ``memory/``, the extra paths (and transcripts when sessions are on)
         and sync after each burst of changes (debounced by ``sync.watch_debounce_ms``). Also runs
         the interval sync when ``sync.interval_minutes`` is set. ``block=True`` runs until
-        Ctrl-C; otherwise the watcher is returned (``stop()`` it, or close the index)."""
+        Ctrl-C; otherwise the watcher is returned (``stop()`` it, or close the index).
+        ``on_sync`` receives the report of each sync that changed the index."""
         from .watcher import MemoryWatcher
 
         self._check_open()
@@ -735,9 +747,15 @@ class MemoryIndex:
                 return  # transcripts grew, but not past the delta thresholds yet
             self.mark_dirty()
             try:
-                self.sync(reason="watch")
+                report = self.sync(reason="watch")
             except Exception as exc:  # logged, the watcher keeps running
                 log.warning("memory sync after a file change failed: %s", exc)
+                return
+            if on_sync is not None and (report.files_indexed or report.files_deleted or report.vectors_completed):
+                try:
+                    on_sync(report)
+                except Exception as exc:
+                    log.warning("watch callback failed: %s", exc)
 
         watcher = MemoryWatcher.for_workspace(
             self.workspace,
