@@ -163,11 +163,12 @@ def _check_requested_provider(mem: Any) -> None:
     )
 
 
-def _progress() -> Any:
-    """A ``rich`` bar on a terminal, plain lines otherwise (both on stderr)."""
+def _progress(transient: bool = False) -> Any:
+    """A ``rich`` bar on a terminal, plain lines otherwise (both on stderr, and only for a phase
+    that takes a while when not a terminal)."""
     from .progress import progress_renderer
 
-    return progress_renderer(sys.stderr)
+    return progress_renderer(sys.stderr, transient=transient)
 
 
 def _vectors_note(vectors: dict[str, int] | None) -> str | None:
@@ -242,7 +243,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     try:
         # The keyword phase only: the answer comes in seconds; vectors still missing are
         # embedded by `clawmem index` (or a long-lived process), and the search says how far.
-        with _progress() as progress:
+        with _progress(transient=True) as progress:
             mem.sync(reason="cli", progress=progress, vectors=False)
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)

@@ -178,30 +178,41 @@ class PhaseMeter:
 # -- renderers --------------------------------------------------------------------------------
 
 
-class PlainProgress:
-    """Progress as plain lines (for logs and pipes): the first report of each phase, its last
-    one, and in between at most one line every ``interval`` seconds."""
+#: Plain progress lines start once a phase has run this long (seconds): quick syncs stay quiet.
+PLAIN_DELAY_SECONDS = 2.0
 
-    def __init__(self, stream: TextIO, *, interval: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+
+class PlainProgress:
+    """Progress as plain lines (for logs and pipes): once a phase has run ``delay`` seconds, a
+    line then, at most one every ``interval`` seconds, and its last one; a phase done sooner
+    prints nothing."""
+
+    def __init__(self, stream: TextIO, *, interval: float = 5.0, delay: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
         self.interval = interval
+        self.delay = delay
         self._clock = clock
         self._phase: str | None = None
+        self._began = 0.0
+        self._shown = False
         self._last = float("-inf")
         self._finished: set[str] = set()
 
     def __call__(self, event: SyncProgress) -> None:
         now = self._clock()
-        new_phase = event.phase != self._phase
-        if new_phase:
-            self._phase = event.phase
+        if event.phase != self._phase:
+            self._phase, self._began, self._shown = event.phase, now, False
             self._finished.discard(str(event.phase))
+        if not self._shown and now - self._began < self.delay:
+            return  # quick so far: nothing to say yet
         if event.finished:
             if str(event.phase) in self._finished:
                 return
             self._finished.add(str(event.phase))
-        elif not new_phase and now - self._last < self.interval:
+        elif self._shown and now - self._last < self.interval:
             return
+        self._shown = True
         self._last = now
         self.stream.write(f"clawmem: {event.describe()}\n")
         self.stream.flush()
@@ -216,7 +227,7 @@ class PlainProgress:
 class RichProgress:
     """A ``rich`` progress bar per phase on a terminal: n/N, elapsed and the measured ETA."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, transient: bool = False) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -229,7 +240,7 @@ class RichProgress:
             TextColumn("eta {task.fields[eta]}"),
             TextColumn("{task.fields[rate]}"),
             console=Console(file=stream),
-            transient=False,
+            transient=transient,
         )
         self._tasks: dict[str, Any] = {}
         self._started = False
@@ -258,12 +269,13 @@ class RichProgress:
             self._started = False
 
 
-def progress_renderer(stream: TextIO) -> PlainProgress | RichProgress:
-    """A ``rich`` bar when ``stream`` is a terminal, plain lines otherwise."""
+def progress_renderer(stream: TextIO, *, transient: bool = False) -> PlainProgress | RichProgress:
+    """A ``rich`` bar when ``stream`` is a terminal (``transient``: erased when done), plain
+    lines otherwise (from :data:`PLAIN_DELAY_SECONDS` into a phase)."""
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():
         try:
-            return RichProgress(stream)
+            return RichProgress(stream, transient=transient)
         except ImportError:  # rich missing from a stripped-down install: plain lines still work
             pass
-    return PlainProgress(stream)
+    return PlainProgress(stream, delay=PLAIN_DELAY_SECONDS)

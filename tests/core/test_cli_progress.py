@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from clawmem_core import progress
 from clawmem_core.cli import main
 from clawmem_core.embeddings import registry
 from clawmem_core.testing import HashEmbedder
@@ -25,13 +26,19 @@ def ws(make_workspace: WorkspaceFactory, tmp_path: Path, monkeypatch: pytest.Mon
     return make_workspace(SAMPLE_FILES)
 
 
+@pytest.fixture
+def every_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain lines from the start of each phase (they wait a couple of seconds by default)."""
+    monkeypatch.setattr(progress, "PLAIN_DELAY_SECONDS", 0.0)
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
 
-def test_index_prints_plain_progress_lines(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_index_prints_plain_progress_lines(ws: Path, capsys: pytest.CaptureFixture[str], every_line: None) -> None:
     code, out, err = run(capsys, "index", "--workspace", str(ws))
     assert code == 0 and "3 files indexed" in out
     lines = err.splitlines()
@@ -42,7 +49,8 @@ def test_index_prints_plain_progress_lines(ws: Path, capsys: pytest.CaptureFixtu
     assert "\x1b" not in err and "\r" not in err  # no terminal control codes in a pipe
 
 
-def test_first_search_answers_after_the_keyword_phase(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_first_search_answers_after_the_keyword_phase(ws: Path, capsys: pytest.CaptureFixture[str],
+                                                      every_line: None) -> None:
     code, out, err = run(capsys, "search", "kubernetes billing", "--json", "--workspace", str(ws))
     payload: dict[str, Any] = json.loads(out)
     assert code == 0
@@ -56,5 +64,10 @@ def test_first_search_answers_after_the_keyword_phase(ws: Path, capsys: pytest.C
     code, out, err = run(capsys, "search", "kubernetes billing", "--json", "--workspace", str(ws))
     assert json.loads(out)["vectors"] == {"done": 3, "total": 3}
     assert "chunks embedded" not in err and "clawmem: vectors" not in err  # all vectors there: no note
+
+
+def test_quick_syncs_stay_quiet_in_a_pipe(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "index", "--workspace", str(ws))
+    assert code == 0 and err == ""  # seconds of work: no progress lines by default
     code, out, _ = run(capsys, "status", "--workspace", str(ws))
     assert "Vectors: 3/3 chunks embedded" in out.splitlines()

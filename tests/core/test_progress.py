@@ -136,6 +136,28 @@ def test_plain_lines_are_throttled_but_keep_first_and_last() -> None:
     ]
 
 
+def test_plain_lines_wait_for_a_phase_that_takes_a_while() -> None:
+    clock = Clock()
+    out = io.StringIO()
+    render = PlainProgress(out, interval=5.0, delay=2.0, clock=clock)
+    render(SyncProgress("keywords", 0, 3))
+    clock.tick(0.5)
+    render(SyncProgress("keywords", 3, 3, elapsed=0.5, eta=0.0))  # quick: nothing at all
+    render(SyncProgress("vectors", 0, 10))
+    clock.tick(1)
+    render(SyncProgress("vectors", 2, 10, elapsed=1, eta=4, rate=2))
+    clock.tick(1.5)
+    render(SyncProgress("vectors", 5, 10, elapsed=2.5, eta=2.5, rate=2))
+    clock.tick(1)
+    render(SyncProgress("vectors", 7, 10, elapsed=3.5, eta=1.5, rate=2))  # within the interval
+    clock.tick(1.5)
+    render(SyncProgress("vectors", 10, 10, elapsed=5, eta=0.0, rate=2))
+    assert out.getvalue().splitlines() == [
+        "clawmem: vectors: 5/10 chunks · 2.0 chunks/s · elapsed 0:02 · eta 0:02",
+        "clawmem: vectors: 10/10 chunks · 2.0 chunks/s · elapsed 0:05",
+    ]
+
+
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
