@@ -157,6 +157,24 @@ def test_sigkill_during_full_reindex(full_case, tmp_path: Path, round_: int) -> 
     assert tree_digest(ws) == before
 
 
+def test_sigkill_during_the_keyword_phase_of_a_full_reindex(full_case, tmp_path: Path) -> None:
+    """Killed just before the last file of a full reindex (its first write group of 512 chunks
+    written): the half-built keyword index sits in the temporary file, the live index is the old
+    one exactly."""
+    ws, template, old, new, needed, _calls = full_case
+    state = tmp_path / "state"
+    shutil.copytree(template, state)
+    proc = start_worker("sync", str(ws), str(state), "--force", "--pause-at-file", "-1")
+    kill_during(proc)
+    assert after_kill_is_old(state, old), "a killed keyword phase left a half-built index live"
+    assert pending_vectors(state) == 0
+    search_answers(ws, state)
+    emb = sync_in_process(ws, state)
+    assert snapshot(state) == new
+    assert emb.texts_embedded <= needed
+    assert temp_files(state) == []
+
+
 @pytest.fixture(scope="module")
 def incremental_case(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("incr")
@@ -204,7 +222,7 @@ def test_orphaned_temp_files_do_not_accumulate(full_case, tmp_path: Path) -> Non
     state = tmp_path / "state"
     shutil.copytree(template, state)
     for _ in range(3):
-        proc = start_worker("sync", str(ws), str(state), "--force", "--pause-after", "2")
+        proc = start_worker("sync", str(ws), str(state), "--force", "--pause-at-file", "20")
         kill_during(proc)
         assert len(temp_files(state)) <= 1
     sync_in_process(ws, state)
