@@ -27,22 +27,27 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class GatedEmbedder(HashEmbedder):
-    """Embeds ``free`` document batches, then blocks every further batch until :meth:`release`."""
+    """Each document batch waits for a permit: :meth:`allow` gives ``n``, :meth:`release` all."""
 
-    def __init__(self, free: int = 0, **kw: Any) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.free = free
-        self.gate = threading.Event()
-        self.blocked = threading.Event()
+        self.permits = threading.Semaphore(0)
+        self.opened = threading.Event()
+        self.waiting = threading.Event()
 
     def _embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if self.calls >= self.free:
-            self.blocked.set()
-            self.gate.wait(30)
+        self.waiting.set()
+        if not self.opened.is_set():
+            self.permits.acquire(timeout=30)
         return super()._embed_documents(texts)
 
+    def allow(self, n: int) -> None:
+        for _ in range(n):
+            self.permits.release()
+
     def release(self) -> None:
-        self.gate.set()
+        self.opened.set()
+        self.allow(100)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:
@@ -59,7 +64,7 @@ def gated(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> Iterato
     files = SAMPLE_FILES | {f"memory/notes/n{i:02d}.md": f"# Note {i}\n\nThe walrus number {i} likes herring.\n" for i in range(40)}
     files["memory/zh.md"] = "# 笔记\n\n今天和小明玩成语接龙游戏，他赢了。\n"
     ws = make_workspace(files)
-    emb = GatedEmbedder(free=1)
+    emb = GatedEmbedder()
     mem = open_index(ws, embedder=emb)
     yield mem, emb
     emb.release()  # let a blocked background batch finish so the index can close
@@ -69,11 +74,11 @@ def test_search_answers_by_keyword_while_vectors_are_pending(gated: tuple[Memory
     mem, emb = gated
     hits = mem.search("kubernetes billing")  # a new index: keywords now, vectors in the background
     assert hits and hits[0].path == "memory/2026-01-05.md"
-    assert hits.vectors is not None and hits.vectors["total"] == 44
+    assert hits.vectors == {"done": 0, "total": 44}
     assert emb.query_calls == 0  # no vector yet: the query is not embedded
+    assert emb.waiting.wait(15)  # the background vector phase has started (and waits)
     assert mem.search("成语")[0].path == "memory/zh.md"
-    # The background vector phase embeds one group (16 chunks), then blocks.
-    assert emb.blocked.wait(15)
+    emb.allow(1)  # one group of 16 chunks (one call), then it waits again
     assert wait_until(lambda: mem.status().vectors == {"done": 16, "total": 44})
     payload = search_payload(mem, "walrus herring")
     assert payload["vectors"] == {"done": 16, "total": 44}
