@@ -32,7 +32,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
 )
 from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
 from .progress import ProgressCallback, SyncProgress, as_listener
-from .sync import Listener, Scan, Syncer
+from .sync import Listener, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ log = logging.getLogger("clawmem")
 #: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
 
 
 def default_state_dir() -> Path:
@@ -62,12 +62,12 @@ class _Selection:
 
 
 def _changed_files(scan: Scan) -> int:
-    """Files a scan found added, changed (by size or mtime) or gone; files re-read only because
-    they were modified close to the last scan (and are most likely unchanged) do not count."""
+    """Files a scan found added, changed (by size, mtime, ctime or inode) or gone; files re-read
+    only because they were modified close to the last scan (most likely unchanged) do not count."""
     n = sum(map(len, scan.gone.values()))
-    for item, size, mtime in scan.todo:
+    for item, key in scan.todo:
         prev = scan.known[item.source].get(item.path)
-        if prev is None or (prev[2], prev[3]) != (size, mtime):
+        if prev is None or prev[2:] != key:
             n += 1
     return n
 
@@ -159,6 +159,7 @@ class MemoryIndex:
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
+        self._interval_thread: threading.Thread | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -301,6 +302,8 @@ class MemoryIndex:
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,
+            # a file over the limit is stored without chunks: another limit rebuilds what it changes
+            "max_file_bytes": self.config.sync.max_file_bytes,
         }
 
     def needs_full_reindex(self) -> bool:
@@ -538,12 +541,17 @@ class MemoryIndex:
             if keywords and self._sync_lock.acquire(blocking=False):
                 try:
                     try:
-                        with self._process_lock(blocking=False):
-                            # Changes noticed while syncing are picked up by another round.
-                            for _ in range(3):
-                                self._guarded_sync(False, None, "search")
-                                if not self._dirty:
-                                    break
+                        # Changes noticed while syncing are picked up by another round.
+                        for _ in range(3):
+                            started, gen = time.perf_counter(), self._dirty_gen
+                            scan = self._unlocked_scan()
+                            if scan is not None and scan.clean:  # nothing to write: no lock taken
+                                self._nothing_changed(scan, "search", gen, started)
+                            else:
+                                with self._process_lock(blocking=False):
+                                    self._guarded_sync(False, None, "search", scan=scan)
+                            if not self._dirty:
+                                break
                     except StoreBusyError:
                         pass  # another process is syncing this index
                 finally:
@@ -618,6 +626,18 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return SearchHits()
+        store = self._store
+        try:
+            return await self._asearch_once(q, k, ms)
+        except Exception as exc:  # damaged while in use: rebuild, answer
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            await asyncio.to_thread(self._rebuild_damaged, exc, store)
+            return await self._asearch_once(q, k, ms)
+
+    async def _asearch_once(self, q: str, k: int, ms: float) -> SearchHits:
+        import asyncio
+
         ready, stale = await asyncio.to_thread(self._prepare_search)
         if not ready:
             return SearchHits()
@@ -670,7 +690,7 @@ class MemoryIndex:
             small = (
                 scan is not None
                 and _changed_files(scan) <= self.fresh_max_files
-                and sum(size for _, size, _ in scan.todo) <= self.fresh_max_bytes
+                and sum(key[0] for _, key in scan.todo) <= self.fresh_max_bytes
                 and time.monotonic() < deadline
             )
             if not small:
@@ -684,7 +704,7 @@ class MemoryIndex:
                 return True  # another process is syncing: it will bring these changes
             # The changed files' vectors too, if they come within the budget (the others are
             # the background sync's).
-            paths = [item.path for item, _, _ in scan.todo]
+            paths = [item.path for item, _ in scan.todo]
             if paths and report.files_indexed:
                 try:
                     self._sync_vectors(report, deadline=deadline, paths=paths, store=self._writer_store())
@@ -719,7 +739,7 @@ class MemoryIndex:
             except OSError:
                 return True
             prev = indexed.get(f.path)
-            if prev is None or (prev[2], prev[3]) != (st.st_size, int(st.st_mtime * 1000)):
+            if prev is None or prev[2:] != stat_key(st):
                 return True
         return False
 
@@ -817,7 +837,8 @@ class MemoryIndex:
                 except Exception as exc:
                     log.warning("interval memory sync failed: %s", exc)
 
-        threading.Thread(target=loop, name="clawmem-interval", daemon=True).start()
+        self._interval_thread = threading.Thread(target=loop, name="clawmem-interval", daemon=True)
+        self._interval_thread.start()
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -825,7 +846,8 @@ class MemoryIndex:
         """Read lines of a memory file (``memory_get``). A path outside memory raises
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
-        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines)
+        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
+                                max_chars=self.config.read.max_chars)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio
@@ -836,8 +858,19 @@ class MemoryIndex:
 
     def status(self) -> IndexStatus:
         """Files, chunks, provider, model, mode, vector and FTS state, cache, dirty, issues.
-        Does not create the embedder when it has not been needed yet."""
+        Does not create the embedder when it has not been needed yet. A damaged index is set
+        aside and rebuilt from the Markdown first."""
         self._check_open()
+        store = self._store
+        try:
+            return self._status()
+        except Exception as exc:
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            self._rebuild_damaged(exc, store)
+            return self._status()
+
+    def _status(self) -> IndexStatus:
         store = self._store
         counts = store.counts()
         meta = store.get_meta() or {}
@@ -907,9 +940,9 @@ class MemoryIndex:
             w.stop()
         if self._interval_stop is not None:
             self._interval_stop.set()
-        t = self._bg_thread
-        if t is not None and t.is_alive():
-            t.join()
+        for t in (self._bg_thread, self._interval_thread):
+            if t is not None and t.is_alive() and t is not threading.current_thread():
+                t.join()
         self._closed = True
         self._store.close()
         for store in self._retired:

@@ -3,8 +3,9 @@
 Scan (stat every file, compare with what the index holds) -> diff (unchanged, to read, gone) ->
 read and chunk -> write groups of files atomically for keyword search (the *keyword phase*, with
 vectors the embedding cache already holds) -> embed what is still pending (the *vector phase*,
-:mod:`clawmem_core.vectors`) -> progress of both, with an ETA from measured throughput. It talks to the index only through :class:`~clawmem_core.store.base.Store`; locking,
-recovery and the embedder's lifecycle belong to :class:`~clawmem_core.index.MemoryIndex`.
+:mod:`clawmem_core.vectors`) -> progress of both, with an ETA from measured throughput. It talks to
+the index only through :class:`~clawmem_core.store.base.Store`; locking, recovery and the
+embedder's lifecycle belong to :class:`~clawmem_core.index.MemoryIndex`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, remap_lines
 from .config import MemoryConfig
-from .discovery import memory_paths
+from .discovery import memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .errors import StoreError
 from .progress import PhaseMeter, ProgressCallback, SyncProgress
 from .results import SyncReport
+from .safe_fs import FileTooLargeError, UnsafeFileError, decode, read_listed_file
 from .store.base import ChunkRow, FileRow, FileState, Store
 from .vectors import FillResult, cached_vectors, fill_vectors, windows_of
 
@@ -35,6 +37,9 @@ Listener = Callable[[SyncProgress], None]
 _GROUP_CHUNKS = 512
 #: A file modified this close to the last scan is re-hashed even if size and mtime match.
 _RACY_SECONDS = 2.0
+#: Transcripts are not held to ``sync.max_file_bytes`` (they are parsed line by line into messages),
+#: only to this bound on what one sync reads into memory.
+_TRANSCRIPT_MAX_BYTES = 1 << 30
 
 
 class Item(NamedTuple):
@@ -49,19 +54,28 @@ class Item(NamedTuple):
 
 #: An :class:`Item` as a plain tuple (tens of thousands are made per sync).
 Entry = tuple[str, str, str, bool]
+#: ``(size, mtime in ms, ctime in ns, inode)`` of a file, as :class:`FileState` ends.
+StatKey = tuple[int, int, int, int]
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    """What says a file is unchanged without reading it. Size and mtime alone miss a same-size
+    edit whose old mtime was put back (``cp -p``, ``rsync -t``, ``tar x``): its inode change time
+    (which no tool can set) or its inode changed, as git compares them."""
+    return (st.st_size, int(st.st_mtime * 1000), st.st_ctime_ns, st.st_ino)
 
 
 @dataclass
 class Scan:
-    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
-    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
-    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
+    """A freshness scan: the files to read (with their :func:`stat_key`, taken before reading),
+    how many are unchanged by it, indexed files gone from disk, what the index held, and the
+    index's ``data_version`` when it was read (stale once another connection wrote)."""
 
-    todo: list[tuple[Item, int, int]]
+    todo: list[tuple[Item, StatKey]]
     scanned: int
     unchanged: int
     gone: dict[str, list[str]]
-    #: source -> path -> the file's (path, hash, size, mtime) row in the index
+    #: source -> path -> the file's (path, hash, size, mtime, ctime, ino) row in the index
     known: dict[str, dict[str, FileState]]
     store: Store
     version: Hashable
@@ -90,6 +104,7 @@ class Syncer:
         self._sessions = sessions
         #: ``time.time()`` at the start of the last scan that completed a sync.
         self.last_scan = last_scan
+        self._read_roots: list[str] | None = None
 
     # -- one sync ---------------------------------------------------------------------------------
 
@@ -179,7 +194,7 @@ class Syncer:
         known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
         started = time.time()
         cutoff = self.last_scan - _RACY_SECONDS
-        todo: list[tuple[Item, int, int]] = []
+        todo: list[tuple[Item, StatKey]] = []
         unchanged = 0
         listed = 0  # indexed files still listed: when all are, none is gone
         stat = os.stat
@@ -194,13 +209,13 @@ class Syncer:
                 st = stat(abs_path)
             except OSError:
                 continue  # vanished since discovery: picked up by the next sync
-            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
-            # tick could not have followed the indexing unseen.
-            size, mtime = st.st_size, int(st.st_mtime * 1000)
-            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
+            # (size, mtime, ctime, inode) as indexed, and old enough that a same-size edit within
+            # the same mtime tick could not have followed the indexing unseen.
+            key = stat_key(st)
+            if prev is not None and prev[2:] == key and st.st_mtime < cutoff:
                 unchanged += 1
             else:
-                todo.append((Item._make(item), size, mtime))
+                todo.append((Item._make(item), key))
         gone: dict[str, list[str]] = {}
         if listed < sum(map(len, known.values())):
             for source, indexed in known.items():
@@ -245,33 +260,46 @@ class Syncer:
         pending: list[tuple[FileRow, list[Chunk]]] = []
         pending_chunks = 0
         touched: list[FileRow] = []
-        meter = PhaseMeter("keywords", total, sum(size for _, size, _ in scan.todo))
+        skipped: set[str] = set()
+        meter = PhaseMeter("keywords", total, sum(key[0] for _, key in scan.todo))
         meter.done = total - len(scan.todo)
         if listener:
             listener(meter.event())
         last_size = -1
-        for item, size, mtime in scan.todo:
+        for item, key in scan.todo:
             if last_size >= 0:  # the previous file is done
                 event = meter.advance(1, last_size)
                 if listener:
                     listener(event)
+            size, mtime = key[0], key[1]
             last_size = size
             try:
-                with open(item.abs_path, "rb") as fh:
-                    data = fh.read()
+                data = self._read_item(item)
+            except FileTooLargeError as exc:
+                # a row without chunks: its old chunks go, and it is not opened again until it changes
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                skipped.add(item.path)
+                pending.append((FileRow(item.path, item.source, f"too-large:{size}", mtime, size), []))
+                continue
+            except UnsafeFileError as exc:  # swapped for a symlink or FIFO since discovery...
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                continue
             except OSError as exc:
-                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
+                report.files_skipped.append(f"{item.path}: {exc.strerror or type(exc).__name__}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, mtime, size, text)
+            row = FileRow(item.path, item.source, digest, key[1], key[0], text, ctime=key[2], ino=key[3])
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
-                if (prev[2], prev[3]) != (row.size, row.mtime):
+                if prev[2:] != key:
                     touched.append(row)
                 continue
             if text is None:
+                # kept as a row without chunks (its old chunks go; it is not re-read until it changes),
+                # counted as skipped, not as indexed
                 report.files_skipped.append(f"{item.path}: binary content")
+                skipped.add(item.path)
                 chunks: list[Chunk] = []
             else:
                 chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
@@ -280,10 +308,10 @@ class Syncer:
             pending.append((row, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= _GROUP_CHUNKS:
-                self._write_group(store, pending, emb, model, report)
+                self._write_group(store, pending, emb, model, report, skipped)
                 pending, pending_chunks = [], 0
         if pending:
-            self._write_group(store, pending, emb, model, report)
+            self._write_group(store, pending, emb, model, report, skipped)
         if touched:
             store.touch_files(touched)
         if listener:
@@ -294,6 +322,19 @@ class Syncer:
                 store.delete_files(source, gone)
                 report.files_deleted += len(gone)
 
+    def _read_item(self, item: Item) -> bytes:
+        """A listed file's bytes, opened safely from its memory root (see :mod:`safe_fs`): no
+        symlink swapped in since discovery is followed, no FIFO blocks, nothing over the size limit
+        is read."""
+        roots = self._read_roots
+        if roots is None:
+            roots = [str(self.workspace), str(self.sessions_dir)]
+            for extra in normalize_extra_paths(self.workspace, self.config.extra_paths):
+                roots.append(str(extra) if not extra.name.endswith(".md") else str(extra.parent))
+            self._read_roots = roots
+        limit = self.config.sync.max_file_bytes if item.source == "memory" else _TRANSCRIPT_MAX_BYTES
+        return read_listed_file(item.abs_path, roots, limit, shown=item.path)
+
     @staticmethod
     def _load(item: Item, data: bytes) -> tuple[str | None, list[int] | None, str]:
         """Text to chunk (``None`` for binary content), the JSONL line map of a transcript (its
@@ -303,10 +344,7 @@ class Syncer:
 
             entry = parse_transcript(data.decode("utf-8", errors="replace"))
             return entry.content, list(entry.line_map), entry.hash
-        digest = hashlib.sha256(data).hexdigest()
-        if b"\x00" in data[:8192]:
-            return None, None, digest
-        return data.decode("utf-8", errors="replace"), None, digest
+        return decode(data), None, hashlib.sha256(data).hexdigest()
 
     def _write_group(
         self,
@@ -315,6 +353,7 @@ class Syncer:
         emb: Embedder | None,
         model: str,
         report: SyncReport,
+        skipped: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         """Write a group of files for keyword search in one transaction. A chunk whose vectors are
         all in the embedding cache gets them now; the others are written pending, for the vector
@@ -360,7 +399,8 @@ class Syncer:
                     rows.append(row_of(file, c, None))
                     rows.extend(row_of(file, w, vectors[w.hash], window=True) for w in windows)
             batch.append((file, rows))
-            report.files_indexed += 1
+            if file.path not in skipped:
+                report.files_indexed += 1
             report.chunks_indexed += len(pairs)
         store.replace_files(batch)
 
