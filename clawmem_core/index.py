@@ -61,6 +61,12 @@ class _Selection:
     reason: str | None = None
 
 
+def _vectors_incomplete(vectors: dict[str, int] | None) -> bool:
+    """While some chunks still wait for their vectors a search ranks by keywords alone: a chunk
+    without its vector would otherwise lose to every chunk that has one, whatever its keywords."""
+    return vectors is not None and vectors["done"] < vectors["total"]
+
+
 def _changed_files(scan: Scan) -> int:
     """Files a scan found added, changed (by size, mtime, ctime or inode) or gone; files re-read
     only because they were modified close to the last scan (most likely unchanged) do not count."""
@@ -597,9 +603,19 @@ class MemoryIndex:
             return SearchHits()
         emb = self._selection_now().embedder
         vectors = self._vector_state(emb)
-        keyword_only = emb is None or (vectors is not None and vectors["done"] == 0)
+        keyword_only = emb is None or _vectors_incomplete(vectors)
         qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None and not keyword_only else None
-        return SearchHits(self._rank(q, qvec, k, ms, keyword_only=keyword_only), stale=stale, vectors=vectors)
+        return self._ranked(q, qvec, k, ms, keyword_only, stale, vectors, emb)
+
+    def _ranked(self, q: str, qvec: list[float] | None, k: int, ms: float, keyword_only: bool, stale: bool,
+                vectors: dict[str, int] | None, emb: Embedder | None) -> SearchHits:
+        hits = self._rank(q, qvec, k, ms, keyword_only=keyword_only)
+        if not keyword_only:
+            now = self._vector_state(emb)
+            if _vectors_incomplete(now):  # a full reindex switched in while this search ran
+                vectors = now
+                hits = self._rank(q, None, k, ms, keyword_only=True)
+        return SearchHits(hits, stale=stale, vectors=vectors)
 
     def _vector_state(self, emb: Embedder | None) -> dict[str, int] | None:
         """``{"done", "total"}`` chunks with vectors (``None`` in keyword-only mode)."""
@@ -643,10 +659,9 @@ class MemoryIndex:
             return SearchHits()
         emb = self._selection_now().embedder
         vectors = await asyncio.to_thread(self._vector_state, emb)
-        keyword_only = emb is None or (vectors is not None and vectors["done"] == 0)
+        keyword_only = emb is None or _vectors_incomplete(vectors)
         qvec = await emb.aembed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None and not keyword_only else None
-        hits = await asyncio.to_thread(lambda: self._rank(q, qvec, k, ms, keyword_only=keyword_only))
-        return SearchHits(hits, stale=stale, vectors=vectors)
+        return await asyncio.to_thread(self._ranked, q, qvec, k, ms, keyword_only, stale, vectors, emb)
 
     def _prepare_search(self) -> tuple[bool, bool]:
         """Sync what a search needs first; returns whether there is anything to search and whether
@@ -687,9 +702,14 @@ class MemoryIndex:
             if scan is not None and scan.clean:
                 self._nothing_changed(scan, "search", gen, time.perf_counter())
                 return False
+            changed = _changed_files(scan) if scan is not None else -1
+            if changed == 0:
+                # only files written just before the last scan, each with the size, mtime, ctime
+                # and inode it was indexed with: nothing to write (a sync re-reads them later)
+                return False
             small = (
                 scan is not None
-                and _changed_files(scan) <= self.fresh_max_files
+                and changed <= self.fresh_max_files
                 and sum(key[0] for _, key in scan.todo) <= self.fresh_max_bytes
                 and time.monotonic() < deadline
             )
@@ -702,6 +722,10 @@ class MemoryIndex:
             except StoreBusyError:
                 self.mark_dirty()
                 return True  # another process is syncing: it will bring these changes
+            except (StoreError, *self._store.driver_errors) as exc:  # e.g. another writer holds the file
+                log.warning("memory sync before a search failed; answering from the index: %s", exc)
+                self.mark_dirty()
+                return True
             # The changed files' vectors too, if they come within the budget (the others are
             # the background sync's).
             paths = [item.path for item, _ in scan.todo]
