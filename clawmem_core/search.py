@@ -14,7 +14,7 @@ from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
 from .errors import InvalidQueryError
-from .results import SearchResult, SearchResults
+from .results import SearchHits, SearchResult
 from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import search_terms, similarity_tokens
 
@@ -394,7 +394,7 @@ def rank(
     explicit_min_score: bool = False,
     reranker: Any = None,
     deadline: float | None = None,
-) -> "SearchResults":
+) -> SearchHits:
     """Search ``store``: keyword and vector candidates -> fusion -> temporal decay -> rerank ->
     MMR -> thresholds. ``qvec`` is the query's embedding (``None`` in keyword-only mode or when it
     timed out); ``background`` the embedder's vectors of the calibration passages
@@ -472,7 +472,7 @@ def rank(
                                 strict=cfg.strict or explicit_min_score)
     else:  # calibrated scores mean the same in every index: no fallback below min_score
         chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=1.0, strict=True)
-    return SearchResults(results_with_snippets(store, chosen, terms), info)
+    return SearchHits(results_with_snippets(store, chosen, terms), info=info)
 
 
 def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:
