@@ -798,6 +798,19 @@ class MemoryIndex:
                     mtime_of=self._mtime_of, background=background, explicit_min_score=explicit,
                     reranker=self._get_reranker(), deadline=deadline)
 
+    def _save_background(self, store: Store) -> None:
+        """Cache calibration vectors embedded by an earlier search, in a sync (a search never
+        writes to the index)."""
+        if not self._background_unsaved:
+            return
+        with self._background_lock:
+            pending, self._background_unsaved = self._background_unsaved, {}
+        for emb, items in pending.values():
+            try:
+                store.cache_put(emb.provider, emb.model, emb.provider_key, items)
+            except Exception as exc:  # kept in memory only
+                log.debug("calibration vectors not cached: %s", exc)
+
     def _get_reranker(self) -> Any:
         """The reranker in effect (``None`` when reranking is off)."""
         rc = self.config.query.rerank
