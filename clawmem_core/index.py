@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -44,6 +45,19 @@ log = logging.getLogger("clawmem")
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
 INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
+
+
+#: OpenClaw's default agent.
+DEFAULT_AGENT_ID = "main"
+
+
+def workspace_index_name(workspace: str | os.PathLike[str]) -> str:
+    """The index name of a workspace opened without an agent id: its directory name (for people)
+    and a hash of its real path (so that two workspaces, even of the same name, never share an
+    index, and a workspace reached through a symlink keeps its own)."""
+    real = os.path.realpath(os.fspath(workspace))
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", os.path.basename(real)).strip("-_")[:40] or "workspace"
+    return f"{slug}-{hashlib.sha256(os.fsencode(real)).hexdigest()[:12]}"
 
 
 def default_state_dir() -> Path:
@@ -84,7 +98,7 @@ class MemoryIndex:
     def __init__(
         self,
         workspace: str | os.PathLike[str],
-        agent_id: str = "main",
+        agent_id: str | None = None,
         config: MemoryConfig | Mapping[str, Any] | None = None,
         embedder: Any = None,
         state_dir: str | os.PathLike[str] | None = None,
@@ -96,7 +110,9 @@ class MemoryIndex:
             raise WorkspaceError(f"workspace not found: {ws}")
         if not ws.is_dir():
             raise WorkspaceError(f"workspace is not a directory: {ws}")
-        if not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."):
+        if agent_id is not None and (
+            not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", "..")
+        ):
             raise ConfigError(f"agent_id must be a plain name, got {agent_id!r}")
         if config is None:
             config = MemoryConfig()
@@ -105,7 +121,11 @@ class MemoryIndex:
         elif not isinstance(config, MemoryConfig):
             raise ConfigError(f"config must be a MemoryConfig or a dict, got {type(config).__name__}")
         self.workspace = ws
-        self.agent_id = agent_id
+        #: The agent (OpenClaw's default ``main`` when none is given): names its sessions directory.
+        self.agent_id = agent_id or DEFAULT_AGENT_ID
+        #: What names the index: the explicit agent id (OpenClaw's ``<agent_id>.sqlite``), else
+        #: one derived from the workspace's real path, so that two workspaces never share an index.
+        self.index_name = agent_id or workspace_index_name(ws)
         self.config = config
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
         #: The SQLite index file (``None`` when the index is in PostgreSQL).
@@ -114,7 +134,7 @@ class MemoryIndex:
         self.sessions_dir = (
             Path(os.path.expanduser(os.fspath(sessions_dir)))
             if sessions_dir
-            else self.state_dir / "agents" / agent_id / "sessions"
+            else self.state_dir / "agents" / self.agent_id / "sessions"
         )
         from .sessions import SessionDeltaTracker
 
@@ -149,10 +169,10 @@ class MemoryIndex:
 
     def _resolve_store_path(self) -> Path:
         if self.config.store.path:
-            raw = self.config.store.path.replace("{agent_id}", self.agent_id).replace("{agentId}", self.agent_id)
+            raw = self.config.store.path.replace("{agent_id}", self.index_name).replace("{agentId}", self.index_name)
             p = Path(os.path.expandvars(os.path.expanduser(raw)))
             return p if p.is_absolute() else self.workspace / p
-        return self.state_dir / "memory" / f"{self.agent_id}.sqlite"
+        return self.state_dir / "memory" / f"{self.index_name}.sqlite"
 
     def _store_url(self) -> str | None:
         return self.config.store.url or os.environ.get("CLAWMEM_STORE_URL") or None
@@ -166,7 +186,7 @@ class MemoryIndex:
                 raise ConfigError("CLAWMEM_STORE_URL must be a postgresql:// URL")
             return PostgresBackend(
                 url,
-                self.agent_id,
+                self.index_name,
                 fts_tokenizer=self.config.store.fts.tokenizer,
                 exact_below=self.config.store.vector.exact_below,
             )

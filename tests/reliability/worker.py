@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--pause-after", type=int, default=0, help="stop before batch N+1 (to be killed there)")
     a = ap.parse_args()
     emb = SlowEmbedder(a.sleep, a.pause_after)
-    with MemoryIndex(a.workspace, embedder=emb, state_dir=a.state) as mem:
+    with MemoryIndex(a.workspace, agent_id="main", embedder=emb, state_dir=a.state) as mem:
         print("ready", flush=True)
         rep = mem.sync(force=a.force)
         print("done " + json.dumps({"full": rep.full, "files": rep.files_indexed, "computed": rep.embeddings_computed,
