@@ -598,8 +598,16 @@ class MemoryIndex:
         return False
 
     def _mtime_of(self, path: str, source: str) -> float | None:
+        """The mtime of a result's file: transcripts live in the sessions directory (shown as
+        ``sessions/<name>``), memory files under the workspace."""
+        from .sessions import SESSIONS_PREFIX
+
+        if source == "sessions" and path.startswith(SESSIONS_PREFIX + "/"):
+            target = self.sessions_dir / path[len(SESSIONS_PREFIX) + 1 :]
+        else:
+            target = self.workspace / path
         try:
-            return os.stat(self.workspace / path).st_mtime
+            return os.stat(target).st_mtime
         except OSError:
             return None
 

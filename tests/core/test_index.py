@@ -472,3 +472,30 @@ def test_async_twins_match_the_sync_api(make_workspace: WorkspaceFactory, open_i
     hits, text = asyncio.run(go())
     assert [h.id for h in hits] == [h.id for h in mem.search("kubernetes billing")]
     assert text == "I like jazz music and espresso."
+
+
+def test_temporal_decay_applies_to_session_transcripts(make_workspace: WorkspaceFactory, state_dir: Path,
+                                                       tmp_path: Path) -> None:
+    """A transcript's age is its file's mtime in the sessions directory (not under the workspace)."""
+    import json
+    import os
+    import time
+
+    from clawmem_core import MemoryIndex
+
+    ws = make_workspace({"memory/notes.md": "unrelated\n"})
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    line = json.dumps({"type": "message", "message": {"role": "user", "content": "the quarterly budget review"}})
+    for name, age_days in (("old.jsonl", 365), ("new.jsonl", 0)):
+        (sessions / name).write_text(line + "\n", encoding="utf-8")
+        ts = time.time() - age_days * 86400
+        os.utime(sessions / name, (ts, ts))
+    cfg = MemoryConfig.from_dict({"provider": "none", "sources": ["memory", "sessions"],
+                                  "experimental": {"sessionMemory": True},
+                                  "query": {"hybrid": {"temporalDecay": {"enabled": True}}}})
+    with MemoryIndex(ws, config=cfg, state_dir=state_dir, sessions_dir=sessions) as mem:
+        mem.sync()
+        hits = {h.path: h.score for h in mem.search("quarterly budget review", min_score=0)}
+    assert set(hits) == {"sessions/old.jsonl", "sessions/new.jsonl"}
+    assert hits["sessions/old.jsonl"] < hits["sessions/new.jsonl"] / 1000  # a year is 12 half-lives
