@@ -136,6 +136,41 @@ def read_memory_file(
         raise
     with os.fdopen(fd, "rb") as fh:
         text = fh.read().decode("utf-8", errors="replace")
+    return slice_lines(shown, text, start_arg, count_arg)
+
+
+def check_indexed_path(path: object) -> str:
+    """A path as the index shows it (``MEMORY.md``, ``memory/x.md``...), checked by its text alone:
+    a relative ``.md`` path without ``..``; the index is then asked for exactly that path."""
+    if not isinstance(path, str):
+        raise PathNotAllowedError(f"path must be a string, got {type(path).__name__}")
+    raw = path.strip()
+    if not raw:
+        raise PathNotAllowedError("path required")
+    if "\x00" in raw:
+        raise _refuse(raw.replace("\x00", "\\0"), "NUL byte")
+    if len(raw) > MAX_PATH_CHARS:
+        raise _refuse(raw, "too long")
+    if not raw.endswith(".md"):
+        raise _refuse(raw, "not a .md file")
+    parts = raw.replace("\\", "/").split("/")
+    if raw.startswith("/") or any(p in ("..",) for p in parts) or (len(raw) > 1 and raw[1] == ":"):
+        raise _refuse(raw, "outside memory")
+    return "/".join(p for p in parts if p not in ("", "."))
+
+
+def read_indexed_copy(shown: str, text: str | None, from_line: object = None, lines: object = None) -> ReadResult:
+    """:func:`read_memory_file` over the index's copy of a file (``None``: not indexed)."""
+    start_arg = _line_arg(from_line, "from_line")
+    count_arg = _line_arg(lines, "lines")
+    if text is None:
+        return ReadResult(shown, "", 1, 0, 0, missing=True, from_index=True)
+    got = slice_lines(shown, text, start_arg, count_arg)
+    return ReadResult(got.path, got.text, got.from_line, got.to_line, got.total_lines, from_index=True)
+
+
+def slice_lines(shown: str, text: str, start_arg: int | None, count_arg: int | None) -> ReadResult:
+    """Lines ``start_arg``.. (1-based, ``count_arg`` of them) of ``text``; both unset: all."""
     all_lines = text.split("\n")
     if all_lines and all_lines[-1] == "" and len(all_lines) > 1:
         all_lines.pop()  # a final newline does not start another line

@@ -24,6 +24,9 @@ class SearchResult:
     id: str = ""
     vector_score: float = 0.0
     text_score: float = 0.0
+    #: The shared namespace the result comes from (``None``: the agent's own memory); its path
+    #: then starts with ``@<namespace>/``.
+    namespace: str | None = None
 
     @property
     def citation(self) -> str:
@@ -53,6 +56,7 @@ class SearchResult:
             "snippet": self.snippet,
             "source": self.source,
             "citation": self.citation,
+            **({"namespace": self.namespace} if self.namespace else {}),
         }
 
 
@@ -67,6 +71,9 @@ class ReadResult:
     total_lines: int
     #: The file does not exist (the text is empty).
     missing: bool = False
+    #: Read from the index's copy of the file as last indexed (a replica without the workspace,
+    #: or a shared namespace), not from the Markdown on disk.
+    from_index: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -78,6 +85,9 @@ class ReadResult:
         }
         if self.missing:
             payload["missing"] = True
+        if self.from_index:
+            payload["fromIndex"] = True
+            payload["note"] = "read from the memory index's copy of the file as last indexed, not from the workspace"
         return payload
 
 

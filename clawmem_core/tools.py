@@ -114,6 +114,7 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
         "fallback": info["fallback"],
         "citations": mem.config.citations,
         "mode": info["mode"],
+        **({"replica": True} if getattr(mem, "workspace", "") is None else {}),
     }
 
 
