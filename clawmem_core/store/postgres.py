@@ -697,6 +697,8 @@ class PostgresStore(Store):
                 with conn.transaction():
                     conn.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(int(limit), 1000))}")
                     conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    # the agent's rows by the btree, then a sort, can look cheaper on stale statistics
+                    conn.execute("SET LOCAL enable_sort = off")
                     rows = conn.execute(
                         f"WITH c AS MATERIALIZED (SELECT id, rid, embedding::vector({dims}) <=> %(q)s::vector({dims}) AS d "
                         f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "

@@ -106,3 +106,43 @@ def test_a_replica_needs_a_server_store(tmp_path: Path) -> None:
 
     with pytest.raises(WorkspaceError):
         MemoryIndex(None, state_dir=tmp_path)
+
+
+def test_hnsw_above_the_exact_threshold(pg_url: str) -> None:
+    import random
+
+    from clawmem_core.store.base import ChunkRow, FileRow
+    from clawmem_core.store.postgres import PostgresBackend
+
+    rng = random.Random(3)
+
+    def vec() -> list[float]:
+        v = [rng.gauss(0, 1) for _ in range(16)]
+        n = sum(x * x for x in v) ** 0.5
+        return [x / n for x in v]
+
+    rows = [ChunkRow(f"c{i}", "memory/v.md", "memory", i, i, f"h{i}", "m", f"text {i}", vec()) for i in range(300)]
+    exact = PostgresBackend(pg_url, "vec", exact_below=10**9).open()
+    exact.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
+    with exact.backend.connection() as conn:
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is None
+    approx = PostgresBackend(pg_url, "vec", exact_below=100).open()
+    approx.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])  # crosses the threshold: builds HNSW
+    with approx.backend.connection() as conn:
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is not None
+    other = PostgresBackend(pg_url, "other-agent", exact_below=100).open()
+    other.replace_files([(FileRow("memory/o.md", "memory", "h", 1, 1),
+                          [ChunkRow(f"o{i}", "memory/o.md", "memory", i, i, f"o{i}", "m", "x", vec()) for i in range(50)])])
+    agree = 0
+    for _ in range(20):
+        q = vec()
+        want = [i for i, _ in exact.vector_search(q, 5)]
+        got = approx.vector_search(q, 5)
+        assert all(i.startswith("c") for i, _ in got)  # never another agent's rows
+        assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
+        agree += len(set(want) & {i for i, _ in got})
+    assert agree >= 0.9 * 20 * 5
+    with approx.backend.connection() as conn:  # the searches went through the HNSW index
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        scans = conn.execute("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'clawmem_chunks_hnsw_16'")
+        assert scans.fetchone()[0] >= 20
