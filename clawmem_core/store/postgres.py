@@ -247,6 +247,10 @@ class PostgresBackend(StoreBackend):
                     with contextlib.suppress(Exception):
                         pool.close(timeout=0)
                     raise self.error("cannot connect to PostgreSQL", exc) from None
+                if not self._pools:
+                    import atexit
+
+                    atexit.register(PostgresBackend.close_pools)
                 self._pools[self._url] = pool
             return pool
 
