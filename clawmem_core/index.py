@@ -31,7 +31,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     rank,
 )
 from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
-from .sync import ProgressCallback, Scan, Syncer
+from .sync import ProgressCallback, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ log = logging.getLogger("clawmem")
 #: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
 
 
 def default_state_dir() -> Path:
@@ -151,6 +151,7 @@ class MemoryIndex:
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
+        self._interval_thread: threading.Thread | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -293,6 +294,8 @@ class MemoryIndex:
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,
+            # a file over the limit is stored without chunks: another limit rebuilds what it changes
+            "max_file_bytes": self.config.sync.max_file_bytes,
         }
 
     def needs_full_reindex(self) -> bool:
@@ -457,12 +460,17 @@ class MemoryIndex:
             if self._sync_lock.acquire(blocking=False):
                 try:
                     try:
-                        with self._process_lock(blocking=False):
-                            # Changes noticed while syncing are picked up by another round.
-                            for _ in range(3):
-                                self._guarded_sync(False, None, "search")
-                                if not self._dirty:
-                                    break
+                        # Changes noticed while syncing are picked up by another round.
+                        for _ in range(3):
+                            started, gen = time.perf_counter(), self._dirty_gen
+                            scan = self._unlocked_scan()
+                            if scan is not None and scan.clean:  # nothing to write: no lock taken
+                                self._nothing_changed(scan, "search", gen, started)
+                            else:
+                                with self._process_lock(blocking=False):
+                                    self._guarded_sync(False, None, "search", scan=scan)
+                            if not self._dirty:
+                                break
                     except StoreBusyError:
                         pass  # another process is syncing this index
                 finally:
@@ -525,6 +533,18 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return []
+        store = self._store
+        try:
+            return await self._asearch_once(q, k, ms)
+        except Exception as exc:  # damaged while in use: rebuild, answer
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            await asyncio.to_thread(self._rebuild_damaged, exc, store)
+            return await self._asearch_once(q, k, ms)
+
+    async def _asearch_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
+        import asyncio
+
         if not await asyncio.to_thread(self._prepare_search):
             return []
         emb = self._selection_now().embedder
@@ -597,7 +617,7 @@ class MemoryIndex:
             except OSError:
                 return True
             prev = indexed.get(f.path)
-            if prev is None or (prev[2], prev[3]) != (st.st_size, int(st.st_mtime * 1000)):
+            if prev is None or prev[2:] != stat_key(st):
                 return True
         return False
 
@@ -699,7 +719,8 @@ class MemoryIndex:
                 except Exception as exc:
                     log.warning("interval memory sync failed: %s", exc)
 
-        threading.Thread(target=loop, name="clawmem-interval", daemon=True).start()
+        self._interval_thread = threading.Thread(target=loop, name="clawmem-interval", daemon=True)
+        self._interval_thread.start()
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -709,7 +730,8 @@ class MemoryIndex:
         self._check_open()
         if self.workspace is None or (isinstance(path, str) and path.strip().startswith("@") and self.config.shared):
             return self._read_indexed(path, from_line, lines)
-        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines)
+        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
+                                max_chars=self.config.read.max_chars)
 
     def _read_indexed(self, path: Any, from_line: Any, lines: Any) -> ReadResult:
         """``read`` from the index's copy of a file: on a replica, or in a shared namespace."""
@@ -721,7 +743,7 @@ class MemoryIndex:
         if ns is not None and ns not in self.config.shared:
             raise PathNotAllowedError(f"path not allowed: {shown[:200]!r} (not a shared namespace of this agent)")
         got = self._search_store().file_text("memory", shown)
-        return read_indexed_copy(shown, got[0] if got else None, from_line, lines)
+        return read_indexed_copy(shown, got[0] if got else None, from_line, lines, max_chars=self.config.read.max_chars)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio
@@ -732,8 +754,19 @@ class MemoryIndex:
 
     def status(self) -> IndexStatus:
         """Files, chunks, provider, model, mode, vector and FTS state, cache, dirty, issues.
-        Does not create the embedder when it has not been needed yet."""
+        Does not create the embedder when it has not been needed yet. A damaged index is set
+        aside and rebuilt from the Markdown first."""
         self._check_open()
+        store = self._store
+        try:
+            return self._status()
+        except Exception as exc:
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            self._rebuild_damaged(exc, store)
+            return self._status()
+
+    def _status(self) -> IndexStatus:
         store = self._store
         counts = store.counts()
         meta = store.get_meta() or {}
@@ -800,9 +833,9 @@ class MemoryIndex:
             w.stop()
         if self._interval_stop is not None:
             self._interval_stop.set()
-        t = self._bg_thread
-        if t is not None and t.is_alive():
-            t.join()
+        for t in (self._bg_thread, self._interval_thread):
+            if t is not None and t.is_alive() and t is not threading.current_thread():
+                t.join()
         self._closed = True
         self._store.close()
         for store in (self._shared or {}).values():

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
 from .config import MemoryConfig
-from .discovery import memory_paths
+from .discovery import memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .embeddings.batching import batches_by_bytes
 from .errors import StoreError
 from .results import SyncReport
+from .safe_fs import FileTooLargeError, UnsafeFileError, decode, read_listed_file
 from .store.base import ChunkRow, FileRow, FileState, Store
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ ProgressCallback = Callable[[int, int, str], None]
 _GROUP_CHUNKS = 512
 #: A file modified this close to the last scan is re-hashed even if size and mtime match.
 _RACY_SECONDS = 2.0
+#: Transcripts are not held to ``sync.max_file_bytes`` (they are parsed line by line into messages),
+#: only to this bound on what one sync reads into memory.
+_TRANSCRIPT_MAX_BYTES = 1 << 30
 
 
 class Item(NamedTuple):
@@ -48,19 +52,28 @@ class Item(NamedTuple):
 
 #: An :class:`Item` as a plain tuple (tens of thousands are made per sync).
 Entry = tuple[str, str, str, bool]
+#: ``(size, mtime in ms, ctime in ns, inode)`` of a file, as :class:`FileState` ends.
+StatKey = tuple[int, int, int, int]
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    """What says a file is unchanged without reading it. Size and mtime alone miss a same-size
+    edit whose old mtime was put back (``cp -p``, ``rsync -t``, ``tar x``): its inode change time
+    (which no tool can set) or its inode changed, as git compares them."""
+    return (st.st_size, int(st.st_mtime * 1000), st.st_ctime_ns, st.st_ino)
 
 
 @dataclass
 class Scan:
-    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
-    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
-    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
+    """A freshness scan: the files to read (with their :func:`stat_key`, taken before reading),
+    how many are unchanged by it, indexed files gone from disk, what the index held, and the
+    index's ``data_version`` when it was read (stale once another connection wrote)."""
 
-    todo: list[tuple[Item, int, int]]
+    todo: list[tuple[Item, StatKey]]
     scanned: int
     unchanged: int
     gone: dict[str, list[str]]
-    #: source -> path -> the file's (path, hash, size, mtime) row in the index
+    #: source -> path -> the file's (path, hash, size, mtime, ctime, ino) row in the index
     known: dict[str, dict[str, FileState]]
     store: Store
     version: Hashable
@@ -89,6 +102,7 @@ class Syncer:
         self._sessions = sessions
         #: ``time.time()`` at the start of the last scan that completed a sync.
         self.last_scan = last_scan
+        self._read_roots: list[str] | None = None
 
     # -- one sync ---------------------------------------------------------------------------------
 
@@ -178,7 +192,7 @@ class Syncer:
         known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
         started = time.time()
         cutoff = self.last_scan - _RACY_SECONDS
-        todo: list[tuple[Item, int, int]] = []
+        todo: list[tuple[Item, StatKey]] = []
         unchanged = 0
         listed = 0  # indexed files still listed: when all are, none is gone
         stat = os.stat
@@ -193,13 +207,13 @@ class Syncer:
                 st = stat(abs_path)
             except OSError:
                 continue  # vanished since discovery: picked up by the next sync
-            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
-            # tick could not have followed the indexing unseen.
-            size, mtime = st.st_size, int(st.st_mtime * 1000)
-            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
+            # (size, mtime, ctime, inode) as indexed, and old enough that a same-size edit within
+            # the same mtime tick could not have followed the indexing unseen.
+            key = stat_key(st)
+            if prev is not None and prev[2:] == key and st.st_mtime < cutoff:
                 unchanged += 1
             else:
-                todo.append((Item._make(item), size, mtime))
+                todo.append((Item._make(item), key))
         gone: dict[str, list[str]] = {}
         if listed < sum(map(len, known.values())):
             for source, indexed in known.items():
@@ -242,26 +256,38 @@ class Syncer:
         pending: list[tuple[FileRow, list[Chunk]]] = []
         pending_chunks = 0
         touched: list[FileRow] = []
+        skipped: set[str] = set()
         first = total - len(scan.todo)
-        for done, (item, size, mtime) in enumerate(scan.todo, start=first):
+        for done, (item, key) in enumerate(scan.todo, start=first):
             if progress:
                 progress(done, total, "Indexing memory files")
             try:
-                with open(item.abs_path, "rb") as fh:
-                    data = fh.read()
+                data = self._read_item(item)
+            except FileTooLargeError as exc:
+                # a row without chunks: its old chunks go, and it is not opened again until it changes
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                skipped.add(item.path)
+                pending.append((FileRow(item.path, item.source, f"too-large:{size}", mtime, size), []))
+                continue
+            except UnsafeFileError as exc:  # swapped for a symlink or FIFO since discovery...
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                continue
             except OSError as exc:
-                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
+                report.files_skipped.append(f"{item.path}: {exc.strerror or type(exc).__name__}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, mtime, size, text)
+            row = FileRow(item.path, item.source, digest, key[1], key[0], text, ctime=key[2], ino=key[3])
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
-                if (prev[2], prev[3]) != (row.size, row.mtime):
+                if prev[2:] != key:
                     touched.append(row)
                 continue
             if text is None:
+                # kept as a row without chunks (its old chunks go; it is not re-read until it changes),
+                # counted as skipped, not as indexed
                 report.files_skipped.append(f"{item.path}: binary content")
+                skipped.add(item.path)
                 chunks: list[Chunk] = []
             else:
                 chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
@@ -270,10 +296,10 @@ class Syncer:
             pending.append((row, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= _GROUP_CHUNKS:
-                self._write_group(store, cache_mirrors, pending, emb, model, report)
+                self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
                 pending, pending_chunks = [], 0
         if pending:
-            self._write_group(store, cache_mirrors, pending, emb, model, report)
+            self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
         if touched:
             store.touch_files(touched)
         if progress:
@@ -282,6 +308,19 @@ class Syncer:
             if gone:
                 store.delete_files(source, gone)
                 report.files_deleted += len(gone)
+
+    def _read_item(self, item: Item) -> bytes:
+        """A listed file's bytes, opened safely from its memory root (see :mod:`safe_fs`): no
+        symlink swapped in since discovery is followed, no FIFO blocks, nothing over the size limit
+        is read."""
+        roots = self._read_roots
+        if roots is None:
+            roots = [str(self.workspace), str(self.sessions_dir)]
+            for extra in normalize_extra_paths(self.workspace, self.config.extra_paths):
+                roots.append(str(extra) if not extra.name.endswith(".md") else str(extra.parent))
+            self._read_roots = roots
+        limit = self.config.sync.max_file_bytes if item.source == "memory" else _TRANSCRIPT_MAX_BYTES
+        return read_listed_file(item.abs_path, roots, limit, shown=item.path)
 
     @staticmethod
     def _load(item: Item, data: bytes) -> tuple[str | None, list[int] | None, str]:
@@ -292,10 +331,7 @@ class Syncer:
 
             entry = parse_transcript(data.decode("utf-8", errors="replace"))
             return entry.content, list(entry.line_map), entry.hash
-        digest = hashlib.sha256(data).hexdigest()
-        if b"\x00" in data[:8192]:
-            return None, None, digest
-        return data.decode("utf-8", errors="replace"), None, digest
+        return decode(data), None, hashlib.sha256(data).hexdigest()
 
     def _write_group(
         self,
@@ -305,6 +341,7 @@ class Syncer:
         emb: Embedder | None,
         model: str,
         report: SyncReport,
+        skipped: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         # What the embedder sees: each chunk whole when it fits the embedder's window, else its
         # windows (vector side only; keyword search keeps the whole chunk).
@@ -341,7 +378,8 @@ class Syncer:
                     rows.append(row_of(file, c, None))
                     rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
             batch.append((file, rows))
-            report.files_indexed += 1
+            if file.path not in skipped:
+                report.files_indexed += 1
             report.chunks_indexed += len(pairs)
         store.replace_files(batch)
 
