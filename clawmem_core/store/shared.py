@@ -99,8 +99,8 @@ class SharedView(Store):
         out: dict[str, FileState] = {}
         for ns, store in self._parts():
             pre = "" if ns is None else shared_prefix(ns)
-            for path, (p, h, size, mtime) in store.file_states(source).items():
-                out[pre + path] = (pre + p, h, size, mtime)
+            for path, state in store.file_states(source).items():
+                out[pre + path] = (pre + state[0], *state[1:])  # type: ignore[assignment]
         return out
 
     def file_text(self, source: str, path: str) -> tuple[str, int] | None:
