@@ -301,25 +301,31 @@ def main(argv: list[str] | None = None) -> int:
     parts = {"quality", "speed", "hnsw"} if "all" in a.parts else set(a.parts)
     RAW.mkdir(parents=True, exist_ok=True)
     out_file = RESULTS / "postgres.json"
-    data = json.loads(out_file.read_text(encoding="utf-8")) if out_file.exists() else {}
+
+    def load() -> dict[str, Any]:
+        return json.loads(out_file.read_text(encoding="utf-8")) if out_file.exists() else {}
+
+    def save(key: str, value: Any) -> None:
+        """Merge one part into the file as it is now (parts may run in separate processes)."""
+        now = load()
+        now[key] = {**now.get(key, {}), **value} if key == "speed" else value
+        out_file.write_text(json.dumps(now, indent=2), encoding="utf-8")
+
+    data = load()
     if parts - {"report"}:
         server = Server()
         try:
             if "quality" in parts:
                 from .data import default_data_dir
 
-                data["quality"] = quality(server, Path(a.data) if a.data else default_data_dir(), a.limit)
-                out_file.write_text(json.dumps(data, indent=2), encoding="utf-8")
+                save("quality", quality(server, Path(a.data) if a.data else default_data_dir(), a.limit))
             if "speed" in parts:
-                data["speed"] = {**data.get("speed", {}),
-                                 **speed(server, [int(x) for x in a.scales.split(",")], a.queries)}
-                out_file.write_text(json.dumps(data, indent=2), encoding="utf-8")
+                save("speed", speed(server, [int(x) for x in a.scales.split(",")], a.queries))
             if "hnsw" in parts:
-                data["hnsw"] = hnsw(server, a.size, a.dims, a.queries)
-                out_file.write_text(json.dumps(data, indent=2), encoding="utf-8")
+                save("hnsw", hnsw(server, a.size, a.dims, a.queries))
         finally:
             server.close()
-    write_report(data)
+    write_report(load())
     return 0
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawmem")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
@@ -63,9 +63,8 @@ CREATE TABLE IF NOT EXISTS clawmem_meta (
 CREATE TABLE IF NOT EXISTS clawmem_files (
     agent text NOT NULL, generation bigint NOT NULL, source text NOT NULL, path text NOT NULL,
     hash text NOT NULL, mtime bigint NOT NULL, size bigint NOT NULL, content text,
+    ctime bigint NOT NULL DEFAULT 0, ino bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (agent, generation, source, path));
-ALTER TABLE clawmem_files ADD COLUMN IF NOT EXISTS ctime bigint NOT NULL DEFAULT 0;
-ALTER TABLE clawmem_files ADD COLUMN IF NOT EXISTS ino bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS clawmem_chunks (
     rid bigserial PRIMARY KEY,
     agent text NOT NULL, generation bigint NOT NULL, id text NOT NULL,
@@ -288,8 +287,21 @@ class PostgresBackend(StoreBackend):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
 
+    def _schema_version(self, conn: "psycopg.Connection") -> int | None:
+        if not conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+            return None
+        row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
+        return int(row[0]) if row else None
+
     def ensure_schema(self) -> None:
+        """Create the tables on first use. A database that has them is only read: DDL takes table
+        locks that would wait on (and deadlock with) the syncs of other processes."""
         if self._schema_ready:
+            return
+        with self.connection() as conn:
+            version = self._schema_version(conn)
+        if version == SCHEMA_VERSION:
+            self._schema_ready = True
             return
         with self.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
