@@ -131,13 +131,19 @@ class SharedView(Store):
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         return self.own.cache_get(provider, model, provider_key, hashes)
 
+    def vector_counts(self) -> Any:
+        return self.own.vector_counts()
+
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        return []
+
     # -- never written ----------------------------------------------------------------------------
 
     def _read_only(self, *_: Any, **__: Any) -> Any:
         raise ReplicaError("shared namespaces are read-only")
 
     set_meta = set_value = replace_files = touch_files = delete_files = _read_only  # type: ignore[assignment]
-    cache_put = cache_prune = _read_only  # type: ignore[assignment]
+    cache_put = cache_prune = set_vectors = _read_only  # type: ignore[assignment]
 
     def rebuild(self) -> AbstractContextManager[Store]:
         raise ReplicaError("shared namespaces are read-only")
