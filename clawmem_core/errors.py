@@ -19,6 +19,10 @@ class PathNotAllowedError(ClawmemError, ValueError):
     """``read``/``memory_get`` refused a path outside memory (``..``, absolute, symlink, not ``.md``)."""
 
 
+class MemoryWriteError(ClawmemError, OSError):
+    """A memory file could not be written (full disk, I/O error); nothing of the note was left in it."""
+
+
 class InvalidQueryError(ClawmemError, ValueError):
     """A search argument is invalid (not a string, NaN score, negative max_results...)."""
 
@@ -41,3 +45,8 @@ class MissingApiKeyError(EmbeddingError):
 
 class MissingDependencyError(ClawmemError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class ReplicaError(ClawmemError):
+    """This process serves memory from a server store without the workspace (a replica): it can
+    search and read the index's copies of files, not write notes or sync."""

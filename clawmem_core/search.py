@@ -402,15 +402,46 @@ def rank(
     floor (no relaxed fallback); ``reranker`` (a :class:`~clawmem_core.rerank.Reranker`) runs until
     ``deadline`` (a ``time.monotonic()`` value) at the latest; ``mtime_of(path, source)`` dates the
     files that decay by modification time."""
+    terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+    info: dict[str, Any] = {}
+    args = (store, cfg, query, terms, qvec, min_score, keyword_only, mtime_of)
+    extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline)
+    chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
+    if k > CANDIDATE_POOL:
+        # More than the fixed pool: the first results stay those the fixed pool gives (so results
+        # are monotonic in max_results), the rest come in order from the widest pool.
+        shown = {(c.source, c.path, c.start_line, c.end_line) for c in chosen}
+        wide = _choose(*args, pool=MAX_RESULTS, k=MAX_RESULTS, reranker=None, info={}, **extra)
+        chosen += [c for c in wide if (c.source, c.path, c.start_line, c.end_line) not in shown][: k - len(chosen)]
+    return SearchHits(results_with_snippets(store, chosen, terms), info=info)
+
+
+def _choose(
+    store: "Store",
+    cfg: "QueryConfig",
+    query: str,
+    terms: list[str],
+    qvec: Sequence[float] | None,
+    min_score: float,
+    keyword_only: bool,
+    mtime_of: Callable[[str, str], float | None],
+    *,
+    pool: int,
+    k: int,
+    background: Sequence[Sequence[float]] | None,
+    explicit_min_score: bool,
+    reranker: Any,
+    deadline: float | None,
+    info: dict[str, Any],
+) -> list[Candidate]:
+    """The best ``k`` candidates of ``pool`` drawn from each side, after fusion, decay, reranking,
+    MMR and thresholds."""
     import time
 
     from .calibration import background_level, calibrated_cosine
 
     hybrid = cfg.hybrid
-    info: dict[str, Any] = {}
-    pool = max(CANDIDATE_POOL, k)
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
-    terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
     kw_hits = store.keyword_search(terms, pool) if keyword_side else []
     vec_hits: list[tuple[str, float]] = []
     if qvec is not None and any(v != 0 for v in qvec):
@@ -472,7 +503,9 @@ def rank(
                                 strict=cfg.strict or explicit_min_score)
     else:  # calibrated scores mean the same in every index: no fallback below min_score
         chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=1.0, strict=True)
-    return SearchHits(results_with_snippets(store, chosen, terms), info=info)
+    return chosen
+
+
 
 
 def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:
