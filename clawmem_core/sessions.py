@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .masking import mask_secrets
+
 __all__ = [
     "SessionEntry",
     "SessionDeltaTracker",
@@ -39,99 +41,6 @@ __all__ = [
 
 SESSIONS_PREFIX = "sessions"
 _DELTA_READ_CHUNK = 64 * 1024
-
-# --------------------------------------------------------------------------------------------------------------
-# Secret masking (OpenClaw ``redactSensitiveText``, mode "tools")
-# --------------------------------------------------------------------------------------------------------------
-
-_MASK_MIN_LENGTH = 18
-_MASK_KEEP_START = 6
-_MASK_KEEP_END = 4
-
-# OpenClaw compiles every pattern with the "gi" flags, so all of these are case-insensitive. Unlike OpenClaw, PEM
-# blocks are cut out first and the other rules run only between them: otherwise "key:\n-----BEGIN ..." lets the
-# env-style rule eat the armor line and the key body leaks.
-# A key cut before its END line (a truncated paste) is masked to the end of the text.
-_PEM_BLOCK = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*\Z)", re.IGNORECASE
-)
-_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        # Env-style assignments: OPENAI_API_KEY=..., db_password: "...".
-        r"""\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)\b\s*[=:]\s*(["']?)([^\s"'\\]+)\1""",
-        # JSON fields.
-        r'"(?:apiKey|token|secret|password|passwd|accessToken|refreshToken)"\s*:\s*"([^"]+)"',
-        # CLI flags.
-        r"""--(?:api[-_]?key|token|secret|password|passwd)\s+(["']?)([^\s"']+)\1""",
-        # Authorization headers.
-        r"Authorization\s*[:=]\s*Bearer\s+([A-Za-z0-9._\-+=]+)",
-        r"\bBearer\s+([A-Za-z0-9._\-+=]{18,})\b",
-        # Common token prefixes.
-        r"\b(sk-[A-Za-z0-9_-]{8,})\b",
-        r"\b(ghp_[A-Za-z0-9]{20,})\b",
-        r"\b(github_pat_[A-Za-z0-9_]{20,})\b",
-        r"\b(xox[baprs]-[A-Za-z0-9-]{10,})\b",
-        r"\b(xapp-[A-Za-z0-9-]{10,})\b",
-        r"\b(gsk_[A-Za-z0-9_-]{10,})\b",
-        r"\b(AIza[0-9A-Za-z\-_]{20,})\b",
-        r"\b(pplx-[A-Za-z0-9_-]{10,})\b",
-        r"\b(npm_[A-Za-z0-9]{10,})\b",
-        # Telegram bot tokens: <bot id>:<secret>.
-        r"\b(\d{6,}:[A-Za-z0-9_-]{20,})\b",
-    )
-)
-
-
-def _mask_token(token: str) -> str:
-    if len(token) < _MASK_MIN_LENGTH:
-        return "***"
-    return f"{token[:_MASK_KEEP_START]}…{token[-_MASK_KEEP_END:]}"
-
-
-def _mask_pem(block: str) -> str:
-    lines = [line for line in re.split(r"\r?\n", block) if line]
-    if len(lines) < 2 or "-----END" not in lines[-1].upper():
-        head = re.match(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", block, re.IGNORECASE)
-        return f"{head.group(0)}\n…redacted…" if head and len(lines) > 1 else "***"
-    return f"{lines[0]}\n…redacted…\n{lines[-1]}"
-
-
-def _redact_match(match: re.Match[str]) -> str:
-    whole = match.group(0)
-    # The secret is the last non-empty group (the first group of some patterns is a quote).
-    for index in range(match.re.groups, 0, -1):
-        token = match.group(index)
-        if token:
-            start = match.start(index) - match.start(0)
-            end = match.end(index) - match.start(0)
-            return whole[:start] + _mask_token(token) + whole[end:]
-    return _mask_token(whole)
-
-
-def mask_secrets(text: str) -> str:
-    """Mask API keys, bearer tokens, passwords and private keys in ``text`` the way OpenClaw does.
-
-    Tokens of 18 characters or more keep their first 6 and last 4 characters (``sk-pro…wxyz``); shorter ones
-    become ``***``. A PEM private key keeps only its BEGIN and END lines (``***`` when it sits on one line).
-    """
-    if not text:
-        return text
-    pieces: list[str] = []
-    position = 0
-    for block in _PEM_BLOCK.finditer(text):
-        pieces.append(_mask_plain(text[position : block.start()]))
-        pieces.append(_mask_pem(block.group(0)))
-        position = block.end()
-    pieces.append(_mask_plain(text[position:]))
-    return "".join(pieces)
-
-
-def _mask_plain(text: str) -> str:
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(_redact_match, text)
-    return text
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Transcript parsing
