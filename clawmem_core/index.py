@@ -19,7 +19,7 @@ from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .embeddings.batching import batches_by_bytes
-from .errors import ConfigError, EmbeddingError, InvalidQueryError, StoreError, WorkspaceError
+from .errors import ClawmemError, ConfigError, EmbeddingError, InvalidQueryError, StoreError, WorkspaceError
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchResult, SyncReport
 from .search import (
@@ -920,8 +920,20 @@ class MemoryIndex:
 
         self._check_open()
         result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
+        return self._index_written(result)
+
+    def _index_written(self, result: "WriteResult") -> "WriteResult":
+        """Sync after an append. The append has happened: an indexing failure (provider down, disk
+        full, ...) is reported in the result, never raised, so a caller does not write twice."""
         self.mark_dirty()
-        self.sync(reason="write")
+        try:
+            self.sync(reason="write")
+        except Exception as exc:  # noqa: BLE001 - the write succeeded; its indexing is what failed
+            from .masking import mask_secrets
+
+            error = mask_secrets(f"{type(exc).__name__}: {exc}" if not isinstance(exc, ClawmemError) else str(exc))
+            log.warning("wrote %s but could not index it yet: %s", result.path, error)
+            return replace(result, indexed=False, index_error=error)
         return result
 
     def archive_session(self, messages_text: str, slug: str | None = None, *, now: datetime | None = None) -> "WriteResult":
@@ -931,9 +943,7 @@ class MemoryIndex:
 
         self._check_open()
         result = archive_session(self.workspace, messages_text, slug, now)
-        self.mark_dirty()
-        self.sync(reason="write")
-        return result
+        return self._index_written(result)
 
     def watch(self, block: bool = False) -> Any:
         """Watch ``MEMORY.md``, ``memory/``, the extra paths (and transcripts when sessions are on)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .discovery import is_valid_name, printable_name
 from .masking import mask_secrets
 
 __all__ = [
@@ -57,6 +58,8 @@ class SessionEntry:
 
     content: str
     line_map: tuple[int, ...]
+    #: Lines that are not JSON (or nested too deeply to parse): skipped, counted here.
+    skipped_lines: int = 0
 
     @property
     def hash(self) -> str:
@@ -93,16 +96,19 @@ def parse_transcript(text: str) -> SessionEntry:
     """Turn OpenClaw JSONL transcript text into a :class:`SessionEntry`.
 
     Blank lines, invalid JSON, non-message records, roles other than user/assistant and non-text blocks are
-    skipped. Secrets are masked with :func:`mask_secrets`.
+    skipped; invalid lines (including JSON nested too deeply for the parser) are counted in
+    ``skipped_lines``. Secrets are masked with :func:`mask_secrets`.
     """
     collected: list[str] = []
     line_map: list[int] = []
+    skipped = 0
     for index, line in enumerate(text.split("\n")):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[" * 1500 + "]" * 1500
+            skipped += 1
             continue
         if not isinstance(record, dict) or record.get("type") != "message":
             continue
@@ -119,7 +125,7 @@ def parse_transcript(text: str) -> SessionEntry:
         safe = _normalize(mask_secrets(extracted))
         collected.append(f"{label}: {safe}")
         line_map.append(index + 1)
-    return SessionEntry(content="\n".join(collected), line_map=tuple(line_map))
+    return SessionEntry(content="\n".join(collected), line_map=tuple(line_map), skipped_lines=skipped)
 
 
 def read_session_file(path: str | os.PathLike[str]) -> SessionEntry:
@@ -150,12 +156,15 @@ def remap_lines(start: int, end: int, line_map: Sequence[int] | None) -> tuple[i
 _ARCHIVE_NAME = re.compile(r"\.jsonl\.(?:reset|deleted)\.[^/\\]+$")
 
 
-def list_session_files(sessions_dir: str | os.PathLike[str], *, include_archives: bool = False) -> list[Path]:
+def list_session_files(
+    sessions_dir: str | os.PathLike[str], *, include_archives: bool = False, bad_names: list[str] | None = None
+) -> list[Path]:
     """Transcript files in ``sessions_dir``, sorted: regular ``*.jsonl`` files, not recursive.
 
     Symlinks, ``.bak.`` archives and ``sessions.json`` are skipped. With ``include_archives`` the
     ``*.jsonl.reset.<ts>`` / ``*.jsonl.deleted.<ts>`` archives of reset sessions are listed too. A missing
-    directory gives ``[]``.
+    directory gives ``[]``. A transcript whose name is not valid UTF-8 is left out and its display path (with
+    ``\\xNN`` escapes) appended to ``bad_names``.
     """
     root = Path(sessions_dir)
     try:
@@ -173,6 +182,10 @@ def list_session_files(sessions_dir: str | os.PathLike[str], *, include_archives
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 continue
         except OSError:
+            continue
+        if not is_valid_name(name):
+            if bad_names is not None:
+                bad_names.append(printable_name(session_display_path(name)))
             continue
         found.append(root / name)
     return sorted(found)
@@ -233,7 +246,9 @@ class SessionDeltaTracker:
 
     @staticmethod
     def _key(path: str | os.PathLike[str]) -> Path:
-        return Path(os.path.abspath(os.fspath(path)))
+        # The real path: a transcript named through a symlinked sessions directory and the same file reported
+        # by its real path are one file.
+        return Path(os.path.realpath(os.fspath(path)))
 
     def state(self, path: str | os.PathLike[str]) -> DeltaState:
         """A copy of the counters for ``path`` (zeros if never seen)."""
@@ -243,9 +258,15 @@ class SessionDeltaTracker:
 
     @property
     def dirty_files(self) -> set[Path]:
-        """Files that crossed a threshold and have not been marked indexed since."""
+        """Files that crossed a threshold and have not been marked indexed since (real paths)."""
         with self._lock:
             return set(self._dirty)
+
+    def is_dirty(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` (by its real path) crossed a threshold and was not marked indexed since."""
+        key = self._key(path)
+        with self._lock:
+            return key in self._dirty
 
     def _should_count_messages(self, state: DeltaState) -> bool:
         return self.delta_messages > 0 and (self.delta_bytes <= 0 or state.pending_bytes < self.delta_bytes)

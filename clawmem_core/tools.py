@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
+from .discovery import printable_name
 from .errors import ClawmemError, EmbeddingError, EmbeddingQuotaError
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any
     try:
         return mem.read(path, from_line=from_line, lines=lines).to_payload()
     except (ClawmemError, ValueError, OSError) as exc:
-        return {"path": path if isinstance(path, str) else str(path), "text": "", "disabled": True, "error": str(exc)}
+        shown = printable_name(path) if isinstance(path, str) else str(path)  # never a lone surrogate
+        return {"path": shown, "text": "", "disabled": True, "error": printable_name(str(exc))}
 
 
 def memory_recall_prompt(
