@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
-from .errors import ClawmemError, ConfigError, EmbeddingError, StoreError, WorkspaceError
+from .errors import ClawmemError, ConfigError, EmbeddingError, IndexingError, StoreError, WorkspaceError
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchResult, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
@@ -304,7 +304,15 @@ class MemoryIndex:
             err = store.write_error(exc)
             if err is not None:
                 raise err from None
-            raise
+            if isinstance(exc, ClawmemError):
+                raise
+            # Say what failed: never let an unexpected error pass for a provider problem or for
+            # invalid tool arguments (a UnicodeError or a RecursionError is a ValueError or a bug here).
+            from .discovery import printable_name
+            from .masking import mask_secrets
+
+            detail = mask_secrets(printable_name(f"{type(exc).__name__}: {exc}"))
+            raise IndexingError(f"indexing the memory files failed: {detail}") from exc
 
     async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None) -> SyncReport:
         """Async twin of :meth:`sync` (runs in a worker thread)."""
@@ -397,7 +405,10 @@ class MemoryIndex:
         if self._dirty_gen == gen:
             self._dirty = False
         self._synced_here = True
+        from .discovery import BAD_NAME_REASON
+
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
+                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names],
                           seconds=time.perf_counter() - started)
 
     def _maybe_background_sync(self) -> None:
@@ -670,6 +681,7 @@ class MemoryIndex:
         if not found.files:
             issues.append(f"no memory files found in {self.workspace}")
         issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
+        issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
         return IndexStatus(
             agent_id=self.agent_id,
             workspace=str(self.workspace),

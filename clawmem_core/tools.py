@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from .discovery import printable_name
-from .errors import ClawmemError, EmbeddingError, EmbeddingQuotaError
+from .errors import ClawmemError, EmbeddingError, EmbeddingQuotaError, InvalidQueryError
 
 if TYPE_CHECKING:
     from .index import MemoryIndex
@@ -30,6 +30,8 @@ QUOTA_WARNING = "Memory search is unavailable because the embedding provider quo
 QUOTA_ACTION = "Top up or switch embedding provider, then retry memory_search."
 ERROR_WARNING = "Memory search is unavailable due to an embedding/provider error."
 ERROR_ACTION = "Check embedding provider configuration and retry memory_search."
+FAILURE_WARNING = "Memory search is unavailable: the memory index could not be read or updated (not a provider problem)."
+FAILURE_ACTION = "Tell the user memory search failed with this error; `clawmem status` shows the index state."
 ARGS_WARNING = "memory_search was called with invalid arguments."
 ARGS_ACTION = "Fix the arguments (query text, maxResults >= 1, minScore between 0 and 1) and retry memory_search."
 _QUOTA_RE = re.compile(r"insufficient_quota|quota|429", re.IGNORECASE)
@@ -106,11 +108,19 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
 
 
 def search_error_payload(exc: BaseException) -> dict[str, Any]:
-    """The payload of a failed ``memory_search``: invalid arguments, or an unavailable provider
-    (with OpenClaw's quota warning when the provider's quota is exhausted)."""
-    message = str(exc) or type(exc).__name__
-    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, EmbeddingError):
+    """The payload of a failed ``memory_search``: invalid arguments, an unavailable provider
+    (with OpenClaw's quota warning when the provider's quota is exhausted), or another failure
+    (the index, a file), which names what failed and never blames the provider."""
+    message = printable_name(str(exc) or type(exc).__name__)
+    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, (EmbeddingError, ClawmemError)) or isinstance(
+        exc, InvalidQueryError
+    ):
         return {"results": [], "disabled": True, "error": message, "warning": ARGS_WARNING, "action": ARGS_ACTION}
+    if not isinstance(exc, EmbeddingError):
+        if not isinstance(exc, ClawmemError) and str(exc):
+            message = f"{type(exc).__name__}: {message}"
+        return {"results": [], "disabled": True, "unavailable": True, "error": message,
+                "warning": FAILURE_WARNING, "action": FAILURE_ACTION}
     quota = isinstance(exc, EmbeddingQuotaError) or bool(_QUOTA_RE.search(message))
     return {
         "results": [],
