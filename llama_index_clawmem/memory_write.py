@@ -1,7 +1,8 @@
 """``memory_write`` as a LlamaIndex ``FunctionTool``: append a durable note to the Markdown memory.
 
 The tool output's ``content`` is the payload as JSON and ``raw_output`` the payload dict:
-``{path, startLine, endLine}``, or ``{error, disabled: true}`` when the write failed (never an exception).
+``{path, startLine, endLine}``; ``{error, action}`` for invalid arguments, ``{error, disabled: true}`` when memory
+cannot be written (never an exception).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from clawmem_core.memory_write import (
     awrite_payload,
     write_payload,
 )
+from clawmem_core.tools import invalid_arguments_payload
 from clawmem_core.tool_schemas import MemoryWriteInput
 
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
@@ -37,7 +39,7 @@ def _validated(kwargs: dict[str, Any]) -> MemoryWriteInput | dict[str, Any]:
         return MemoryWriteInput.model_validate(kwargs)
     except ValidationError as exc:
         parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
-        return {"error": "invalid arguments: " + ("; ".join(parts) or str(exc)), "disabled": True}
+        return invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc)))
 
 
 def create_memory_write_tool(memory: MemoryIndex) -> FunctionTool:

@@ -25,6 +25,7 @@ from clawmem_core.tools import (
     CitationsMode,
     asearch_payload,
     get_payload,
+    invalid_arguments_payload,
     memory_recall_section,
     search_error_payload,
     search_payload,
@@ -77,7 +78,7 @@ def create_memory_get_tool(memory: MemoryIndex) -> FunctionTool:
             args = MemoryGetInput.model_validate(kwargs)
         except ValidationError as exc:
             path = kwargs.get("path")
-            return {"path": path if isinstance(path, str) else "", "text": "", "disabled": True, "error": _invalid(exc)}
+            return invalid_arguments_payload(MEMORY_GET_NAME, _invalid(exc), path)
         return get_payload(memory, args.path, args.from_line, args.lines)
 
     async def amemory_get(**kwargs: Any) -> dict[str, Any]:
