@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .config import MemoryConfig
-from .discovery import Discovery, list_memory_files, normalize_extra_paths
+from .discovery import Discovery, list_memory_files, normalize_extra_paths, printable_name
 from .embeddings.base import Embedder
 from .errors import ClawmemError, ConfigError, EmbeddingError, IndexingError, StoreError, WorkspaceError
 from .read import read_memory_file
@@ -684,8 +684,8 @@ class MemoryIndex:
         issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
         return IndexStatus(
             agent_id=self.agent_id,
-            workspace=str(self.workspace),
-            store_path=str(self.store_path),
+            workspace=printable_name(str(self.workspace)),
+            store_path=printable_name(str(self.store_path)),
             files=counts.files,
             chunks=counts.chunks,
             by_source={s: {"files": f, "chunks": c} for s, (f, c) in counts.by_source.items()},
@@ -695,7 +695,7 @@ class MemoryIndex:
             mode=mode,
             dirty=self._dirty and self._stale_on_disk(found),
             sources=list(self.config.sources),
-            extra_paths=list(self.config.extra_paths),
+            extra_paths=[printable_name(p) for p in self.config.extra_paths],
             vector={
                 "enabled": self.config.store.vector.enabled,
                 "available": store.vector_extension,
@@ -707,7 +707,7 @@ class MemoryIndex:
             fts={"available": store.fts_available, "error": store.fts_error, "tokenizer": self.config.store.fts.tokenizer},
             cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},
             fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
-            issues=issues,
+            issues=[printable_name(i) for i in issues],  # a path with undecodable bytes stays printable
             files_on_disk=len(found.files),
         )
 

@@ -129,3 +129,25 @@ def test_cli_reports_instead_of_a_traceback(tmp_path: Path) -> None:
     assert plain.returncode == 0 and "Traceback" not in plain.stderr, plain.stderr
     search = run("search", "pelican1 river", "--json")
     assert search.returncode == 0 and json.loads(search.stdout)["results"], search.stderr
+
+
+def test_workspace_path_with_undecodable_bytes(tmp_path: Path) -> None:
+    """The workspace itself has a raw byte in its name: everything works and the CLI prints it escaped. An
+    index path that is not valid UTF-8 (SQLite cannot open it) is a one-line error, not a traceback."""
+    ws = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"ws\xff")))
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("- The heron nests by the mill.\n", encoding="utf-8")
+
+    def run(state: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "CLAWMEM_STATE_DIR": os.fsencode(state),
+               "PYTHONIOENCODING": "utf-8:strict", "LC_ALL": "C.UTF-8"}
+        return subprocess.run([sys.executable, "-m", "clawmem_core.cli", "--workspace", os.fsencode(ws), *args],
+                              capture_output=True, env=env, timeout=120)
+
+    for args in (["index"], ["status"], ["search", "heron", "--json"], ["status", "--json"]):
+        done = run(tmp_path / "state", *args)
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, (args, done.stderr[-400:])
+    assert "ws\\xff" in json.loads(done.stdout)["status"]["workspace"]
+    bad_state = run(ws / ".state", "index")
+    assert bad_state.returncode == 1 and b"Traceback" not in bad_state.stderr
+    assert b"not valid UTF-8" in bad_state.stderr and len(bad_state.stderr.strip().splitlines()) == 1
