@@ -38,45 +38,49 @@ _PEM_BLOCK = re.compile(
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*\Z)", re.IGNORECASE
 )
 
-# (pattern, whole): the secret is the pattern's last non-empty group (or the whole match); ``whole`` masks it
-# as ``***`` whatever its length (passwords: no part of them is shown).
-_OPENCLAW_RULES: tuple[tuple[Pattern[str], bool], ...] = tuple(
-    (re.compile(p, re.IGNORECASE), whole)
-    for p, whole in (
+# (pattern, whole, needles): the secret is the pattern's last non-empty group (or the whole match); ``whole``
+# masks it as ``***`` whatever its length (passwords: no part of them is shown). A rule runs only when the
+# lower-cased text contains one of its ``needles`` (a substring check is far cheaper than a case-insensitive scan).
+_HINT = ("key", "token", "secret", "pass")
+_OPENCLAW_RULES: tuple[tuple[Pattern[str], bool, tuple[str, ...]], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), whole, needles)
+    for p, whole, needles in (
         # Env-style assignments: OPENAI_API_KEY=..., db_password: "...".
-        (r"""\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)\b\s*[=:]\s*(["']?)([^\s"'\\]+)\1""", False),
+        (r"""\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)\b\s*[=:]\s*(["']?)([^\s"'\\]+)\1""", False, _HINT),
         # JSON fields.
-        (r'"(?:apiKey|token|secret|password|passwd|accessToken|refreshToken)"\s*:\s*"([^"]+)"', False),
+        (r'"(?:apiKey|token|secret|password|passwd|accessToken|refreshToken)"\s*:\s*"([^"]+)"', False, _HINT),
         # CLI flags.
-        (r"""--(?:api[-_]?key|token|secret|password|passwd)\s+(["']?)([^\s"']+)\1""", False),
+        (r"""--(?:api[-_]?key|token|secret|password|passwd)\s+(["']?)([^\s"']+)\1""", False, _HINT),
         # Authorization headers.
-        (r"Authorization\s*[:=]\s*Bearer\s+([A-Za-z0-9._\-+=]+)", False),
-        (r"\bBearer\s+([A-Za-z0-9._\-+=]{18,})\b", False),
+        (r"Authorization\s*[:=]\s*Bearer\s+([A-Za-z0-9._\-+=]+)", False, ("bearer",)),
+        (r"\bBearer\s+([A-Za-z0-9._\-+=]{18,})\b", False, ("bearer",)),
         # Common token prefixes.
-        (r"\b(sk-[A-Za-z0-9_-]{8,})\b", False),
-        (r"\b(ghp_[A-Za-z0-9]{20,})\b", False),
-        (r"\b(github_pat_[A-Za-z0-9_]{20,})\b", False),
-        (r"\b(xox[baprs]-[A-Za-z0-9-]{10,})\b", False),
-        (r"\b(xapp-[A-Za-z0-9-]{10,})\b", False),
-        (r"\b(gsk_[A-Za-z0-9_-]{10,})\b", False),
-        (r"\b(AIza[0-9A-Za-z\-_]{20,})\b", False),
-        (r"\b(pplx-[A-Za-z0-9_-]{10,})\b", False),
-        (r"\b(npm_[A-Za-z0-9]{10,})\b", False),
+        (r"\b(sk-[A-Za-z0-9_-]{8,})\b", False, ("sk-",)),
+        (r"\b(ghp_[A-Za-z0-9]{20,})\b", False, ("ghp_",)),
+        (r"\b(github_pat_[A-Za-z0-9_]{20,})\b", False, ("github_pat_",)),
+        (r"\b(xox[baprs]-[A-Za-z0-9-]{10,})\b", False, ("xox",)),
+        (r"\b(xapp-[A-Za-z0-9-]{10,})\b", False, ("xapp-",)),
+        (r"\b(gsk_[A-Za-z0-9_-]{10,})\b", False, ("gsk_",)),
+        (r"\b(AIza[0-9A-Za-z\-_]{20,})\b", False, ("aiza",)),
+        (r"\b(pplx-[A-Za-z0-9_-]{10,})\b", False, ("pplx-",)),
+        (r"\b(npm_[A-Za-z0-9]{10,})\b", False, ("npm_",)),
         # Telegram bot tokens: <bot id>:<secret>.
-        (r"\b(\d{6,}:[A-Za-z0-9_-]{20,})\b", False),
+        (r"\b(\d{6,}:[A-Za-z0-9_-]{20,})\b", False, (":",)),
         # Shapes that neither OpenClaw nor detect-secrets knows.
-        (r"\b(hf_[A-Za-z0-9]{20,})\b", False),  # Hugging Face
-        (r"\b(GOCSPX-[A-Za-z0-9_-]{20,})", False),  # Google OAuth client secret
-        (r"\b((?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,})\b", False),  # Stripe, any length
+        (r"\b(hf_[A-Za-z0-9]{20,})\b", False, ("hf_",)),  # Hugging Face
+        (r"\b(GOCSPX-[A-Za-z0-9_-]{20,})", False, ("gocspx-",)),  # Google OAuth client secret
+        (r"\b((?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,})\b", False, ("_live_", "_test_")),  # Stripe, any length
         # Connection strings with a password: scheme://user:password@host (also without a user).
-        (r"\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:([^\s@/]+)@", True),
+        (r"\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:([^\s@/]+)@", True, ("://",)),
         # Said in words: "my password is hunter2", "the passphrase was: correct horse", "密码是 hunter2".
         (
             r"\b(?:password|passwd|passphrase|passcode|pass\s?word|pwd|PIN)\s+(?:is|was|=)\s*:?\s*"
             r"""(["'`])?((?(1)[^"'`\n]+|[^\s"'`,;]+))""",
             True,
+            ("pass", "pwd", "pin"),
         ),
-        (r"""(?:密码|口令|密鑰|密钥|密碼)\s*(?:是|为|為|:|：|=)\s*["'“「]?([^\s"'”」，。,;；]+)""", True),
+        (r"""(?:密码|口令|密鑰|密钥|密碼)\s*(?:是|为|為|:|：|=)\s*["'“「]?([^\s"'”」，。,;；]+)""", True,
+         ("密码", "口令", "密鑰", "密钥", "密碼")),
     )
 )
 
@@ -152,7 +156,11 @@ def _strip(text: str, start: int, end: int) -> tuple[int, int]:
 
 def _spans(text: str) -> list[_Span]:
     spans: list[_Span] = []
-    for pattern, whole in _OPENCLAW_RULES:
+    lowered = text.lower()
+    hinted = any(hint in lowered for hint in _HINTS)
+    for pattern, whole, needles in _OPENCLAW_RULES:
+        if not any(needle in lowered for needle in needles):
+            continue
         for m in pattern.finditer(text):
             for index in range(pattern.groups, 0, -1):  # the last non-empty group is the secret
                 if m.group(index):
@@ -161,8 +169,6 @@ def _spans(text: str) -> list[_Span]:
             else:
                 spans.append(_Span(m.start(), m.end(), whole))
     det = _load_detectors()
-    lowered = text.lower()
-    hinted = any(hint in lowered for hint in _HINTS)
     for pattern in det.tokens + det.contextual if hinted else det.tokens:
         for m in pattern.finditer(text):
             groups = [i for i in range(1, pattern.groups + 1) if m.group(i)]
