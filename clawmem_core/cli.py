@@ -240,6 +240,9 @@ def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
           f"{report.embeddings_computed} embedded, {report.embeddings_cached} from cache ({report.seconds:.2f}s).")
     for skipped in report.files_skipped:
         print(f"skipped: {skipped}", file=sys.stderr)
+    if report.lines_skipped:
+        print(f"skipped: {report.lines_skipped} transcript line(s) that are not JSON or are nested too deeply",
+              file=sys.stderr)
     return EXIT_OK
 
 
