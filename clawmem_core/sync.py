@@ -276,7 +276,7 @@ class Syncer:
             if item.source == "sessions":
                 scan.session_sizes[item.abs_path] = len(data)  # what was read, not what is there at the end
             text, line_map, digest = self._load(item, data, report)
-            row = FileRow(item.path, item.source, digest, mtime, size)
+            row = FileRow(item.path, item.source, digest, mtime, size, text)
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
