@@ -102,7 +102,7 @@ MUTATIONS: dict[str, tuple] = {
         "clawmem_core/sync.py",
         "                    self._sessions.mark_indexed(abs_path, size)",
         "                    self._sessions.mark_indexed(abs_path)",
-        ["tests/reliability/test_transcripts.py::test_lines_appended_while_embedding_are_not_counted_as_indexed"],
+        ["tests/reliability/test_transcripts.py::test_lines_appended_while_a_sync_works_are_not_counted_as_indexed"],
     ),
     "sessions-symlink": (  # a symlinked sessions directory left unwatched
         "clawmem_core/watcher.py",

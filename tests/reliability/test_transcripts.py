@@ -106,35 +106,34 @@ def test_an_unexpected_sync_failure_is_not_blamed_on_the_provider(tmp_path: Path
 # ------------------------------------------------------------------------------------------------ timing
 
 
-class AppendingEmbedder(HashEmbedder):
-    """Appends lines to a transcript while the sync is embedding it (once), as a live chat does."""
+def test_lines_appended_while_a_sync_works_are_not_counted_as_indexed(tmp_path: Path, monkeypatch) -> None:
+    """Lines appended after the sync read the transcript (while it parses, chunks, embeds) are not taken as
+    indexed: the tracker records the size read, so they cross the threshold and the next sync indexes them.
+    The append is injected at the parse, the earliest point after the read."""
+    from clawmem_core import sessions as sessions_module
 
-    def __init__(self, transcript: Path, lines: list[str]) -> None:
-        super().__init__()
-        self.transcript = transcript
-        self.lines = lines
-
-    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if self.lines and any("first part" in t for t in texts):
-            _append(self.transcript, self.lines)
-            self.lines = []
-        return super()._embed_documents(texts)
-
-
-def test_lines_appended_while_embedding_are_not_counted_as_indexed(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws")
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     transcript = sessions / "chat.jsonl"
     _append(transcript, [_record("user", "first part of the chat")])
     late = [_record("user", f"late line {i} about the axolotl called Gus") for i in range(6)]
-    emb = AppendingEmbedder(transcript, late)
+    parse = sessions_module.parse_transcript
+
+    def parse_while_the_chat_goes_on(text: str) -> Any:
+        if late:
+            _append(transcript, late)
+            late.clear()
+        return parse(text)
+
     cfg = _config(sessions={"delta_bytes": 100_000, "delta_messages": 5})
-    with MemoryIndex(ws, config=cfg, state_dir=tmp_path / "state", sessions_dir=sessions, embedder=emb) as mem:
+    with MemoryIndex(ws, config=cfg, state_dir=tmp_path / "state", sessions_dir=sessions,
+                     embedder=HashEmbedder()) as mem:
+        monkeypatch.setattr(sessions_module, "parse_transcript", parse_while_the_chat_goes_on)
         mem.sync()
-        assert not emb.lines, "the lines were appended during the sync"
-        size_now = transcript.stat().st_size
-        assert mem._sessions.state(transcript).last_size < size_now  # what was read, not the size at the end
+        monkeypatch.setattr(sessions_module, "parse_transcript", parse)
+        assert not late, "the lines were appended during the sync"
+        assert mem._sessions.state(transcript).last_size < transcript.stat().st_size  # what was read
         # The 6 late lines cross the 5-message threshold: the next automatic sync indexes them.
         assert mem.notify_session_update(transcript) is True
         mem.sync(reason="search")
