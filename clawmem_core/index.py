@@ -421,7 +421,7 @@ class MemoryIndex:
             err = store.write_error(exc)
             if err is not None:
                 raise err from None
-            if isinstance(exc, ClawmemError):
+            if isinstance(exc, (ClawmemError, MemoryError)):  # out of memory is no bug of the files: as it is
                 raise
             # Say what failed: never let an unexpected error pass for a provider problem or for
             # invalid tool arguments (a UnicodeError or a RecursionError is a ValueError or a bug here).
