@@ -41,8 +41,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default: Any = argparse.SUPPRESS if suppress else None
     parser.add_argument("--workspace", "-w", metavar="DIR", default=argparse.SUPPRESS if suppress else ".",
                         help="the agent workspace holding MEMORY.md and memory/ (default: current directory)")
-    parser.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS if suppress else "main",
-                        help="agent id: one index per agent (default: main)")
+    parser.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS if suppress else None,
+                        help="agent id: the index is <state dir>/memory/<ID>.sqlite (default: one index per "
+                             "workspace, named after its directory and a hash of its real path)")
     parser.add_argument("--config", metavar="FILE", default=default,
                         help="JSON config: a memorySearch object or an OpenClaw config")
     parser.add_argument("--provider", choices=PROVIDERS, default=default,
@@ -57,8 +58,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
 
 INDEX_NOTE = """\
 where the index lives:
-  A SQLite file in $CLAWMEM_STATE_DIR/memory/ (default ~/.clawmem/memory/): set CLAWMEM_STATE_DIR
-  to move it; `clawmem status` prints its path. --store postgresql://... (or $CLAWMEM_STORE_URL)
+  A SQLite file in $CLAWMEM_STATE_DIR/memory/ (default ~/.clawmem/memory/), one per workspace
+  (<workspace name>-<hash of its real path>.sqlite), or <ID>.sqlite with --agent ID: set
+  CLAWMEM_STATE_DIR to move it; `clawmem status` prints its path and the workspace. --store postgresql://... (or $CLAWMEM_STORE_URL)
   keeps it in PostgreSQL instead. The Markdown files stay the source of truth: deleting the index
   loses nothing."""
 

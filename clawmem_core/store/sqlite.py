@@ -737,7 +737,7 @@ class SQLiteStore(Store):
                 for row in self.conn.execute(
                     # bm25() spelled out is faster than the ``rank`` column alias (same values).
                     "SELECT c.id, f.r FROM (SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts "
-                    "MATCH ? ORDER BY r LIMIT ?) AS f JOIN chunks AS c ON c.rid = f.rowid ORDER BY f.r",
+                    "MATCH ? ORDER BY r, rowid LIMIT ?) AS f JOIN chunks AS c ON c.rid = f.rowid ORDER BY f.r, f.rowid",
                     (match, int(limit)),
                 )
             ]
