@@ -288,6 +288,9 @@ def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
           f"{report.embeddings_computed} embedded, {report.embeddings_cached} from cache ({report.seconds:.2f}s).")
     for skipped in report.files_skipped:
         print(f"skipped: {skipped}", file=sys.stderr)
+    if report.lines_skipped:
+        print(f"skipped: {report.lines_skipped} transcript line(s) that are not JSON or are nested too deeply",
+              file=sys.stderr)
     return EXIT_OK
 
 
@@ -455,12 +458,17 @@ def _probe(mem: Any) -> tuple[bool, str | None]:
 
 def _cmd_write(mem: Any, args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
+    from .memory_write import write_result_payload
+
     result = mem.write(text, "long_term" if args.long_term else "daily")
-    shown = os.path.relpath(result.path, mem.workspace).replace(os.sep, "/")
+    payload = write_result_payload(result, mem.workspace)
     if args.json:
-        print(json.dumps({"path": shown, "startLine": result.start_line, "endLine": result.end_line}))
+        print(json.dumps(payload, ensure_ascii=False))
     else:
-        print(f"Appended to {shown}#L{result.start_line}-L{result.end_line}")
+        print(f"Appended to {payload['path']}#L{result.start_line}-L{result.end_line}")
+    if not result.indexed:  # the note is saved: success, with a warning (a retry would write it twice)
+        print(f"clawmem: warning: appended, but indexing failed: {result.index_error}; "
+              "it will be indexed on the next sync", file=sys.stderr)
     return EXIT_OK
 
 

@@ -19,9 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .config import MemoryConfig
-from .discovery import Discovery, list_memory_files, normalize_extra_paths
+from .discovery import Discovery, list_memory_files, normalize_extra_paths, printable_name
 from .embeddings.base import Embedder
-from .errors import ConfigError, EmbeddingError, PathNotAllowedError, ReplicaError, StoreError, WorkspaceError
+from .errors import (
+    ClawmemError,
+    ConfigError,
+    EmbeddingError,
+    IndexingError,
+    PathNotAllowedError,
+    ReplicaError,
+    StoreError,
+    WorkspaceError,
+)
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchHits, SearchResult, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
@@ -469,7 +478,15 @@ class MemoryIndex:
             err = store.write_error(exc)
             if err is not None:
                 raise err from None
-            raise
+            if isinstance(exc, (ClawmemError, MemoryError)):  # out of memory is no bug of the files: as it is
+                raise
+            # Say what failed: never let an unexpected error pass for a provider problem or for
+            # invalid tool arguments (a UnicodeError or a RecursionError is a ValueError or a bug here).
+            from .discovery import printable_name
+            from .masking import mask_secrets
+
+            detail = mask_secrets(printable_name(f"{type(exc).__name__}: {exc}"))
+            raise IndexingError(f"indexing the memory files failed: {detail}") from exc
 
     async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None, *,
                          vectors: bool = True) -> SyncReport:
@@ -566,7 +583,10 @@ class MemoryIndex:
         if self._dirty_gen == gen:
             self._dirty = False
         self._synced_here = True
+        from .discovery import BAD_NAME_REASON
+
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
+                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names],
                           seconds=time.perf_counter() - started)
 
     def _maybe_background_sync(self, *, vectors_only: bool = False) -> None:
@@ -993,8 +1013,20 @@ class MemoryIndex:
         self._check_open()
         self._check_workspace("memory_write")
         result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
+        return self._index_written(result)
+
+    def _index_written(self, result: "WriteResult") -> "WriteResult":
+        """Sync after an append. The append has happened: an indexing failure (provider down, disk
+        full, ...) is reported in the result, never raised, so a caller does not write twice."""
         self.mark_dirty()
-        self.sync(reason="write")
+        try:
+            self.sync(reason="write")
+        except Exception as exc:  # noqa: BLE001 - the write succeeded; its indexing is what failed
+            from .masking import mask_secrets
+
+            error = mask_secrets(f"{type(exc).__name__}: {exc}" if not isinstance(exc, ClawmemError) else str(exc))
+            log.warning("wrote %s but could not index it yet: %s", result.path, error)
+            return replace(result, indexed=False, index_error=error)
         return result
 
     def archive_session(self, messages_text: str, slug: str | None = None, *, now: datetime | None = None) -> "WriteResult":
@@ -1005,9 +1037,7 @@ class MemoryIndex:
         self._check_open()
         self._check_workspace("memory_write")
         result = archive_session(self.workspace, messages_text, slug, now)
-        self.mark_dirty()
-        self.sync(reason="write")
-        return result
+        return self._index_written(result)
 
     def watch(self, block: bool = False, on_sync: Callable[[SyncReport], Any] | None = None) -> Any:
         """Watch ``MEMORY.md``, ``memory/``, the extra paths (and transcripts when sessions are on)
@@ -1148,10 +1178,11 @@ class MemoryIndex:
             if not found.files:
                 issues.append(f"no memory files found in {self.workspace}")
             issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
+            issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
         return IndexStatus(
             agent_id=self.agent_id,
-            workspace=str(self.workspace) if self.workspace is not None else "",
-            store_path=self._backend.location,
+            workspace=printable_name(str(self.workspace)) if self.workspace is not None else "",
+            store_path=printable_name(self._backend.location),
             files=counts.files,
             chunks=counts.chunks,
             by_source={s: {"files": f, "chunks": c} for s, (f, c) in counts.by_source.items()},
@@ -1161,7 +1192,7 @@ class MemoryIndex:
             mode=mode,
             dirty=self.workspace is not None and self._dirty and self._stale_on_disk(found),
             sources=list(self.config.sources),
-            extra_paths=list(self.config.extra_paths),
+            extra_paths=[printable_name(p) for p in self.config.extra_paths],
             vector={
                 "enabled": self.config.store.vector.enabled,
                 "available": store.vector_extension,
@@ -1173,7 +1204,7 @@ class MemoryIndex:
             fts={"available": store.fts_available, "error": store.fts_error, "tokenizer": self.config.store.fts.tokenizer},
             cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},
             fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
-            issues=issues,
+            issues=[printable_name(i) for i in issues],  # a path with undecodable bytes stays printable
             files_on_disk=len(found.files),
             vectors=vectors,
         )

@@ -232,6 +232,11 @@ class SQLiteStore(Store):
         return self._conn
 
     def _open(self) -> None:
+        from ..discovery import is_valid_name, printable_name
+
+        if not is_valid_name(str(self.path)):  # SQLite takes file names as UTF-8 text only
+            raise StoreError(f"cannot open the index {printable_name(str(self.path))}: its path is not valid UTF-8; "
+                             "set store.path or CLAWMEM_STATE_DIR to a directory whose name is")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
