@@ -1,7 +1,8 @@
 """``memory_write`` as a LangChain tool: append a durable note to the Markdown memory.
 
 The message content is the payload as JSON and the payload itself the tool message's ``artifact``:
-``{path, startLine, endLine}``, or ``{error, disabled: true}`` when the write failed (never an exception).
+``{path, startLine, endLine}``, or a payload with an ``error`` when the write failed (never an exception); with
+a tool call that is a ``ToolMessage`` with ``status="error"``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.tools import StructuredTool
 from pydantic import ValidationError
 
 from clawmem_core import MemoryIndex
@@ -20,6 +20,8 @@ from clawmem_core.memory_write import (
     write_payload,
 )
 from clawmem_core.tool_schemas import MemoryWriteInput
+
+from .tools import MemoryStructuredTool
 
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
 
@@ -33,7 +35,7 @@ def _invalid(exc: ValidationError) -> str:
     return _dumps({"error": "invalid arguments: " + ("; ".join(parts) or str(exc)), "disabled": True})
 
 
-def create_memory_write_tool(memory: MemoryIndex) -> StructuredTool:
+def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:
     """The ``memory_write`` tool over ``memory``: appends to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` and
     indexes the note at once, so a later ``memory_search`` finds it."""
 
@@ -45,7 +47,7 @@ def create_memory_write_tool(memory: MemoryIndex) -> StructuredTool:
         payload = await awrite_payload(memory, text, target)
         return _dumps(payload), payload
 
-    return StructuredTool.from_function(
+    tool = MemoryStructuredTool.from_function(
         func=_write,
         coroutine=_awrite,
         name=MEMORY_WRITE_NAME,
@@ -54,3 +56,4 @@ def create_memory_write_tool(memory: MemoryIndex) -> StructuredTool:
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
     )
+    return tool  # type: ignore[return-value]

@@ -2,7 +2,9 @@
 
 The tools return the SPEC payloads: the message content is the payload as JSON, the payload
 itself is the tool message's ``artifact``. Failures (provider errors, refused paths, invalid
-arguments) come back as payloads the model can read, never as exceptions.
+arguments) come back as payloads the model can read, never as exceptions: called with a tool call,
+such a payload (one with an ``error``) is a ``ToolMessage`` with ``status="error"``, the payload
+still its artifact.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Literal, Sequence, cast
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
 from pydantic import ConfigDict, ValidationError
 
@@ -35,14 +38,46 @@ ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type:
 CITATIONS_METADATA_KEY = "clawmem_citations"
 
 
+def _loads(content: Any) -> dict[str, Any] | None:
+    if not isinstance(content, str):
+        return None
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def error_status(output: Any) -> Any:
+    """Mark a tool message whose payload carries an ``error`` as ``status="error"`` and keep the
+    payload as its artifact (LangChain's validation-error path leaves the artifact empty)."""
+    if not isinstance(output, ToolMessage):
+        return output
+    payload = output.artifact if isinstance(output.artifact, dict) else _loads(output.content)
+    if payload is None or not payload.get("error"):
+        return output
+    output.status = "error"
+    output.artifact = payload
+    return output
+
+
 class MemoryStructuredTool(StructuredTool):
     """A ``StructuredTool`` whose schema for the model is its ``args_schema`` as is, so the
     SPEC argument names (``maxResults``, ``minScore``, ``from``) reach the model; LangChain's
-    default subset schema would use the Python field names (``from`` is a Python keyword)."""
+    default subset schema would use the Python field names (``from`` is a Python keyword).
+
+    Called with a tool call, a payload with an ``error`` (a failed search, a refused path, invalid
+    arguments) comes back as a ``ToolMessage`` with ``status="error"`` and the payload as artifact."""
 
     @property
     def tool_call_schema(self) -> Any:  # type: ignore[override]
         return self.args_schema
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return error_status(super().run(*args, **kwargs))
+
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        return error_status(await super().arun(*args, **kwargs))
 
 
 def _dumps(payload: dict[str, Any]) -> str:
