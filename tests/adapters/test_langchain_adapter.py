@@ -81,7 +81,8 @@ def test_retriever_documents_carry_chunk_id_and_metadata(keyword_memory: MemoryI
         assert isinstance(doc, Document)
         assert doc.page_content == hit.snippet
         md = doc.metadata
-        assert (md["path"], md["start_line"], md["end_line"], md["source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
+        assert (md["path"], md["start_line"], md["end_line"], md["memory_source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
+        assert md["source"] == hit.path  # LangChain's convention: the file
         assert md["score"] == pytest.approx(hit.score)
         assert md["citation"] == f"{hit.path}#L{hit.start_line}-L{hit.end_line}"
     scores = [d.metadata["score"] for d in docs]
@@ -199,11 +200,11 @@ def test_invalid_arguments_become_payloads(keyword_memory: MemoryIndex) -> None:
     search, get = create_memory_tools(keyword_memory)
     bad_type = _call(search, {"query": "Porto", "maxResults": "lots"})
     payload = json.loads(bad_type.content)
-    assert payload["results"] == [] and payload["disabled"] is True and "maxResults" in payload["error"]
+    assert payload["results"] == [] and "maxResults" in payload["error"] and bad_type.status == "error"
     bad_value = json.loads(_call(search, {"query": "Porto", "maxResults": 0}).content)
-    assert bad_value["disabled"] is True and "max_results" in bad_value["error"]
+    assert "maxResults" in bad_value["error"]
     missing = json.loads(_call(get, {"from": 3}).content)
-    assert missing["disabled"] is True and "path" in missing["error"]
+    assert "path" in missing["error"]
 
 
 def test_search_provider_failure_is_a_payload(tmp_path: Path) -> None:
