@@ -1,61 +1,44 @@
-"""``MemoryIndex``: the engine that wires discovery, chunking, embeddings, the store and search."""
+"""``MemoryIndex``: the facade that wires discovery, embeddings, the store, sync and search, and
+owns their lifecycle (opening and recovering the store, locks, background and watched syncs,
+status). Sync lives in :mod:`clawmem_core.sync`, ranking in :mod:`clawmem_core.search`, storage
+behind :class:`~clawmem_core.store.base.Store`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import math
 import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
 from .config import MemoryConfig
-from .discovery import Discovery, list_memory_files, memory_paths, normalize_extra_paths
+from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
-from .embeddings.batching import batches_by_bytes
-from .errors import ConfigError, EmbeddingError, InvalidQueryError, StoreError, WorkspaceError
+from .errors import ConfigError, EmbeddingError, StoreError, WorkspaceError
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchResult, SyncReport
-from .search import (
-    CANDIDATE_POOL,
-    Candidate,
-    apply_temporal_decay,
-    dedupe_line_ranges,
-    keyword_scores,
-    MMR_WINDOW,
-    merge_hybrid,
-    mmr_rerank,
-    select_results,
-    truncate_snippet,
+from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
+    MAX_QUERY_EMBED_CHARS,
+    MAX_QUERY_TERM_CHARS,
+    MAX_QUERY_TERMS,
+    MAX_RESULTS,
+    check_args,
+    rank,
 )
-from .store.base import ChunkRow, FileRow
-from .store.sqlite import CorruptIndexError, SQLiteStore, quarantine_index, remove_stale_temp_files
-from .text import FTS_FORMAT, search_terms
+from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
+from .sync import ProgressCallback, Scan, Syncer
+from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
     from .writing import WriteResult
 
 log = logging.getLogger("clawmem")
 
-#: progress(done, total, label)
-ProgressCallback = Callable[[int, int, str], None]
-
-MAX_QUERY_TERMS = 64
-#: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
-MAX_RESULTS = 1000
-#: Only the start of a very long query is split into keyword terms.
-MAX_QUERY_TERM_CHARS = 4000
-MAX_QUERY_EMBED_CHARS = 8000
-#: Chunks embedded and written per group during a sync (bounds memory; each group is durable).
-_GROUP_CHUNKS = 512
-#: A file modified this close to the last scan is re-hashed even if size and mtime match.
-_RACY_SECONDS = 2.0
 #: Version of what a sync derives from a file (chunk boundaries and line ranges, embedding windows;
 #: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
@@ -67,42 +50,6 @@ def default_state_dir() -> Path:
     """``$CLAWMEM_STATE_DIR`` or ``~/.clawmem``."""
     env = os.environ.get("CLAWMEM_STATE_DIR")
     return Path(os.path.expanduser(env)) if env else Path.home() / ".clawmem"
-
-
-class _Item(NamedTuple):
-    """A file to index: display path, absolute path, source; ``deferred`` transcripts wait for
-    their delta thresholds."""
-
-    path: str
-    abs_path: str
-    source: str
-    deferred: bool = False
-
-
-#: An :class:`_Item` as a plain tuple (tens of thousands are made per sync).
-_Entry = tuple[str, str, str, bool]
-
-
-@dataclass
-class _Scan:
-    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
-    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
-    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
-
-    todo: list[tuple[_Item, int, int]]
-    scanned: int
-    unchanged: int
-    gone: dict[str, list[str]]
-    #: source -> path -> the file's (path, hash, size, mtime) row in the index
-    known: dict[str, dict[str, tuple[str, str, int, int]]]
-    store: SQLiteStore
-    version: int
-    #: ``time.time()`` before the first stat: what ``last_scan`` may become after this scan.
-    started: float
-
-    @property
-    def clean(self) -> bool:
-        return not self.todo and not any(self.gone.values())
 
 
 @dataclass
@@ -122,7 +69,7 @@ def _wrap(obj: Any) -> Embedder:
 
 
 class MemoryIndex:
-    """A workspace of Markdown memory and its SQLite index.
+    """A workspace of Markdown memory and its index.
 
     >>> with MemoryIndex("~/agent-workspace") as mem:          # doctest: +SKIP
     ...     mem.sync()
@@ -175,9 +122,10 @@ class MemoryIndex:
         self._user_embedder = embedder
         self._selection: _Selection | None = None
         self._fallback_used = False
+        self._backend = self._new_backend()
         self._store = self._open_store()
-        self._writer: SQLiteStore | None = None
-        self._retired: list[SQLiteStore] = []
+        self._writer: Store | None = None
+        self._retired: list[Store] = []
         self._sync_lock = threading.Lock()
         self._bg_thread: threading.Thread | None = None
         self._dirty = True
@@ -185,9 +133,10 @@ class MemoryIndex:
         self._session_warmed = False
         self._synced_here = False
         try:
-            self._last_scan: float = float(self._store.get_value("last_scan") or 0.0)
+            last_scan = float(self._store.get_value("last_scan") or 0.0)
         except ValueError:
-            self._last_scan = 0.0
+            last_scan = 0.0
+        self._syncer = Syncer(self.workspace, config, self.sessions_dir, self._sessions, last_scan)
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
@@ -201,15 +150,20 @@ class MemoryIndex:
             return p if p.is_absolute() else self.workspace / p
         return self.state_dir / "memory" / f"{self.agent_id}.sqlite"
 
-    def _new_store(self) -> SQLiteStore:
-        return SQLiteStore(
+    def _new_backend(self) -> StoreBackend:
+        from .store.sqlite import SQLiteBackend
+
+        return SQLiteBackend(
             self.store_path,
             vector_enabled=self.config.store.vector.enabled,
             extension_path=self.config.store.vector.extension_path,
             fts_tokenizer=self.config.store.fts.tokenizer,
         )
 
-    def _open_store(self) -> SQLiteStore:
+    def _new_store(self) -> Store:
+        return self._backend.open()
+
+    def _open_store(self) -> Store:
         try:
             return self._new_store()
         except CorruptIndexError as exc:
@@ -223,8 +177,8 @@ class MemoryIndex:
     def _set_aside(self, exc: Exception) -> None:
         """Keep a damaged index aside (call with the process lock held); the next sync rebuilds
         it from the Markdown."""
-        kept = quarantine_index(self.store_path)
-        log.warning("%s; moved it to %s and rebuilding the index from the Markdown", exc, kept.name)
+        kept = self._backend.set_aside(exc)
+        log.warning("%s; moved it to %s and rebuilding the index from the Markdown", exc, kept)
 
     def _recover(self, exc: Exception) -> None:
         """The live index turned out damaged while in use: set it aside and reopen an empty one
@@ -235,7 +189,7 @@ class MemoryIndex:
         # the reader may be in use by a search in another thread: retired, closed with the index
         self._retired.append(self._store)
         if not isinstance(exc, CorruptIndexError):
-            exc = CorruptIndexError(f"index {self.store_path} is corrupt: {exc}")
+            exc = CorruptIndexError(f"index {self._backend.location} is corrupt: {exc}")
         try:
             self._set_aside(exc)
         except OSError as err:
@@ -337,20 +291,20 @@ class MemoryIndex:
                 return self._guarded_sync(force, progress, reason, scan=scan)
 
     def _guarded_sync(self, force: bool, progress: ProgressCallback | None, reason: str,
-                      session_files: Sequence[str | os.PathLike[str]] = (), *, scan: _Scan | None = None) -> SyncReport:
+                      session_files: Sequence[str | os.PathLike[str]] = (), *, scan: Scan | None = None) -> SyncReport:
         """``_sync_locked`` with storage failures turned into :class:`StoreError` and a damaged
         index set aside and rebuilt (both locks held)."""
-        import apsw
-
         try:
             return self._sync_locked(force, progress, reason, session_files, scan=scan)
-        except (apsw.CorruptError, apsw.NotADBError, CorruptIndexError) as exc:
-            self._recover(exc)
-            return self._sync_locked(True, progress, "recovery", session_files)
-        except apsw.FullError:
-            raise StoreError(f"disk full: cannot write the index {self.store_path}; the previous index is unchanged") from None
-        except (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError, apsw.IOError) as exc:
-            raise StoreError(f"cannot write the index {self.store_path}: {exc}") from None
+        except Exception as exc:
+            store = self._writer or self._store
+            if store.is_corruption(exc):
+                self._recover(exc)
+                return self._sync_locked(True, progress, "recovery", session_files)
+            err = store.write_error(exc)
+            if err is not None:
+                raise err from None
+            raise
 
     async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None) -> SyncReport:
         """Async twin of :meth:`sync` (runs in a worker thread)."""
@@ -358,12 +312,10 @@ class MemoryIndex:
 
         return await asyncio.to_thread(self.sync, force, progress)
 
-    def _process_lock(self) -> Any:
-        from filelock import FileLock
+    def _process_lock(self, blocking: bool = True) -> Any:
+        return self._backend.process_lock(blocking)
 
-        return FileLock(str(self.store_path) + ".lock", timeout=600)
-
-    def _writer_store(self) -> SQLiteStore:
+    def _writer_store(self) -> Store:
         if self._writer is None:
             self._writer = self._new_store()
         return self._writer
@@ -375,73 +327,27 @@ class MemoryIndex:
         reason: str,
         session_files: Sequence[str | os.PathLike[str]] = (),
         *,
-        scan: _Scan | None = None,
+        scan: Scan | None = None,
     ) -> SyncReport:
-        started = time.perf_counter()
         gen = self._dirty_gen
         writer = self._writer_store()
-        remove_stale_temp_files(self.store_path)
-        sel = self._selection_now()
-        identity = self._identity(sel.embedder)
-        meta = writer.get_meta()
-        full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
-        report = SyncReport(full=full, reason=reason)
-        items = self._memory_items()
-        if self.config.sessions_enabled:
-            items += self._session_items(full, reason, session_files, writer)
-        report.files_scanned = len(items)
-        # A scan taken before the locks still holds if no other connection has written since.
-        reuse = (
-            scan is not None and not full and not self.config.sessions_enabled
-            and scan.store is self._store and scan.version == self._data_version(self._store)
-        )
+        emb = self._selection_now().embedder
         try:
-            if full:
-                with writer.rebuild() as tmp:
-                    scan = self._scan(tmp, items, full=True)
-                    self._index_items(tmp, [writer], scan, len(items), report, progress)
-                    if self.config.cache.max_entries:
-                        tmp.cache_prune(self.config.cache.max_entries)
-                    tmp.set_meta(identity)
-            else:
-                if scan is None or not reuse:
-                    scan = self._scan(writer, items, full=False)
-                self._index_items(writer, [], scan, len(items), report, progress)
+            report = self._syncer.run(
+                writer, self._store, self._identity(emb), emb, force, progress, reason, session_files, scan=scan
+            )
         except EmbeddingError as exc:
             if self._activate_fallback(exc):
                 return self._sync_locked(True, progress, "fallback")
             raise
-        for _, abs_path, source, deferred in items:
-            if source == "sessions" and not deferred:
-                self._sessions.mark_indexed(abs_path)
         if self._dirty_gen == gen:  # a change noticed during this sync keeps the index dirty
             self._dirty = False
-        self._last_scan = scan.started
         self._synced_here = True
-        # Persisted, so that the next process can trust size + mtime of files older than this scan.
-        writer.set_value("last_scan", repr(scan.started))
-        report.seconds = time.perf_counter() - started
         return report
 
-    def _session_items(
-        self, full: bool, reason: str, targets: Sequence[str | os.PathLike[str]], store: SQLiteStore
-    ) -> list[_Entry]:
-        """Session transcripts to consider. Automatic syncs re-index a grown transcript only once it
-        crossed the delta thresholds (or when named, after compaction); manual syncs take all."""
-        from .sessions import list_session_files, session_display_path
-
-        named = {os.path.abspath(os.fspath(t)) for t in targets}
-        automatic = reason in ("search", "watch", "interval", "session-start")
-        indexed = store.file_hashes("sessions")
-        dirty = {str(p) for p in self._sessions.dirty_files}
-        out: list[_Entry] = []
-        for p in list_session_files(self.sessions_dir):
-            shown = session_display_path(p)
-            deferred = (
-                automatic and not full and shown in indexed and str(p) not in dirty and os.path.abspath(p) not in named
-            )
-            out.append(_Item(shown, str(p), "sessions", deferred))
-        return out
+    @property
+    def _last_scan(self) -> float:
+        return self._syncer.last_scan
 
     def notify_session_update(self, path: str | os.PathLike[str]) -> bool:
         """Tell the index a transcript grew; returns True when it crossed the delta thresholds
@@ -481,232 +387,18 @@ class MemoryIndex:
         log.warning("embedding provider %s failed (%s); switched to %s and reindexing", old, exc, fb)
         return True
 
-    def _memory_items(self) -> list[_Entry]:
-        pairs, _ = memory_paths(self.workspace, self.config.extra_paths)
-        return [(path, abs_path, "memory", False) for path, abs_path in pairs]
-
-    @staticmethod
-    def _data_version(store: SQLiteStore) -> int:
-        """Changes whenever another connection commits to the index."""
-        value: Any = store.conn.execute("PRAGMA data_version").fetchall()[0][0]
-        return int(value)
-
-    def _scan(self, store: SQLiteStore, items: list[_Entry], *, full: bool) -> _Scan:
-        """Stat every file and compare it with the index: a file whose size and mtime match and
-        that is older than the last scan (minus the racy margin) is unchanged without being
-        read; the others are to be read and hashed. Reads the index, writes nothing."""
-        version = self._data_version(store)  # before reading: a later write makes this scan stale
-        known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
-        started = time.time()
-        cutoff = self._last_scan - _RACY_SECONDS
-        todo: list[tuple[_Item, int, int]] = []
-        unchanged = 0
-        listed = 0  # indexed files still listed: when all are, none is gone
-        stat = os.stat
-        for item in items:
-            path, abs_path, source, deferred = item
-            prev = known[source].get(path)
-            if prev is not None:
-                listed += 1
-            if deferred:
-                continue
-            try:
-                st = stat(abs_path)
-            except OSError:
-                continue  # vanished since discovery: picked up by the next sync
-            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
-            # tick could not have followed the indexing unseen.
-            size, mtime = st.st_size, int(st.st_mtime * 1000)
-            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
-                unchanged += 1
-            else:
-                todo.append((_Item._make(item), size, mtime))
-        gone: dict[str, list[str]] = {}
-        if listed < sum(map(len, known.values())):
-            for source, indexed in known.items():
-                present = {path for path, _, src, _ in items if src == source}
-                gone[source] = [p for p in indexed if p not in present]
-        return _Scan(todo, len(items), unchanged, gone, known, store, version, started)
-
-    def _unlocked_scan(self) -> _Scan | None:
+    def _unlocked_scan(self) -> Scan | None:
         """A scan before taking the locks, so that a sync with nothing to do takes no lock and
-        writes nothing. None when the locked sync has to decide (no index yet, identity changed,
-        session transcripts, or the index cannot be read)."""
-        import apsw
+        writes nothing (see :meth:`Syncer.unlocked_scan`)."""
+        return self._syncer.unlocked_scan(self._store, lambda: self._identity(self._selection_now().embedder))
 
-        if self.config.sessions_enabled:
-            return None
-        store = self._store
-        try:
-            meta = store.get_meta()
-            if meta is None:
-                return None
-            identity = self._identity(self._selection_now().embedder)
-            if any(meta.get(k) != v for k, v in identity.items()):
-                return None
-            return self._scan(store, self._memory_items(), full=False)
-        except (apsw.Error, StoreError):
-            return None
-
-    def _nothing_changed(self, scan: _Scan, reason: str, gen: int, started: float) -> SyncReport:
+    def _nothing_changed(self, scan: Scan, reason: str, gen: int, started: float) -> SyncReport:
         """The report of a sync whose unlocked scan found every file unchanged."""
         if self._dirty_gen == gen:
             self._dirty = False
         self._synced_here = True
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
                           seconds=time.perf_counter() - started)
-
-    def _index_items(
-        self,
-        store: SQLiteStore,
-        cache_mirrors: list[SQLiteStore],
-        scan: _Scan,
-        total: int,
-        report: SyncReport,
-        progress: ProgressCallback | None,
-    ) -> None:
-        emb = self._selection_now().embedder
-        model = emb.model if emb else "fts-only"
-        known = scan.known
-        report.files_unchanged += scan.unchanged
-        pending: list[tuple[FileRow, list[Chunk]]] = []
-        pending_chunks = 0
-        touched: list[FileRow] = []
-        first = total - len(scan.todo)
-        for done, (item, size, mtime) in enumerate(scan.todo, start=first):
-            if progress:
-                progress(done, total, "Indexing memory files")
-            try:
-                with open(item.abs_path, "rb") as fh:
-                    data = fh.read()
-            except OSError as exc:
-                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
-                continue
-            text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, mtime, size)
-            prev = known[item.source].get(item.path)
-            if prev is not None and prev[1] == digest:
-                report.files_unchanged += 1
-                if (prev[2], prev[3]) != (row.size, row.mtime):
-                    touched.append(row)
-                continue
-            if text is None:
-                report.files_skipped.append(f"{item.path}: binary content")
-                chunks: list[Chunk] = []
-            else:
-                chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
-                if line_map is not None:
-                    chunks = remap_lines(chunks, line_map)
-            pending.append((row, chunks))
-            pending_chunks += len(chunks)
-            if pending_chunks >= _GROUP_CHUNKS:
-                self._write_group(store, cache_mirrors, pending, emb, model, report)
-                pending, pending_chunks = [], 0
-        if pending:
-            self._write_group(store, cache_mirrors, pending, emb, model, report)
-        if touched:
-            store.touch_files(touched)
-        if progress:
-            progress(total, total, "Indexing memory files")
-        for source, gone in scan.gone.items():
-            if gone:
-                store.delete_files(source, gone)
-                report.files_deleted += len(gone)
-
-    @staticmethod
-    def _load(item: "_Item", data: bytes) -> tuple[str | None, list[int] | None, str]:
-        """Text to chunk (``None`` for binary content), the JSONL line map of a transcript (its
-        messages, secrets masked, one line each), and the file hash."""
-        if item.source == "sessions":
-            from .sessions import parse_transcript
-
-            entry = parse_transcript(data.decode("utf-8", errors="replace"))
-            return entry.content, list(entry.line_map), entry.hash
-        digest = hashlib.sha256(data).hexdigest()
-        if b"\x00" in data[:8192]:
-            return None, None, digest
-        return data.decode("utf-8", errors="replace"), None, digest
-
-    def _write_group(
-        self,
-        store: SQLiteStore,
-        cache_mirrors: list[SQLiteStore],
-        group: list[tuple[FileRow, list[Chunk]]],
-        emb: Embedder | None,
-        model: str,
-        report: SyncReport,
-    ) -> None:
-        # What the embedder sees: each chunk whole when it fits the embedder's window, else its
-        # windows (vector side only; keyword search keeps the whole chunk).
-        windowed = [
-            (file, [(c, embedding_windows(c, emb.embed_window) if emb is not None else [c]) for c in chunks])
-            for file, chunks in group
-        ]
-        vectors: dict[str, list[float]] = {}
-        if emb is not None:
-            pieces = [w for _, pairs in windowed for _, windows in pairs for w in windows]
-            vectors = self._embed(store, cache_mirrors, pieces, emb, report)
-
-        def row_of(file: FileRow, c: Chunk, embedding: list[float] | None, window: bool = False) -> ChunkRow:
-            return ChunkRow(
-                id=chunk_id(file.source, file.path, c.start_line, c.end_line, c.hash, model),
-                path=file.path,
-                source=file.source,
-                start_line=c.start_line,
-                end_line=c.end_line,
-                hash=c.hash,
-                model=model,
-                text=c.text,
-                embedding=embedding,
-                window=window,
-            )
-
-        batch = []
-        for file, pairs in windowed:
-            rows = []
-            for c, windows in pairs:
-                if windows == [c]:
-                    rows.append(row_of(file, c, vectors.get(c.hash)))
-                else:
-                    rows.append(row_of(file, c, None))
-                    rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
-            batch.append((file, rows))
-            report.files_indexed += 1
-            report.chunks_indexed += len(pairs)
-        store.replace_files(batch)
-
-    def _embed(
-        self,
-        store: SQLiteStore,
-        cache_mirrors: list[SQLiteStore],
-        chunks: Sequence[Chunk],
-        emb: Embedder,
-        report: SyncReport,
-    ) -> dict[str, list[float]]:
-        hashes = list(dict.fromkeys(c.hash for c in chunks))
-        text_of = {c.hash: c.text for c in chunks}
-        use_cache = self.config.cache.enabled
-        vectors = store.cache_get(emb.provider, emb.model, emb.provider_key, hashes) if use_cache else {}
-        report.embeddings_cached += len(vectors)
-        missing = [h for h in hashes if h not in vectors]
-        texts = [text_of[h] for h in missing]
-        # A provider batch API takes everything in one job; otherwise calls of at most 8000 bytes.
-        groups = [list(range(len(texts)))] if texts and getattr(emb, "batch_active", False) else batches_by_bytes(texts)
-        # Written as each batch completes to the live index: an interrupted reindex resumes
-        # without embedding these again. A rebuild's temporary index (thrown away if the sync
-        # fails) takes them once, after the last batch.
-        durable = cache_mirrors or [store]
-        for batch in groups:
-            got = emb.embed_documents([texts[i] for i in batch])
-            new = {missing[i]: v for i, v in zip(batch, got)}
-            vectors.update(new)
-            report.embeddings_computed += len(new)
-            if use_cache:
-                for target in durable:
-                    target.cache_put(emb.provider, emb.model, emb.provider_key, new)
-        if use_cache and cache_mirrors:
-            store.cache_put(emb.provider, emb.model, emb.provider_key, {h: vectors[h] for h in missing if h in vectors})
-        return vectors
 
     def _maybe_background_sync(self) -> None:
         """Start a background sync when the index may be stale; a search never waits for it."""
@@ -725,16 +417,14 @@ class MemoryIndex:
             try:
                 if self._sync_lock.acquire(blocking=False):
                     try:
-                        from filelock import Timeout
-
                         try:
-                            with self._process_lock().acquire(timeout=0):
+                            with self._process_lock(blocking=False):
                                 # Changes noticed while syncing are picked up by another round.
                                 for _ in range(3):
                                     self._guarded_sync(False, None, "search")
                                     if not self._dirty:
                                         break
-                        except Timeout:
+                        except StoreBusyError:
                             pass  # another process is syncing this index
                     finally:
                         self._sync_lock.release()
@@ -756,21 +446,7 @@ class MemoryIndex:
     # -- search -------------------------------------------------------------------------------
 
     def _check_args(self, query: Any, max_results: Any, min_score: Any) -> tuple[str, int, float]:
-        if not isinstance(query, str):
-            raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
-        k = self.config.query.max_results if max_results is None else max_results
-        if (
-            isinstance(k, bool)
-            or not isinstance(k, (int, float))
-            or not math.isfinite(k)
-            or k < 1
-            or (isinstance(k, float) and k != int(k))
-        ):
-            raise InvalidQueryError(f"max_results must be a positive integer, got {max_results!r}")
-        ms = self.config.query.min_score if min_score is None else min_score
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms in (float("inf"), float("-inf")):
-            raise InvalidQueryError(f"min_score must be a finite number, got {min_score!r}")
-        return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, min(1.0, float(ms)))
+        return check_args(query, max_results, min_score, self.config.query)
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[SearchResult]:
         """Hybrid search (SPEC 6). Empty query or empty index -> ``[]`` without creating the
@@ -779,12 +455,12 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return []
-        import apsw
-
         store = self._store
         try:
             return self._search_once(q, k, ms)
-        except (apsw.CorruptError, apsw.NotADBError) as exc:  # damaged while in use: rebuild, answer
+        except Exception as exc:  # damaged while in use: rebuild, answer
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
             self._rebuild_damaged(exc, store)
             return self._search_once(q, k, ms)
 
@@ -795,10 +471,10 @@ class MemoryIndex:
         qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
         return self._rank(q, qvec, k, ms)
 
-    def _rebuild_damaged(self, exc: Exception, failed: SQLiteStore) -> None:
+    def _rebuild_damaged(self, exc: Exception, failed: Store) -> None:
         with self._sync_lock:
             with self._process_lock():
-                if self._store is failed and failed.file_id == failed.current_file_id():
+                if self._store is failed and not failed.superseded():
                     self._recover(exc)
                     self._sync_locked(True, None, "recovery")
                 elif self._store is failed:  # another process already set it aside and rebuilt it
@@ -831,56 +507,9 @@ class MemoryIndex:
         return True
 
     def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float) -> list[SearchResult]:
-        cfg = self.config.query
-        hybrid = cfg.hybrid
-        pool = max(CANDIDATE_POOL, k)
-        store = self._store
-        emb = self._selection_now().embedder
-        keyword_side = emb is None or (hybrid.enabled and store.fts_available)
-        kw_hits = store.keyword_search(search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS], pool) if keyword_side else []
-        vec_hits: list[tuple[str, float]] = []
-        if qvec is not None and any(v != 0 for v in qvec):
-            vec_hits = store.vector_search(qvec, pool)
-        meta = store.get_chunk_meta([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
-
-        def cand(cid: str, **scores: float) -> Candidate | None:
-            m = meta.get(cid)  # None: removed since the candidate lists were read
-            return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
-
-        # Keyword-only mode keeps OpenClaw's conversion: its scores meet min_score on their own.
-        mode = hybrid.text_score if emb is not None else "saturate"
-        scores = keyword_scores([r for _, r in kw_hits], mode)
-        kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
-        vec = [c for c in (cand(i, vector_score=s) for i, s in vec_hits) if c]
-        if emb is None:
-            merged = merge_hybrid([], kw, 0.0, 1.0)
-        elif not keyword_side:
-            merged = merge_hybrid(vec, [], 1.0, 0.0)
-        else:
-            merged = merge_hybrid(vec, kw, hybrid.vector_weight, hybrid.text_weight)
-        if hybrid.temporal_decay.enabled:
-            merged = apply_temporal_decay(merged, hybrid.temporal_decay.half_life_days, datetime.now(timezone.utc), self._mtime_of)
-        merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
-        merged = dedupe_line_ranges(merged)
-        if hybrid.mmr.enabled:
-            window = self._with_snippets(merged[:MMR_WINDOW])
-            merged = mmr_rerank(window + merged[MMR_WINDOW:], hybrid.mmr.lambda_)
-        # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a
-        # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
-        floor = 0.0 if emb is None else min(min_score, hybrid.text_weight)
-        chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
-        return [
-            SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
-            for c in self._with_snippets(chosen)
-        ]
-
-    def _with_snippets(self, cands: list[Candidate]) -> list[Candidate]:
-        """Fill in the snippets (text is read only for the candidates that are shown or compared)."""
-        need = [c.id for c in cands if not c.snippet]
-        if not need:
-            return cands
-        rows = self._store.get_chunks(need)
-        return [c if c.snippet or c.id not in rows else c._replace(snippet=truncate_snippet(rows[c.id].text)) for c in cands]
+        keyword_only = self._selection_now().embedder is None
+        return rank(self._store, self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
+                    mtime_of=self._mtime_of)
 
     def _stale_on_disk(self, found: Discovery) -> bool:
         """Whether the Markdown differs from the index (by path, size and mtime) or the index
@@ -1049,9 +678,9 @@ class MemoryIndex:
                 "enabled": self.config.store.vector.enabled,
                 "available": store.vector_extension,
                 "dims": store.vector_dims,
-                "path": getattr(store, "vector_path", None),
+                "path": store.vector_path,
                 "error": store.vector_error,
-                "backend": "sqlite-vec" if store.vector_extension else "numpy",
+                "backend": store.vector_backend,
             },
             fts={"available": store.fts_available, "error": store.fts_error, "tokenizer": self.config.store.fts.tokenizer},
             cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},

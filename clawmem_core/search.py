@@ -1,4 +1,5 @@
-"""Scoring maths of hybrid search (SPEC 6), as pure functions.
+"""Hybrid search (SPEC 6): the scoring maths as pure functions, and :func:`rank`, the pipeline
+that runs them over a :class:`~clawmem_core.store.base.Store`.
 
 Flow: keyword and vector candidates -> score conversion -> weighted merge by chunk id ->
 temporal decay -> sort -> MMR -> min-score filter (with OpenClaw's relaxed keyword fallback,
@@ -10,11 +11,23 @@ from __future__ import annotations
 import math
 import re
 from datetime import date, datetime, timezone
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
-from .text import similarity_tokens
+from .errors import InvalidQueryError
+from .results import SearchResult
+from .text import search_terms, similarity_tokens
+
+if TYPE_CHECKING:
+    from .config import QueryConfig
+    from .store.base import Store
 
 SNIPPET_MAX_CHARS = 700
+MAX_QUERY_TERMS = 64
+#: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
+MAX_RESULTS = 1000
+#: Only the start of a very long query is split into keyword terms.
+MAX_QUERY_TERM_CHARS = 4000
+MAX_QUERY_EMBED_CHARS = 8000
 #: Candidates drawn from each side. Fixed (not ``max_results * multiplier``) so that results are
 #: monotonic in ``max_results``: asking for more never reorders the first ones.
 CANDIDATE_POOL = 200
@@ -238,3 +251,90 @@ def select_results(
     if passing or strict:
         return passing[:max_results]
     return [c for c in ranked if c.from_keyword and c.score >= relaxed_floor][:max_results]
+
+
+# -- the pipeline -----------------------------------------------------------------------------
+
+
+def check_args(query: Any, max_results: Any, min_score: Any, cfg: "QueryConfig") -> tuple[str, int, float]:
+    """The query (NUL bytes blanked, stripped), ``max_results`` (clamped to :data:`MAX_RESULTS`) and
+    ``min_score`` (clamped to [0, 1]); defaults from ``cfg``; :class:`InvalidQueryError` on bad input."""
+    if not isinstance(query, str):
+        raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
+    k = cfg.max_results if max_results is None else max_results
+    if (
+        isinstance(k, bool)
+        or not isinstance(k, (int, float))
+        or not math.isfinite(k)
+        or k < 1
+        or (isinstance(k, float) and k != int(k))
+    ):
+        raise InvalidQueryError(f"max_results must be a positive integer, got {max_results!r}")
+    ms = cfg.min_score if min_score is None else min_score
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms in (float("inf"), float("-inf")):
+        raise InvalidQueryError(f"min_score must be a finite number, got {min_score!r}")
+    return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, min(1.0, float(ms)))
+
+
+def rank(
+    store: "Store",
+    cfg: "QueryConfig",
+    query: str,
+    qvec: Sequence[float] | None,
+    k: int,
+    min_score: float,
+    *,
+    keyword_only: bool,
+    mtime_of: Callable[[str, str], float | None],
+) -> list[SearchResult]:
+    """Search ``store``: keyword and vector candidates -> fusion -> temporal decay -> MMR ->
+    thresholds. ``qvec`` is the query's embedding (``None`` in keyword-only mode);
+    ``mtime_of(path, source)`` dates the files that decay by modification time."""
+    hybrid = cfg.hybrid
+    pool = max(CANDIDATE_POOL, k)
+    keyword_side = keyword_only or (hybrid.enabled and store.fts_available)
+    kw_hits = store.keyword_search(search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS], pool) if keyword_side else []
+    vec_hits: list[tuple[str, float]] = []
+    if qvec is not None and any(v != 0 for v in qvec):
+        vec_hits = store.vector_search(qvec, pool)
+    meta = store.get_chunk_meta([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
+
+    def cand(cid: str, **scores: float) -> Candidate | None:
+        m = meta.get(cid)  # None: removed since the candidate lists were read
+        return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
+
+    # Keyword-only mode keeps OpenClaw's conversion: its scores meet min_score on their own.
+    mode = hybrid.text_score if not keyword_only else "saturate"
+    scores = keyword_scores([r for _, r in kw_hits], mode)
+    kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
+    vec = [c for c in (cand(i, vector_score=s) for i, s in vec_hits) if c]
+    if keyword_only:
+        merged = merge_hybrid([], kw, 0.0, 1.0)
+    elif not keyword_side:
+        merged = merge_hybrid(vec, [], 1.0, 0.0)
+    else:
+        merged = merge_hybrid(vec, kw, hybrid.vector_weight, hybrid.text_weight)
+    if hybrid.temporal_decay.enabled:
+        merged = apply_temporal_decay(merged, hybrid.temporal_decay.half_life_days, datetime.now(timezone.utc), mtime_of)
+    merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
+    merged = dedupe_line_ranges(merged)
+    if hybrid.mmr.enabled:
+        window = with_snippets(store, merged[:MMR_WINDOW])
+        merged = mmr_rerank(window + merged[MMR_WINDOW:], hybrid.mmr.lambda_)
+    # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a
+    # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
+    floor = 0.0 if keyword_only else min(min_score, hybrid.text_weight)
+    chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
+    return [
+        SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
+        for c in with_snippets(store, chosen)
+    ]
+
+
+def with_snippets(store: "Store", cands: list[Candidate]) -> list[Candidate]:
+    """Fill in the snippets (text is read only for the candidates that are shown or compared)."""
+    need = [c.id for c in cands if not c.snippet]
+    if not need:
+        return cands
+    rows = store.get_chunks(need)
+    return [c if c.snippet or c.id not in rows else c._replace(snippet=truncate_snippet(rows[c.id].text)) for c in cands]

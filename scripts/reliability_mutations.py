@@ -23,21 +23,21 @@ ROOT = Path(__file__).resolve().parent.parent
 #: name -> (file, original text, replacement, pytest node ids[, further (file, old, new) edits])
 MUTATIONS: dict[str, tuple] = {
     "cache-mirror": (
-        "clawmem_core/index.py",
-        "for target in [store, *cache_mirrors]:",
-        "for target in [store]:",
+        "clawmem_core/sync.py",
+        "durable = cache_mirrors or [store]",
+        "durable = [store]",
         ["tests/reliability/test_crash.py::test_sigkill_during_full_reindex"],
     ),
     "temp-cleanup": (
-        "clawmem_core/index.py",
-        "        remove_stale_temp_files(self.store_path)\n",
+        "clawmem_core/sync.py",
+        "        writer.remove_leftovers()\n",
         "",
         ["tests/reliability/test_crash.py::test_orphaned_temp_files_do_not_accumulate"],
     ),
     "atomic-swap": (  # a full reindex written straight into the live index
-        "clawmem_core/index.py",
-        "                with writer.rebuild() as tmp:",
-        "                with __import__('contextlib').nullcontext(writer) as tmp:",
+        "clawmem_core/sync.py",
+        "            with writer.rebuild() as tmp:",
+        "            with __import__('contextlib').nullcontext(writer) as tmp:",
         ["tests/reliability/test_crash.py::test_sigkill_during_full_reindex"],
     ),
     "corrupt-recovery": (
@@ -53,9 +53,9 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/reliability/test_disk.py"],
     ),
     "store-error-mapping": (
-        "clawmem_core/index.py",
-        "        except apsw.FullError:",
-        "        except ZeroDivisionError:",
+        "clawmem_core/store/sqlite.py",
+        "if isinstance(exc, apsw.FullError):",
+        "if isinstance(exc, ZeroDivisionError):",
         ["tests/reliability/test_disk.py"],
     ),
     "locks": (  # the cross-process file lock and SQLite's busy timeout are two layers: remove both
@@ -63,8 +63,8 @@ MUTATIONS: dict[str, tuple] = {
         "conn.setbusytimeout(10_000)",
         "conn.setbusytimeout(0)",
         ["tests/reliability/test_concurrency.py"],
-        [("clawmem_core/index.py", 'return FileLock(str(self.store_path) + ".lock", timeout=600)',
-          'return __import__("filelock").FileLock(str(self.store_path) + f".{os.getpid()}.lock", timeout=600)')],
+        [("clawmem_core/store/sqlite.py", 'lock = FileLock(str(self.path) + ".lock", timeout=600)',
+          'lock = FileLock(str(self.path) + f".{os.getpid()}.lock", timeout=600)')],
     ),
     "session-masking": (
         "clawmem_core/sessions.py",

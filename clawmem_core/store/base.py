@@ -1,11 +1,19 @@
-"""What an index store must do. The SQLite store implements it; a server-backed store
-(PostgreSQL with pgvector) can plug in here without touching sync or search."""
+"""What an index store must do: everything sync and search need from one agent's index, so that
+a second backend (PostgreSQL with pgvector) plugs in without a branch in either of them.
+
+Two objects: a :class:`StoreBackend` says where one agent's index lives (it opens handles on it,
+holds the lock that serialises syncs across processes, and sets a damaged index aside); a
+:class:`Store` is an open handle (files, chunks, keyword and vector search, embedding cache,
+meta, and an atomic full rebuild).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, ContextManager, Hashable, Iterable, Sequence
+
+from ..errors import StoreError
 
 
 @dataclass(frozen=True)
@@ -43,13 +51,41 @@ class StoreCounts:
     cache_entries: int
 
 
+#: ``(path, hash, size, mtime)`` of an indexed file.
+FileState = tuple[str, str, int, int]
+
+
+class CorruptIndexError(StoreError):
+    """The index is damaged or is not a clawmem index (it can be rebuilt from the Markdown)."""
+
+
+class StoreBusyError(StoreError):
+    """Another process holds the index's sync lock (raised only by a lock taken without waiting)."""
+
+
 class Store(ABC):
-    """The derived index: files, chunks, keyword and vector search, embedding cache, meta."""
+    """An open handle on one agent's derived index: files, chunks, keyword and vector search,
+    embedding cache, meta."""
 
     #: Whether keyword (FTS) search works in this store.
-    fts_available: bool
-    #: Whether vector search runs inside the database (sqlite-vec); False means NumPy in process.
-    vector_extension: bool
+    fts_available: bool = False
+    fts_error: str | None = None
+    #: Whether vector search runs inside the database; False means NumPy in process.
+    vector_extension: bool = False
+    vector_error: str | None = None
+    #: Dimensions of the stored vectors (``None`` until the first vector is written).
+    vector_dims: int | None = None
+    #: Where the vector search code comes from (an extension file), for status.
+    vector_path: str | None = None
+    #: Exception types this backend's driver raises for storage failures (besides :class:`StoreError`).
+    driver_errors: tuple[type[BaseException], ...] = ()
+
+    @property
+    def vector_backend(self) -> str:
+        """Name of the vector search in use (status)."""
+        return "numpy"
+
+    # -- identity and bookkeeping -----------------------------------------------------------------
 
     @abstractmethod
     def get_meta(self) -> dict[str, Any] | None:
@@ -59,24 +95,62 @@ class Store(ABC):
     def set_meta(self, meta: dict[str, Any]) -> None: ...
 
     @abstractmethod
+    def get_value(self, key: str) -> str | None:
+        """A small bookkeeping value (not the index identity), e.g. ``last_scan``."""
+
+    @abstractmethod
+    def set_value(self, key: str, value: str) -> None: ...
+
+    @abstractmethod
+    def data_version(self) -> Hashable:
+        """A token that changes whenever anything (this handle or another connection) commits to
+        the index: what was read under one token is stale under another."""
+
+    @abstractmethod
+    def refresh(self) -> None:
+        """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
+
+    # -- files and chunks -------------------------------------------------------------------------
+
+    @abstractmethod
     def file_hashes(self, source: str) -> dict[str, str]:
         """``path -> hash`` of every indexed file of ``source`` (one query)."""
 
     @abstractmethod
+    def file_states(self, source: str) -> dict[str, FileState]:
+        """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
+
+    @abstractmethod
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
-        """Atomically replace files' rows and all their chunks (keyword and vector rows too)."""
+        """Atomically replace files' rows and all their chunks (keyword and vector rows too):
+        readers see every file of the group old or every one new."""
 
     def replace_file(self, file: FileRow, chunks: list[ChunkRow]) -> None:
         """Replace one file and its chunks."""
         self.replace_files([(file, chunks)])
 
     @abstractmethod
+    def touch_files(self, files: Sequence[FileRow]) -> None:
+        """Record new sizes and mtimes of files whose content did not change (one transaction)."""
+
+    def touch_file(self, file: FileRow) -> None:
+        """Record a new size and mtime for a file whose content did not change."""
+        self.touch_files([file])
+
+    @abstractmethod
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
         """Remove files and their chunks."""
 
     @abstractmethod
+    def has_content(self) -> bool:
+        """Whether any chunk is indexed."""
+
+    # -- search -----------------------------------------------------------------------------------
+
+    @abstractmethod
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
-        """``(chunk id, bm25 rank)`` best first; any term may match (rarer terms weigh more)."""
+        """``(chunk id, bm25 rank)`` best first (FTS5's sign: more negative is better); any term may
+        match (rarer terms weigh more)."""
 
     @abstractmethod
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
@@ -90,6 +164,8 @@ class Store(ABC):
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         """Chunk rows by id (without embeddings)."""
 
+    # -- embedding cache --------------------------------------------------------------------------
+
     @abstractmethod
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         """Cached vectors for chunk hashes (only non-empty vectors count)."""
@@ -101,8 +177,63 @@ class Store(ABC):
     def cache_prune(self, max_entries: int) -> int:
         """Evict the oldest entries beyond ``max_entries``; return how many were removed."""
 
+    # -- generations ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def rebuild(self) -> ContextManager["Store"]:
+        """A new, empty generation of the index (with this one's embedding cache) to fill in the
+        block; it replaces this one atomically when the block succeeds (readers see the old index
+        or the new one, never a half-built one) and is thrown away when it fails."""
+
+    @abstractmethod
+    def remove_leftovers(self) -> int:
+        """Remove what crashed rebuilds left behind (call only while holding the sync lock);
+        returns how many pieces were removed."""
+
+    def superseded(self) -> bool:
+        """Whether the index this handle opened was replaced by another process (set aside as
+        damaged and rebuilt): the handle should be reopened."""
+        return False
+
+    # -- errors -----------------------------------------------------------------------------------
+
+    def is_corruption(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the index is damaged (it is then set aside and rebuilt)."""
+        return isinstance(exc, CorruptIndexError)
+
+    def write_error(self, exc: BaseException) -> StoreError | None:
+        """The clawmem error for a driver error met while writing (disk full, read-only...), or
+        ``None`` when ``exc`` is none of those."""
+        return None
+
+    # -- status -----------------------------------------------------------------------------------
+
     @abstractmethod
     def counts(self) -> StoreCounts: ...
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+class StoreBackend(ABC):
+    """Where one agent's index lives: opens :class:`Store` handles on it, holds the lock that
+    serialises syncs across processes, and sets a damaged index aside."""
+
+    #: How the index is shown to a person (status, errors); never holds a secret.
+    location: str
+
+    @abstractmethod
+    def open(self) -> Store:
+        """A new handle on the index (created if missing). Raises :class:`CorruptIndexError` when
+        the index is damaged."""
+
+    @abstractmethod
+    def process_lock(self, blocking: bool = True) -> ContextManager[None]:
+        """The lock serialising syncs of this index across processes and hosts. Without
+        ``blocking``, raises :class:`StoreBusyError` at once when another process holds it."""
+
+    @abstractmethod
+    def set_aside(self, exc: BaseException) -> str:
+        """Move a damaged index out of the way (call with the process lock held), so that
+        :meth:`open` starts an empty one; returns where it went, for the log."""
+

@@ -22,7 +22,7 @@ import apsw
 
 from ..errors import StoreError
 from ..text import index_document, quote_fts
-from .base import ChunkRow, FileRow, Store, StoreCounts
+from .base import ChunkRow, CorruptIndexError, FileRow, Store, StoreBackend, StoreBusyError, StoreCounts
 from .bm25 import Bm25Index, StaleStatistics
 
 log = logging.getLogger("clawmem")
@@ -72,10 +72,6 @@ _COLUMNS = {
 }
 #: Damaged index files kept aside (``<name>.corrupt-<timestamp>``) for inspection.
 KEEP_CORRUPT = 2
-
-
-class CorruptIndexError(StoreError):
-    """The index file is damaged or is not a clawmem index (it can be rebuilt from the Markdown)."""
 
 
 def _check_file_header(path: Path) -> None:
@@ -221,6 +217,34 @@ class SQLiteStore(Store):
         except StoreError:
             self.close()
             raise
+
+    driver_errors = (apsw.Error,)
+
+    @property
+    def vector_backend(self) -> str:
+        return "sqlite-vec" if self.vector_extension else "numpy"
+
+    def superseded(self) -> bool:
+        """The file at :attr:`path` is no longer the one this handle opened."""
+        return self.file_id != self.current_file_id()
+
+    def is_corruption(self, exc: BaseException) -> bool:
+        return isinstance(exc, (apsw.CorruptError, apsw.NotADBError, CorruptIndexError))
+
+    def write_error(self, exc: BaseException) -> StoreError | None:
+        if isinstance(exc, apsw.FullError):
+            return StoreError(f"disk full: cannot write the index {self.path}; the previous index is unchanged")
+        if isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError, apsw.PermissionsError, apsw.IOError)):
+            return StoreError(f"cannot write the index {self.path}: {exc}")
+        return None
+
+    def remove_leftovers(self) -> int:
+        return remove_stale_temp_files(self.path)
+
+    def data_version(self) -> Any:
+        """``PRAGMA data_version`` (changes when another connection commits) and this handle's
+        own commits."""
+        return self._data_token()
 
     def current_file_id(self) -> tuple[int, int] | None:
         """Device and inode of the file now at :attr:`path` (changes when it is replaced)."""
@@ -747,3 +771,39 @@ def remove_stale_temp_files(path: Path) -> int:
             os.remove(p)
             n += 1
     return n
+
+
+class SQLiteBackend(StoreBackend):
+    """One SQLite index file per agent; syncs are serialised by a ``<file>.lock`` file lock."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        vector_enabled: bool = True,
+        extension_path: str | None = None,
+        fts_tokenizer: str = "cjk",
+    ) -> None:
+        self.path = Path(path)
+        self.location = str(self.path)
+        self._options = {"vector_enabled": vector_enabled, "extension_path": extension_path, "fts_tokenizer": fts_tokenizer}
+
+    def open(self) -> SQLiteStore:
+        return SQLiteStore(self.path, **self._options)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def process_lock(self, blocking: bool = True) -> Iterator[None]:
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(self.path) + ".lock", timeout=600)
+        try:
+            lock.acquire(timeout=None if blocking else 0)
+        except Timeout:
+            raise StoreBusyError(f"another process is syncing the index {self.path}") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def set_aside(self, exc: BaseException) -> str:
+        return quarantine_index(self.path).name

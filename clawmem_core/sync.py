@@ -1,0 +1,379 @@
+"""Sync: bring an index up to date with its Markdown (and session transcripts).
+
+Scan (stat every file, compare with what the index holds) -> diff (unchanged, to read, gone) ->
+read and chunk -> embed (through the embedding cache) -> write groups of files atomically ->
+progress. It talks to the index only through :class:`~clawmem_core.store.base.Store`; locking,
+recovery and the embedder's lifecycle belong to :class:`~clawmem_core.index.MemoryIndex`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
+
+from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
+from .config import MemoryConfig
+from .discovery import memory_paths
+from .embeddings.base import Embedder
+from .embeddings.batching import batches_by_bytes
+from .errors import StoreError
+from .results import SyncReport
+from .store.base import ChunkRow, FileRow, FileState, Store
+
+if TYPE_CHECKING:
+    from .sessions import SessionDeltaTracker
+
+#: progress(done, total, label)
+ProgressCallback = Callable[[int, int, str], None]
+
+#: Chunks embedded and written per group during a sync (bounds memory; each group is durable).
+_GROUP_CHUNKS = 512
+#: A file modified this close to the last scan is re-hashed even if size and mtime match.
+_RACY_SECONDS = 2.0
+
+
+class Item(NamedTuple):
+    """A file to index: display path, absolute path, source; ``deferred`` transcripts wait for
+    their delta thresholds."""
+
+    path: str
+    abs_path: str
+    source: str
+    deferred: bool = False
+
+
+#: An :class:`Item` as a plain tuple (tens of thousands are made per sync).
+Entry = tuple[str, str, str, bool]
+
+
+@dataclass
+class Scan:
+    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
+    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
+    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
+
+    todo: list[tuple[Item, int, int]]
+    scanned: int
+    unchanged: int
+    gone: dict[str, list[str]]
+    #: source -> path -> the file's (path, hash, size, mtime) row in the index
+    known: dict[str, dict[str, FileState]]
+    store: Store
+    version: Hashable
+    #: ``time.time()`` before the first stat: what ``last_scan`` may become after this scan.
+    started: float
+
+    @property
+    def clean(self) -> bool:
+        return not self.todo and not any(self.gone.values())
+
+
+class Syncer:
+    """Scans a workspace against a :class:`Store` and writes what changed."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        config: MemoryConfig,
+        sessions_dir: Path,
+        sessions: "SessionDeltaTracker",
+        last_scan: float = 0.0,
+    ) -> None:
+        self.workspace = workspace
+        self.config = config
+        self.sessions_dir = sessions_dir
+        self._sessions = sessions
+        #: ``time.time()`` at the start of the last scan that completed a sync.
+        self.last_scan = last_scan
+
+    # -- one sync ---------------------------------------------------------------------------------
+
+    def run(
+        self,
+        writer: Store,
+        reader: Store,
+        identity: dict[str, Any],
+        emb: Embedder | None,
+        force: bool,
+        progress: ProgressCallback | None,
+        reason: str,
+        session_files: Sequence[str | os.PathLike[str]] = (),
+        *,
+        scan: Scan | None = None,
+    ) -> SyncReport:
+        """One sync with the locks held: incremental into ``writer``, or a full rebuild (forced, no
+        index yet, or the identity changed) built as a new generation and switched in atomically.
+        ``scan`` is a scan taken on ``reader`` before the locks, reused if nothing wrote since."""
+        started = time.perf_counter()
+        writer.remove_leftovers()
+        meta = writer.get_meta()
+        full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
+        report = SyncReport(full=full, reason=reason)
+        items = self.memory_items()
+        if self.config.sessions_enabled:
+            items += self.session_items(full, reason, session_files, writer)
+        report.files_scanned = len(items)
+        # A scan taken before the locks still holds if no other connection has written since.
+        reuse = (
+            scan is not None and not full and not self.config.sessions_enabled
+            and scan.store is reader and scan.version == reader.data_version()
+        )
+        if full:
+            with writer.rebuild() as tmp:
+                scan = self.scan(tmp, items, full=True)
+                self.index_items(tmp, [writer], scan, len(items), report, progress, emb)
+                if self.config.cache.max_entries:
+                    tmp.cache_prune(self.config.cache.max_entries)
+                tmp.set_meta(identity)
+        else:
+            if scan is None or not reuse:
+                scan = self.scan(writer, items, full=False)
+            self.index_items(writer, [], scan, len(items), report, progress, emb)
+        for _, abs_path, source, deferred in items:
+            if source == "sessions" and not deferred:
+                self._sessions.mark_indexed(abs_path)
+        self.last_scan = scan.started
+        # Persisted, so that the next process can trust size + mtime of files older than this scan.
+        writer.set_value("last_scan", repr(scan.started))
+        report.seconds = time.perf_counter() - started
+        return report
+
+    # -- what to index ----------------------------------------------------------------------------
+
+    def memory_items(self) -> list[Entry]:
+        pairs, _ = memory_paths(self.workspace, self.config.extra_paths)
+        return [(path, abs_path, "memory", False) for path, abs_path in pairs]
+
+    def session_items(
+        self, full: bool, reason: str, targets: Sequence[str | os.PathLike[str]], store: Store
+    ) -> list[Entry]:
+        """Session transcripts to consider. Automatic syncs re-index a grown transcript only once it
+        crossed the delta thresholds (or when named, after compaction); manual syncs take all."""
+        from .sessions import list_session_files, session_display_path
+
+        named = {os.path.abspath(os.fspath(t)) for t in targets}
+        automatic = reason in ("search", "watch", "interval", "session-start")
+        indexed = store.file_hashes("sessions")
+        dirty = {str(p) for p in self._sessions.dirty_files}
+        out: list[Entry] = []
+        for p in list_session_files(self.sessions_dir):
+            shown = session_display_path(p)
+            deferred = (
+                automatic and not full and shown in indexed and str(p) not in dirty and os.path.abspath(p) not in named
+            )
+            out.append(Item(shown, str(p), "sessions", deferred))
+        return out
+
+    # -- scan and diff ----------------------------------------------------------------------------
+
+    def scan(self, store: Store, items: list[Entry], *, full: bool) -> Scan:
+        """Stat every file and compare it with the index: a file whose size and mtime match and
+        that is older than the last scan (minus the racy margin) is unchanged without being
+        read; the others are to be read and hashed. Reads the index, writes nothing."""
+        version = store.data_version()  # before reading: a later write makes this scan stale
+        known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
+        started = time.time()
+        cutoff = self.last_scan - _RACY_SECONDS
+        todo: list[tuple[Item, int, int]] = []
+        unchanged = 0
+        listed = 0  # indexed files still listed: when all are, none is gone
+        stat = os.stat
+        for item in items:
+            path, abs_path, source, deferred = item
+            prev = known[source].get(path)
+            if prev is not None:
+                listed += 1
+            if deferred:
+                continue
+            try:
+                st = stat(abs_path)
+            except OSError:
+                continue  # vanished since discovery: picked up by the next sync
+            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
+            # tick could not have followed the indexing unseen.
+            size, mtime = st.st_size, int(st.st_mtime * 1000)
+            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
+                unchanged += 1
+            else:
+                todo.append((Item._make(item), size, mtime))
+        gone: dict[str, list[str]] = {}
+        if listed < sum(map(len, known.values())):
+            for source, indexed in known.items():
+                present = {path for path, _, src, _ in items if src == source}
+                gone[source] = [p for p in indexed if p not in present]
+        return Scan(todo, len(items), unchanged, gone, known, store, version, started)
+
+    def unlocked_scan(self, store: Store, identity: Callable[[], dict[str, Any]]) -> Scan | None:
+        """A scan before taking the locks, so that a sync with nothing to do takes no lock and
+        writes nothing. None when the locked sync has to decide (no index yet, identity changed,
+        session transcripts, or the index cannot be read)."""
+        if self.config.sessions_enabled:
+            return None
+        try:
+            meta = store.get_meta()
+            if meta is None:
+                return None
+            want = identity()
+            if any(meta.get(k) != v for k, v in want.items()):
+                return None
+            return self.scan(store, self.memory_items(), full=False)
+        except (StoreError, *store.driver_errors):
+            return None
+
+    # -- read, chunk, embed, write ----------------------------------------------------------------
+
+    def index_items(
+        self,
+        store: Store,
+        cache_mirrors: list[Store],
+        scan: Scan,
+        total: int,
+        report: SyncReport,
+        progress: ProgressCallback | None,
+        emb: Embedder | None,
+    ) -> None:
+        model = emb.model if emb else "fts-only"
+        known = scan.known
+        report.files_unchanged += scan.unchanged
+        pending: list[tuple[FileRow, list[Chunk]]] = []
+        pending_chunks = 0
+        touched: list[FileRow] = []
+        first = total - len(scan.todo)
+        for done, (item, size, mtime) in enumerate(scan.todo, start=first):
+            if progress:
+                progress(done, total, "Indexing memory files")
+            try:
+                with open(item.abs_path, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
+                continue
+            text, line_map, digest = self._load(item, data)
+            row = FileRow(item.path, item.source, digest, mtime, size)
+            prev = known[item.source].get(item.path)
+            if prev is not None and prev[1] == digest:
+                report.files_unchanged += 1
+                if (prev[2], prev[3]) != (row.size, row.mtime):
+                    touched.append(row)
+                continue
+            if text is None:
+                report.files_skipped.append(f"{item.path}: binary content")
+                chunks: list[Chunk] = []
+            else:
+                chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
+                if line_map is not None:
+                    chunks = remap_lines(chunks, line_map)
+            pending.append((row, chunks))
+            pending_chunks += len(chunks)
+            if pending_chunks >= _GROUP_CHUNKS:
+                self._write_group(store, cache_mirrors, pending, emb, model, report)
+                pending, pending_chunks = [], 0
+        if pending:
+            self._write_group(store, cache_mirrors, pending, emb, model, report)
+        if touched:
+            store.touch_files(touched)
+        if progress:
+            progress(total, total, "Indexing memory files")
+        for source, gone in scan.gone.items():
+            if gone:
+                store.delete_files(source, gone)
+                report.files_deleted += len(gone)
+
+    @staticmethod
+    def _load(item: Item, data: bytes) -> tuple[str | None, list[int] | None, str]:
+        """Text to chunk (``None`` for binary content), the JSONL line map of a transcript (its
+        messages, secrets masked, one line each), and the file hash."""
+        if item.source == "sessions":
+            from .sessions import parse_transcript
+
+            entry = parse_transcript(data.decode("utf-8", errors="replace"))
+            return entry.content, list(entry.line_map), entry.hash
+        digest = hashlib.sha256(data).hexdigest()
+        if b"\x00" in data[:8192]:
+            return None, None, digest
+        return data.decode("utf-8", errors="replace"), None, digest
+
+    def _write_group(
+        self,
+        store: Store,
+        cache_mirrors: list[Store],
+        group: list[tuple[FileRow, list[Chunk]]],
+        emb: Embedder | None,
+        model: str,
+        report: SyncReport,
+    ) -> None:
+        # What the embedder sees: each chunk whole when it fits the embedder's window, else its
+        # windows (vector side only; keyword search keeps the whole chunk).
+        windowed = [
+            (file, [(c, embedding_windows(c, emb.embed_window) if emb is not None else [c]) for c in chunks])
+            for file, chunks in group
+        ]
+        vectors: dict[str, list[float]] = {}
+        if emb is not None:
+            pieces = [w for _, pairs in windowed for _, windows in pairs for w in windows]
+            vectors = self._embed(store, cache_mirrors, pieces, emb, report)
+
+        def row_of(file: FileRow, c: Chunk, embedding: list[float] | None, window: bool = False) -> ChunkRow:
+            return ChunkRow(
+                id=chunk_id(file.source, file.path, c.start_line, c.end_line, c.hash, model),
+                path=file.path,
+                source=file.source,
+                start_line=c.start_line,
+                end_line=c.end_line,
+                hash=c.hash,
+                model=model,
+                text=c.text,
+                embedding=embedding,
+                window=window,
+            )
+
+        batch = []
+        for file, pairs in windowed:
+            rows = []
+            for c, windows in pairs:
+                if windows == [c]:
+                    rows.append(row_of(file, c, vectors.get(c.hash)))
+                else:
+                    rows.append(row_of(file, c, None))
+                    rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
+            batch.append((file, rows))
+            report.files_indexed += 1
+            report.chunks_indexed += len(pairs)
+        store.replace_files(batch)
+
+    def _embed(
+        self,
+        store: Store,
+        cache_mirrors: list[Store],
+        chunks: Sequence[Chunk],
+        emb: Embedder,
+        report: SyncReport,
+    ) -> dict[str, list[float]]:
+        hashes = list(dict.fromkeys(c.hash for c in chunks))
+        text_of = {c.hash: c.text for c in chunks}
+        use_cache = self.config.cache.enabled
+        vectors = store.cache_get(emb.provider, emb.model, emb.provider_key, hashes) if use_cache else {}
+        report.embeddings_cached += len(vectors)
+        missing = [h for h in hashes if h not in vectors]
+        texts = [text_of[h] for h in missing]
+        # A provider batch API takes everything in one job; otherwise calls of at most 8000 bytes.
+        groups = [list(range(len(texts)))] if texts and getattr(emb, "batch_active", False) else batches_by_bytes(texts)
+        # Written as each batch completes to the live index: an interrupted reindex resumes
+        # without embedding these again. A rebuild's temporary index (thrown away if the sync
+        # fails) takes them once, after the last batch.
+        durable = cache_mirrors or [store]
+        for batch in groups:
+            got = emb.embed_documents([texts[i] for i in batch])
+            new = {missing[i]: v for i, v in zip(batch, got)}
+            vectors.update(new)
+            report.embeddings_computed += len(new)
+            if use_cache:
+                for target in durable:
+                    target.cache_put(emb.provider, emb.model, emb.provider_key, new)
+        if use_cache and cache_mirrors:
+            store.cache_put(emb.provider, emb.model, emb.provider_key, {h: vectors[h] for h in missing if h in vectors})
+        return vectors
