@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -77,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("get", help="read lines of a memory file")
     _common(p, suppress=True)
     p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-05.md")
-    p.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line (1-based)")
-    p.add_argument("--lines", type=int, metavar="N", help="how many lines")
+    p.add_argument("--from", dest="from_line", type=_line_number, metavar="N", help="first line (1-based)")
+    p.add_argument("--lines", type=_line_number, metavar="N", help="how many lines (1 or more)")
     p.add_argument("--json", action="store_true", help="print the memory_get payload")
 
     p = sub.add_parser("write", help="append a note to today's memory/YYYY-MM-DD.md (or MEMORY.md)")
@@ -89,7 +90,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", help="keep the index fresh while files change (Ctrl-C to stop)")
     _common(p, suppress=True)
+
+    p = sub.add_parser("mcp", help="serve memory_search, memory_get and memory_write over MCP")
+    _common(p, suppress=True)
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio (default: what MCP clients spawn) or streamable HTTP on --host/--port")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--path", dest="http_path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    p.add_argument("--no-watch", action="store_true", help="do not re-index on file changes")
     return parser
+
+
+def _line_number(value: str) -> int:
+    """``--from`` / ``--lines``: a whole number, 1 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (lines are numbered from 1), got {number}")
+    return number
 
 
 def _version() -> str:
@@ -105,7 +126,41 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         changes["provider"] = args.provider
     if args.model:
         changes["model"] = args.model
+        if (args.provider or config.provider) == "local":  # --model names the local model
+            changes["local"] = dataclasses.replace(config.local, model_path=args.model)
     return dataclasses.replace(config, **changes) if changes else config
+
+
+#: Commands that embed (index or search): an explicitly requested provider must start for them.
+_EMBEDDING_COMMANDS = ("index", "search", "watch", "write", "mcp")
+
+
+class _DropKeywordOnlyWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .embeddings.registry import NO_FALLBACK_WARNING, NO_PROVIDER_WARNING
+
+        return record.msg not in (NO_PROVIDER_WARNING, NO_FALLBACK_WARNING)
+
+
+def _check_requested_provider(mem: Any) -> None:
+    """An explicitly requested provider (``--provider openai`` or a config file's) that cannot start
+    is an error naming what is missing; only ``auto`` may fall back to keyword-only quietly."""
+    requested = mem.config.provider
+    if requested in ("auto", "none") or not mem.config.enabled:
+        return
+    logger = logging.getLogger("clawmem")
+    quiet = _DropKeywordOnlyWarning()
+    logger.addFilter(quiet)  # the error below says it; the warning would repeat it
+    try:
+        info = mem.provider_info()
+    finally:
+        logger.removeFilter(quiet)
+    if info["provider"] != "none" or not info["fallback"]:
+        return
+    raise ClawmemError(
+        f"embedding provider {requested} cannot start: {info['fallback']['reason']}. "
+        "Set it up, or choose --provider auto (keyword-only when no key is found) or --provider none"
+    )
 
 
 class _Progress:
@@ -160,6 +215,8 @@ def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     mem = MemoryIndex(args.workspace, agent_id=args.agent, config=config)
     try:
+        if args.command in _EMBEDDING_COMMANDS or (args.command == "status" and args.index):
+            _check_requested_provider(mem)
         return _COMMANDS[args.command](mem, args)
     finally:
         try:
@@ -220,11 +277,28 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
 
 
 def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
-    result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
+    from .tools import get_payload, looks_binary
+
     if args.json:
-        print(json.dumps(result.to_payload(), ensure_ascii=False, indent=2))
-    else:
-        sys.stdout.write(result.text if result.text.endswith("\n") or not result.text else result.text + "\n")
+        payload = get_payload(mem, args.path, args.from_line, args.lines)
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        failed = "error" in payload or payload.get("missing") or payload.get("pastEnd")
+        return EXIT_ERROR if failed else EXIT_OK
+    result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
+    if result.missing:
+        print(f"clawmem: error: {result.path} does not exist in {mem.workspace}", file=sys.stderr)
+        return EXIT_ERROR
+    if looks_binary(result.text):
+        print(f"clawmem: error: {result.path} is binary content, not text; not printing it", file=sys.stderr)
+        return EXIT_ERROR
+    if not result.text:
+        if result.total_lines and result.from_line > result.total_lines:
+            print(f"clawmem: error: --from {result.from_line} is past the end of {result.path} "
+                  f"({result.total_lines} lines)", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"clawmem: {result.path} is empty", file=sys.stderr)
+        return EXIT_OK
+    sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
     return EXIT_OK
 
 
@@ -303,6 +377,11 @@ def _probe(mem: Any) -> tuple[bool, str | None]:
     except ClawmemError as exc:
         return False, str(exc)
     if emb is None:
+        fallback = mem.provider_info()["fallback"]
+        if fallback:
+            return False, f"{fallback['from']} requested but cannot start: {fallback['reason']} (keyword-only mode)"
+        if mem.config.provider == "auto":
+            return False, "auto found no embedding provider (no local model set, no API key found): keyword-only mode"
         return False, "no embedding provider configured (keyword-only mode)"
     try:
         from .embeddings.registry import probe
@@ -335,6 +414,24 @@ def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .mcp_server import _require_mcp, serve_http, serve_stdio
+
+    _require_mcp()
+    if args.transport == "stdio":
+        asyncio.run(serve_stdio(mem, watch=not args.no_watch))
+        return EXIT_OK
+
+    def ready(url: str) -> None:
+        print(f"clawmem MCP server for {mem.workspace} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=not args.no_watch,
+                           on_ready=ready))
+    return EXIT_OK
+
+
 _COMMANDS = {
     "status": _cmd_status,
     "index": _cmd_index,
@@ -342,6 +439,7 @@ _COMMANDS = {
     "get": _cmd_get,
     "write": _cmd_write,
     "watch": _cmd_watch,
+    "mcp": _cmd_mcp,
 }
 
 

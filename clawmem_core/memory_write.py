@@ -2,13 +2,16 @@
 
 The LangChain and LlamaIndex adapters only translate. A write appends a note to today's
 ``memory/YYYY-MM-DD.md`` (or ``MEMORY.md``) and indexes it at once; failures come back as a payload the model
-can read (``{"error": ..., "disabled": true}``), never as an exception.
+can read (``{"error": ..., "action": ...}`` for invalid arguments, ``{"error": ..., "disabled": true}`` when
+memory cannot be written), never as an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
+
+from .tools import invalid_arguments_payload, is_argument_error
 
 if TYPE_CHECKING:
     from .index import MemoryIndex
@@ -27,7 +30,8 @@ WRITE_TARGETS = ("daily", "long_term")
 
 def write_payload(mem: "MemoryIndex", text: Any, target: Any = "daily") -> dict[str, Any]:
     """Append ``text`` with :meth:`MemoryIndex.write` and return ``{path, startLine, endLine}`` (the path
-    relative to the workspace), or ``{error, disabled: true}`` when the write failed."""
+    relative to the workspace); ``{error, action}`` for invalid arguments (an empty note, an unknown target), or
+    ``{error, disabled: true}`` when memory cannot be written."""
     try:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
@@ -35,7 +39,10 @@ def write_payload(mem: "MemoryIndex", text: Any, target: Any = "daily") -> dict[
             raise ValueError(f"unknown target {target!r}; use 'daily' or 'long_term'")
         result = mem.write(text, target=target)
     except Exception as exc:  # the model must see the failure, not a crash
-        return {"error": str(exc) or type(exc).__name__, "disabled": True}
+        message = str(exc) or type(exc).__name__
+        if is_argument_error(exc):
+            return invalid_arguments_payload(MEMORY_WRITE_NAME, message)
+        return {"error": message, "disabled": True}
     return {"path": result.relative_to(mem.workspace), "startLine": result.start_line, "endLine": result.end_line}
 
 

@@ -120,12 +120,12 @@ def read_memory_file(
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         fd = os.open(abs_path, flags)
     except FileNotFoundError:
-        return ReadResult(shown, "", 1, 0, 0)
+        return ReadResult(shown, "", 1, 0, 0, missing=True)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _refuse(str(path), "symlink") from None
         if exc.errno in (errno.ENOTDIR,):
-            return ReadResult(shown, "", 1, 0, 0)
+            return ReadResult(shown, "", 1, 0, 0, missing=True)
         raise
     try:
         # Checked before wrapping the descriptor: os.fdopen itself raises IsADirectoryError.

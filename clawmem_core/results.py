@@ -65,15 +65,20 @@ class ReadResult:
     from_line: int
     to_line: int
     total_lines: int
+    #: The file does not exist (the text is empty).
+    missing: bool = False
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "path": self.path,
             "text": self.text,
             "from": self.from_line,
             "lines": max(0, self.to_line - self.from_line + 1) if self.text else 0,
             "totalLines": self.total_lines,
         }
+        if self.missing:
+            payload["missing"] = True
+        return payload
 
 
 @dataclass

@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from .errors import ClawmemError, EmbeddingError, EmbeddingQuotaError
+from .errors import (
+    ConfigError,
+    EmbeddingError,
+    EmbeddingQuotaError,
+    InvalidQueryError,
+    PathNotAllowedError,
+    StoreError,
+    WorkspaceError,
+)
 
 if TYPE_CHECKING:
     from .index import MemoryIndex
@@ -31,6 +39,11 @@ ERROR_WARNING = "Memory search is unavailable due to an embedding/provider error
 ERROR_ACTION = "Check embedding provider configuration and retry memory_search."
 ARGS_WARNING = "memory_search was called with invalid arguments."
 ARGS_ACTION = "Fix the arguments (query text, maxResults >= 1, minScore between 0 and 1) and retry memory_search."
+GET_ARGS_ACTION = ("Fix the arguments and retry memory_get: path is a workspace-relative MEMORY.md or memory/....md "
+                   "path as memory_search returned it; from is the first line (1 or more); lines is how many (1 or "
+                   "more).")
+WRITE_ARGS_ACTION = ("Fix the arguments and retry memory_write: text is a non-empty Markdown note; target is 'daily' "
+                     "or 'long_term'.")
 _QUOTA_RE = re.compile(r"insufficient_quota|quota|429", re.IGNORECASE)
 
 CitationsMode = Literal["auto", "on", "off"]
@@ -108,8 +121,8 @@ def search_error_payload(exc: BaseException) -> dict[str, Any]:
     """The payload of a failed ``memory_search``: invalid arguments, or an unavailable provider
     (with OpenClaw's quota warning when the provider's quota is exhausted)."""
     message = str(exc) or type(exc).__name__
-    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, EmbeddingError):
-        return {"results": [], "disabled": True, "error": message, "warning": ARGS_WARNING, "action": ARGS_ACTION}
+    if is_argument_error(exc):
+        return {"results": [], "error": message, "warning": ARGS_WARNING, "action": ARGS_ACTION}
     quota = isinstance(exc, EmbeddingQuotaError) or bool(_QUOTA_RE.search(message))
     return {
         "results": [],
@@ -121,13 +134,78 @@ def search_error_payload(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any = None) -> dict[str, Any]:
-    """Read lines and return the ``memory_get`` payload; a refused path becomes
-    ``{path, text: "", disabled: true, error}``."""
+def is_argument_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a mistake in the tool arguments (the model can fix it and retry), as opposed
+    to memory being unavailable (a provider, store, configuration or workspace failure)."""
+    if isinstance(exc, (InvalidQueryError, PathNotAllowedError)):
+        return True
+    if isinstance(exc, (EmbeddingError, StoreError, ConfigError, WorkspaceError, OSError)):
+        return False
+    return isinstance(exc, (ValueError, TypeError))
+
+
+def validation_message(exc: Any) -> str:
+    """One line naming each invalid argument of a pydantic ``ValidationError`` (read duck-typed, so
+    this module imports no pydantic)."""
     try:
-        return mem.read(path, from_line=from_line, lines=lines).to_payload()
-    except (ClawmemError, ValueError, OSError) as exc:
-        return {"path": path if isinstance(path, str) else str(path), "text": "", "disabled": True, "error": str(exc)}
+        errors = exc.errors()
+    except Exception:  # noqa: BLE001 - not a ValidationError: its text is the message
+        errors = None
+    if not errors:
+        return f"invalid arguments: {exc}"
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in errors]
+    return "invalid arguments: " + "; ".join(parts)
+
+
+def invalid_arguments_payload(tool: str, message: str, path: Any = None) -> dict[str, Any]:
+    """The payload of a tool call with invalid arguments: the error and what to fix, and no
+    ``disabled`` (memory itself is available)."""
+    if tool == MEMORY_SEARCH_NAME:
+        return {"results": [], "error": message, "warning": ARGS_WARNING, "action": ARGS_ACTION}
+    if tool == MEMORY_GET_NAME:
+        return {"path": path if isinstance(path, str) else "", "text": "", "error": message, "action": GET_ARGS_ACTION}
+    return {"error": message, "action": WRITE_ARGS_ACTION}
+
+
+def _line_error(name: str, value: Any) -> str | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None  # read() checks types and says what is wrong
+    if value < 1:
+        what = "the first line to read" if name == "from" else "the number of lines to read"
+        return f"{name} must be 1 or more ({what}; lines are numbered from 1), got {value!r}"
+    return None
+
+
+def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any = None) -> dict[str, Any]:
+    """Read lines and return the ``memory_get`` payload.
+
+    A missing file adds ``missing: true``; a ``from`` past the end adds ``pastEnd: true`` (both with
+    empty text). Invalid arguments (a refused path, ``from`` or ``lines`` below 1, a binary file)
+    give ``{path, text: "", error, action}``; ``disabled: true`` only when memory is unavailable
+    (the workspace or index cannot be read)."""
+    shown = path if isinstance(path, str) else str(path)
+    problem = _line_error("from", from_line) or _line_error("lines", lines)
+    if problem:
+        return invalid_arguments_payload(MEMORY_GET_NAME, problem, shown)
+    try:
+        result = mem.read(path, from_line=from_line, lines=lines)
+    except Exception as exc:  # noqa: BLE001 - the model must see the failure, not a crash
+        message = str(exc) or type(exc).__name__
+        if is_argument_error(exc):
+            return invalid_arguments_payload(MEMORY_GET_NAME, message, shown)
+        return {"path": shown, "text": "", "disabled": True, "error": message}
+    if looks_binary(result.text):
+        return invalid_arguments_payload(
+            MEMORY_GET_NAME, f"{result.path} is not a text file (binary content); read another file", result.path)
+    payload = result.to_payload()
+    if not result.missing and not result.text and result.total_lines and result.from_line > result.total_lines:
+        payload["pastEnd"] = True
+    return payload
+
+
+def looks_binary(text: str) -> bool:
+    """Whether read text is binary content rather than a note (NUL characters)."""
+    return "\x00" in text
 
 
 def memory_recall_prompt(

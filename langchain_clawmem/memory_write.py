@@ -1,8 +1,9 @@
 """``memory_write`` as a LangChain tool: append a durable note to the Markdown memory.
 
 The message content is the payload as JSON and the payload itself the tool message's ``artifact``:
-``{path, startLine, endLine}``, or a payload with an ``error`` when the write failed (never an exception); with
-a tool call that is a ``ToolMessage`` with ``status="error"``.
+``{path, startLine, endLine}``; a payload with an ``error`` (``{error, action}`` for invalid arguments, ``{error,
+disabled: true}`` when memory cannot be written) otherwise, never an exception; with a tool call that is a
+``ToolMessage`` with ``status="error"``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from clawmem_core.memory_write import (
     awrite_payload,
     write_payload,
 )
+from clawmem_core.tools import invalid_arguments_payload
 from clawmem_core.tool_schemas import MemoryWriteInput
 
 from .tools import MemoryStructuredTool
@@ -32,7 +34,7 @@ def _dumps(payload: dict[str, Any]) -> str:
 
 def _invalid(exc: ValidationError) -> str:
     parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
-    return _dumps({"error": "invalid arguments: " + ("; ".join(parts) or str(exc)), "disabled": True})
+    return _dumps(invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc))))
 
 
 def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:

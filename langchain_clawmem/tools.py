@@ -26,6 +26,7 @@ from clawmem_core.tools import (
     CitationsMode,
     asearch_payload,
     get_payload,
+    invalid_arguments_payload,
     memory_recall_section,
     search_error_payload,
     search_payload,
@@ -142,7 +143,7 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
         return _dumps(payload), payload
 
     def _invalid(exc: ValidationError) -> str:
-        return _dumps({"path": "", "text": "", "disabled": True, "error": _first_line(exc)})
+        return _dumps(invalid_arguments_payload(MEMORY_GET_NAME, _first_line(exc)))
 
     tool = MemoryStructuredTool.from_function(
         func=_get,

@@ -1,8 +1,8 @@
 """``memory_write`` as a LlamaIndex ``FunctionTool``: append a durable note to the Markdown memory.
 
 The tool output's ``content`` is the payload as JSON and ``raw_output`` the payload dict:
-``{path, startLine, endLine}``, or a payload with an ``error`` when the write failed (never an exception;
-``ToolOutput.is_error`` is then set).
+``{path, startLine, endLine}``; a payload with an ``error`` (``{error, action}`` for invalid arguments, ``{error,
+disabled: true}`` when memory cannot be written) otherwise, never an exception; ``ToolOutput.is_error`` is then set.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from clawmem_core.memory_write import (
     awrite_payload,
     write_payload,
 )
+from clawmem_core.tools import invalid_arguments_payload
 from clawmem_core.tool_schemas import MemoryWriteInput
 
 from .tools import MemoryFunctionTool
@@ -31,7 +32,7 @@ def _validated(kwargs: dict[str, Any]) -> MemoryWriteInput | dict[str, Any]:
         return MemoryWriteInput.model_validate(kwargs)
     except ValidationError as exc:
         parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
-        return {"error": "invalid arguments: " + ("; ".join(parts) or str(exc)), "disabled": True}
+        return invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc)))
 
 
 def create_memory_write_tool(memory: MemoryIndex) -> MemoryFunctionTool:

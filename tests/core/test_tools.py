@@ -13,7 +13,9 @@ from clawmem_core.testing import HashEmbedder
 from clawmem_core.tools import (
     ERROR_ACTION,
     ERROR_WARNING,
+    ARGS_ACTION,
     ARGS_WARNING,
+    GET_ARGS_ACTION,
     MEMORY_GET_DESCRIPTION,
     MEMORY_SEARCH_DESCRIPTION,
     QUOTA_ACTION,
@@ -142,23 +144,56 @@ def test_get_payload_success_and_missing(make_workspace: WorkspaceFactory, open_
     assert get_payload(mem, "MEMORY.md", 2, 1) == {"path": "MEMORY.md", "text": "two", "from": 2, "lines": 1,
                                                   "totalLines": 3}
     missing = get_payload(mem, "memory/2099-01-01.md")
-    assert missing["text"] == "" and missing["path"] == "memory/2099-01-01.md" and "error" not in missing
+    assert missing == {"path": "memory/2099-01-01.md", "text": "", "from": 1, "lines": 0, "totalLines": 0,
+                       "missing": True}
+
+
+def test_get_payload_past_the_end_says_so(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+    ws = make_workspace({"MEMORY.md": "one\ntwo\nthree\n", "memory/empty.md": ""})
+    mem = open_index(ws, embedder=None, config=keyword_only())
+    past = get_payload(mem, "MEMORY.md", 10, 2)
+    assert past["text"] == "" and past["pastEnd"] is True and past["totalLines"] == 3
+    assert "missing" not in past and "error" not in past and "disabled" not in past
+    assert "pastEnd" not in get_payload(mem, "MEMORY.md", 3, 5)  # the last line is not past the end
+    empty = get_payload(mem, "memory/empty.md")
+    assert empty["text"] == "" and "missing" not in empty and "pastEnd" not in empty
 
 
 @pytest.mark.parametrize("path", ["NOTES.md", "memory/NOPE.txt", "../x.md", "/etc/passwd", ""])
-def test_get_payload_error(make_workspace: WorkspaceFactory, open_index: IndexFactory, path: str) -> None:
+def test_get_payload_refused_path_says_what_to_fix(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                   path: str) -> None:
     ws = make_workspace({"MEMORY.md": "m\n", "NOTES.md": "n\n"})
     mem = open_index(ws, embedder=None, config=keyword_only())
     payload = get_payload(mem, path)
-    assert set(payload) == {"path", "text", "disabled", "error"}
-    assert (payload["path"], payload["text"], payload["disabled"]) == (path, "", True)
+    assert set(payload) == {"path", "text", "error", "action"}  # not disabled: memory is available
+    assert (payload["path"], payload["text"]) == (path, "")
     assert isinstance(payload["error"], str) and payload["error"]
+    assert payload["action"] == GET_ARGS_ACTION
 
 
-def test_get_payload_bad_line_argument(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+@pytest.mark.parametrize("from_line, lines, named", [
+    ("first", None, "from_line"), (0, None, "from"), (-3, 2, "from"), (1, 0, "lines"), (2, -1, "lines"),
+])
+def test_get_payload_bad_line_argument(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                       from_line: object, lines: object, named: str) -> None:
     mem = open_index(make_workspace({"MEMORY.md": "m\n"}), embedder=None, config=keyword_only())
-    payload = get_payload(mem, "MEMORY.md", "first", None)
-    assert payload["disabled"] is True and payload["text"] == ""
+    payload = get_payload(mem, "MEMORY.md", from_line, lines)
+    assert "disabled" not in payload and payload["text"] == "" and named in payload["error"]
+    assert payload["action"] == GET_ARGS_ACTION
+
+
+def test_get_payload_binary_file_is_an_error(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+    ws = make_workspace({"MEMORY.md": "m\n", "memory/blob.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" * 40})
+    mem = open_index(ws, embedder=None, config=keyword_only())
+    payload = get_payload(mem, "memory/blob.md")
+    assert payload["text"] == "" and "binary" in payload["error"] and "disabled" not in payload
+
+
+def test_get_payload_on_a_closed_index_is_disabled(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+    mem = open_index(make_workspace({"MEMORY.md": "m\n"}), embedder=None, config=keyword_only())
+    mem.close()
+    payload = get_payload(mem, "MEMORY.md")
+    assert payload["disabled"] is True and payload["text"] == "" and "closed" in payload["error"]
 
 
 def test_get_never_creates_the_embedder(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
@@ -214,5 +249,6 @@ def test_invalid_arguments_payload_is_not_a_provider_failure(make_workspace: Wor
     mem = open_index(make_workspace(SAMPLE_FILES))
     mem.sync()
     payload = search_payload(mem, "jazz", max_results=0)
-    assert payload["results"] == [] and payload["disabled"] is True and "max_results" in payload["error"]
-    assert payload["warning"] == ARGS_WARNING and "unavailable" not in payload
+    assert payload["results"] == [] and "max_results" in payload["error"]
+    assert payload["warning"] == ARGS_WARNING and payload["action"] == ARGS_ACTION
+    assert "unavailable" not in payload and "disabled" not in payload  # memory is available: fix and retry

