@@ -121,6 +121,8 @@ class MemoryIndex:
         self._sessions = SessionDeltaTracker(sessions_cfg.delta_bytes, sessions_cfg.delta_messages)
         self._user_embedder = embedder
         self._selection: _Selection | None = None
+        #: Guards the embedder's creation and the background sync thread's start.
+        self._state_lock = threading.RLock()
         self._fallback_used = False
         self._backend = self._new_backend()
         self._store = self._open_store()
@@ -200,6 +202,12 @@ class MemoryIndex:
         """Create the embedder on first need (never for an empty index or an empty query)."""
         if self._selection is not None:
             return self._selection
+        with self._state_lock:  # threads searching at once create one embedder
+            if self._selection is not None:
+                return self._selection
+            return self._select()
+
+    def _select(self) -> _Selection:
         if self._user_embedder is not None:
             emb = _wrap(self._user_embedder)
             self._selection = _Selection(emb, requested=emb.provider)
@@ -410,29 +418,29 @@ class MemoryIndex:
         self._session_warmed = True
         if not want:
             return
-        if self._bg_thread is not None and self._bg_thread.is_alive():
-            return
+        with self._state_lock:
+            if self._bg_thread is not None and self._bg_thread.is_alive():
+                return
+            self._bg_thread = threading.Thread(target=self._background_sync, name="clawmem-sync", daemon=True)
+            self._bg_thread.start()
 
-        def run() -> None:
-            try:
-                if self._sync_lock.acquire(blocking=False):
+    def _background_sync(self) -> None:
+        try:
+            if self._sync_lock.acquire(blocking=False):
+                try:
                     try:
-                        try:
-                            with self._process_lock(blocking=False):
-                                # Changes noticed while syncing are picked up by another round.
-                                for _ in range(3):
-                                    self._guarded_sync(False, None, "search")
-                                    if not self._dirty:
-                                        break
-                        except StoreBusyError:
-                            pass  # another process is syncing this index
-                    finally:
-                        self._sync_lock.release()
-            except Exception as exc:  # logged, never raised into the agent
-                log.warning("background memory sync failed: %s", exc)
-
-        self._bg_thread = threading.Thread(target=run, name="clawmem-sync", daemon=True)
-        self._bg_thread.start()
+                        with self._process_lock(blocking=False):
+                            # Changes noticed while syncing are picked up by another round.
+                            for _ in range(3):
+                                self._guarded_sync(False, None, "search")
+                                if not self._dirty:
+                                    break
+                    except StoreBusyError:
+                        pass  # another process is syncing this index
+                finally:
+                    self._sync_lock.release()
+        except Exception as exc:  # logged, never raised into the agent
+            log.warning("background memory sync failed: %s", exc)
 
     def mark_dirty(self) -> None:
         """Tell the index the Markdown changed (the watcher calls this)."""

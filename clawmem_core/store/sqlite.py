@@ -9,14 +9,17 @@ stored and searched with NumPy in process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import math
 import os
+import threading
 import time
 import uuid
 from array import array
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import apsw
 
@@ -137,6 +140,22 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _locked(method: _F) -> _F:
+    """Run a store method holding the store's lock: one apsw connection serves one thread at a
+    time, and the caches it keeps (BM25 statistics, vector matrix, candidate metadata) change
+    with it."""
+
+    @functools.wraps(method)
+    def run(self: "SQLiteStore", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
 class SQLiteStore(Store):
     """A SQLite index file. Open it with :meth:`open`; :meth:`rebuild` builds a new index beside
     it and swaps it in atomically."""
@@ -158,6 +177,9 @@ class SQLiteStore(Store):
         self.vector_extension = False
         self.vector_error: str | None = None
         self.vector_dims: int | None = None
+        #: ``chunks_vec`` exists and matches the chunks' vectors (a writer without sqlite-vec could
+        #: not keep it up to date, or never created it): only then does sqlite-vec answer.
+        self.vector_table_ok = False
         self._conn: apsw.Connection | None = None
         self.file_id: tuple[int, int] | None = None
         self._writes = 0
@@ -169,6 +191,8 @@ class SQLiteStore(Store):
         self._kw_queries = 0
         self._query_tokenizer: Any = None
         self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
+        #: Guards the connection and the caches (a ``MemoryIndex`` is shared by threads).
+        self._lock = threading.RLock()
         self._open()
 
     # -- connection ---------------------------------------------------------------------------
@@ -202,7 +226,7 @@ class SQLiteStore(Store):
                 self._add_missing_columns()
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._ensure_fts()
-            self.vector_dims = self._existing_vector_dims()
+            self._read_vector_state()
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.close()
             raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
@@ -241,6 +265,7 @@ class SQLiteStore(Store):
     def remove_leftovers(self) -> int:
         return remove_stale_temp_files(self.path)
 
+    @_locked
     def data_version(self) -> Any:
         """``PRAGMA data_version`` (changes when another connection commits) and this handle's
         own commits."""
@@ -295,26 +320,61 @@ class SQLiteStore(Store):
             self.fts_available = False
             self.fts_error = str(exc)
 
-    def _existing_vector_dims(self) -> int | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key='vector_dims'").fetchall()
-        return int(row[0][0]) if row else None
+    def _read_vector_state(self) -> None:
+        """Read the vector dimensions and whether ``chunks_vec`` can answer (:attr:`vector_table_ok`)."""
+        dims, stale, table = self.conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key='vector_dims'), "
+            "(SELECT value FROM meta WHERE key='vector_table_stale'), "
+            "EXISTS (SELECT 1 FROM sqlite_master WHERE name='chunks_vec')"
+        ).fetchall()[0]
+        self.vector_dims = int(dims) if dims else None
+        self.vector_table_ok = bool(table) and not stale
+
+    def _fill_vector_table(self, dims: int) -> None:
+        """(Re)create ``chunks_vec`` from the chunks' vectors (inside a transaction)."""
+        self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+        self.conn.execute(f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)")
+        self.conn.execute(
+            "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
+            "WHERE embedding IS NOT NULL AND length(embedding) = ? AND embedding != zeroblob(length(embedding))",
+            (dims * 4,),
+        )
+        self.conn.execute("DELETE FROM meta WHERE key='vector_table_stale'")
+        self.vector_table_ok = True
+
+    def _vectors_in_step(self) -> bool:
+        """Before changing chunks (inside the write transaction): bring ``chunks_vec`` in step
+        with the chunks when this connection has sqlite-vec (recreated if it is missing or
+        another writer left it stale), or mark it stale when it has not. True when the
+        vector rows are to be written too."""
+        self._read_vector_state()
+        if not self.vector_extension:
+            if self.vector_dims and self._has_table("chunks_vec"):
+                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_table_stale', '1')")
+                self.vector_table_ok = False
+            return False
+        if self.vector_dims and not self.vector_table_ok:
+            self._fill_vector_table(self.vector_dims)
+        return bool(self.vector_dims)
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[None]:
         """An IMMEDIATE transaction (takes the write lock up front, so no deadlock on upgrade)."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            # SQLite has already rolled back after some errors (SQLITE_FULL, SQLITE_IOERR...): a
-            # second ROLLBACK would raise and hide the real error.
-            if not self.conn.getautocommit():
-                self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self.conn.execute("COMMIT")
-            self._writes += 1
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                # SQLite has already rolled back after some errors (SQLITE_FULL, SQLITE_IOERR...): a
+                # second ROLLBACK would raise and hide the real error.
+                if not self.conn.getautocommit():
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+                self._writes += 1
 
+    @_locked
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(apsw.Error):
@@ -325,6 +385,7 @@ class SQLiteStore(Store):
 
     # -- meta ---------------------------------------------------------------------------------
 
+    @_locked
     def get_meta(self) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (META_KEY,)).fetchall()
         if not row:
@@ -335,6 +396,7 @@ class SQLiteStore(Store):
             return None
         return value if isinstance(value, dict) else None
 
+    @_locked
     def set_meta(self, meta: dict[str, Any]) -> None:
         value = json.dumps(meta, sort_keys=True)
         with self._tx():
@@ -342,22 +404,19 @@ class SQLiteStore(Store):
 
     # -- vectors table ------------------------------------------------------------------------
 
+    @_locked
     def ensure_vector_table(self, dims: int) -> None:
-        """Create ``chunks_vec`` for ``dims``-dimensional vectors (recreated if dims change)."""
-        if self.vector_dims == dims and (not self.vector_extension or self._has_table("chunks_vec")):
+        """Create ``chunks_vec`` for ``dims``-dimensional vectors (recreated if dims change).
+        Without sqlite-vec only the dimensions are recorded (and an existing table marked stale)."""
+        if self.vector_dims == dims and (not self.vector_extension or self.vector_table_ok):
             return
         with self._tx():
-            if self.vector_extension:
-                self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
-                self.conn.execute(
-                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
-                )
-                self.conn.execute(
-                    "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
-                    "WHERE embedding IS NOT NULL AND length(embedding) = ?",
-                    (dims * 4,),
-                )
             self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_dims', ?)", (str(dims),))
+            if self.vector_extension:
+                self._fill_vector_table(dims)
+            elif self._has_table("chunks_vec"):
+                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_table_stale', '1')")
+                self.vector_table_ok = False
         self.vector_dims = dims
 
     def _has_table(self, name: str) -> bool:
@@ -365,24 +424,28 @@ class SQLiteStore(Store):
 
     # -- files and chunks ---------------------------------------------------------------------
 
+    @_locked
     def get_value(self, key: str) -> str | None:
         """A small bookkeeping value from ``meta`` (not the index identity)."""
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchall()
         return row[0][0] if row else None
 
+    @_locked
     def set_value(self, key: str, value: str) -> None:
         with self._tx():
             self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
+    @_locked
     def file_hashes(self, source: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
 
+    @_locked
     def file_states(self, source: str) -> dict[str, tuple[str, str, int, int]]:
         """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
         rows = self.conn.execute("SELECT path, hash, size, mtime FROM files WHERE source=?", (source,))
         return {row[0]: row for row in rows}
 
-    def _delete_chunks(self, source: str, paths: Sequence[str]) -> None:
+    def _delete_chunks(self, source: str, paths: Sequence[str], with_vectors: bool) -> None:
         """Delete the chunks (keywords, vectors) of ``paths``: one lookup per 500 paths, not per file."""
         conn = self.conn
         rids: list[int] = []
@@ -396,10 +459,11 @@ class SQLiteStore(Store):
             marks = ",".join("?" * len(part_rids))
             if self.fts_available:
                 conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
-            if self.vector_extension and self.vector_dims:
+            if with_vectors:
                 conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
             conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
+    @_locked
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         """Replace several files and their chunks in one transaction."""
         dims = next((len(c.embedding) for _, chunks in items for c in chunks if c.embedding), None)
@@ -408,13 +472,13 @@ class SQLiteStore(Store):
         now = _now_ms()
         conn = self.conn
         cjk = self.fts_tokenizer == "cjk"
-        with_vectors = self.vector_extension and bool(self.vector_dims)
         by_source: dict[str, list[str]] = {}
         for file, _ in items:
             by_source.setdefault(file.source, []).append(file.path)
         with self._tx():
+            with_vectors = self._vectors_in_step()
             for source, paths in by_source.items():
-                self._delete_chunks(source, paths)
+                self._delete_chunks(source, paths, with_vectors)
             conn.executemany(
                 "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
                 [(f.path, f.source, f.hash, f.mtime, f.size) for f, _ in items],
@@ -434,8 +498,8 @@ class SQLiteStore(Store):
                                  int(c.window)))
                     if not c.window:
                         docs.append((rid, index_document(c.text) if cjk else c.text))
-                    if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims:
-                        vecs.append((rid, blob))
+                    if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims and blob.strip(b"\0"):
+                        vecs.append((rid, blob))  # an all-zero vector has no direction: matrix side only
             conn.executemany(
                 "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
                 "updated_at, part) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -450,6 +514,7 @@ class SQLiteStore(Store):
         """Record a new size and mtime for a file whose content did not change."""
         self.touch_files([file])
 
+    @_locked
     def touch_files(self, files: Sequence[FileRow]) -> None:
         """:meth:`touch_file` for many files, in one transaction."""
         with self._tx():
@@ -458,12 +523,14 @@ class SQLiteStore(Store):
                 [(f.mtime, f.size, f.source, f.path) for f in files],
             )
 
+    @_locked
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
         paths = list(paths)
         with self._tx():
-            self._delete_chunks(source, paths)
+            self._delete_chunks(source, paths, self._vectors_in_step())
             self.conn.executemany("DELETE FROM files WHERE source=? AND path=?", [(source, p) for p in paths])
 
+    @_locked
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         """``id -> (path, source, start_line, end_line)``, without reading any text."""
         ids = list(ids)
@@ -501,6 +568,7 @@ class SQLiteStore(Store):
                 memo[cid] = (path, source, start, end)
         return out
 
+    @_locked
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         ids = list(ids)
         out: dict[str, ChunkRow] = {}
@@ -516,6 +584,7 @@ class SQLiteStore(Store):
 
     # -- search -------------------------------------------------------------------------------
 
+    @_locked
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         if not self.fts_available or not terms:
             return []
@@ -581,19 +650,21 @@ class SQLiteStore(Store):
             out.append(got[0][0])
         return out
 
+    @_locked
     def refresh(self) -> None:
         """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
         token = self._data_token()
         if token != self._seen_token:
             self._seen_token = token
-            self.vector_dims = self._existing_vector_dims()
+            self._read_vector_state()
 
+    @_locked
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         self.refresh()
         if not self.vector_dims or len(query) != self.vector_dims:
             return []
         self._vec_queries += 1
-        use_extension = self.vector_extension and self._vec_queries <= _MATRIX_AFTER_QUERIES
+        use_extension = self.vector_extension and self.vector_table_ok and self._vec_queries <= _MATRIX_AFTER_QUERIES
         if use_extension and not self._matrix_fresh():
             return [
                 (row[0], 1.0 - float(row[1]))
@@ -602,6 +673,7 @@ class SQLiteStore(Store):
                     "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
                     (_blob(query), int(limit)),
                 )
+                if row[1] is not None and math.isfinite(row[1])
             ]
         return self._matrix_search(query, limit)
 
@@ -650,6 +722,7 @@ class SQLiteStore(Store):
 
     # -- embedding cache ----------------------------------------------------------------------
 
+    @_locked
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
         for i in range(0, len(hashes), 400):
@@ -664,6 +737,7 @@ class SQLiteStore(Store):
                     out[h] = _unblob(blob)
         return out
 
+    @_locked
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
         if not items:
             return
@@ -675,6 +749,7 @@ class SQLiteStore(Store):
                 [(provider, model, provider_key, h, _blob(v), len(v), now) for h, v in items.items() if len(v)],
             )
 
+    @_locked
     def cache_prune(self, max_entries: int) -> int:
         count = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
         excess = count - max_entries
@@ -688,16 +763,19 @@ class SQLiteStore(Store):
             )
         return excess
 
+    @_locked
     def copy_cache_from(self, other: "SQLiteStore") -> None:
         """Copy another index's embedding cache into this one (a rebuild re-embeds nothing)."""
-        rows = other.conn.execute(
-            "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM embedding_cache"
-        ).fetchall()
+        with other._lock:
+            rows = other.conn.execute(
+                "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM embedding_cache"
+            ).fetchall()
         with self._tx():
             self.conn.executemany("INSERT OR REPLACE INTO embedding_cache VALUES (?,?,?,?,?,?,?)", rows)
 
     # -- status -------------------------------------------------------------------------------
 
+    @_locked
     def counts(self) -> StoreCounts:
         self.refresh()
         rows = self.conn.execute(
@@ -717,6 +795,7 @@ class SQLiteStore(Store):
         chunks = sum(v[1] for v in by_source.values())
         return StoreCounts(files, chunks, {k: (v[0], v[1]) for k, v in by_source.items()}, cache)
 
+    @_locked
     def has_content(self) -> bool:
         return bool(self.conn.execute("SELECT 1 FROM chunks LIMIT 1").fetchall())
 
@@ -745,12 +824,13 @@ class SQLiteStore(Store):
             tmp.conn.execute("PRAGMA synchronous=OFF")
             tmp.copy_cache_from(self)
             yield tmp
-            with self.conn.backup("main", tmp.conn, "main") as backup:
-                backup.step(-1)
-            self._writes += 1
-            self._matrix = None
-            self.fts_available = tmp.fts_available
-            self.vector_dims = self._existing_vector_dims()
+            with self._lock:
+                with self.conn.backup("main", tmp.conn, "main") as backup:
+                    backup.step(-1)
+                self._writes += 1
+                self._matrix = None
+                self.fts_available = tmp.fts_available
+                self._read_vector_state()
         finally:
             tmp.close()
             remove_index_files(tmp_path)
