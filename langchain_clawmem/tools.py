@@ -202,14 +202,15 @@ def memory_recall_prompt(
 
 
 class ClawmemToolkit(BaseToolkit):
-    """The memory tools and their system-prompt section, for an agent.
+    """The memory tools and their system-prompt section, for an agent built by hand.
+
+    With ``create_agent``, prefer :class:`~langchain_clawmem.middleware.ClawmemMiddleware`: it registers the same
+    tools and appends the section to the system prompt the agent already has.
 
     .. code-block:: python
 
-        from langchain.agents import create_agent
-
         kit = ClawmemToolkit(memory=MemoryIndex("~/agent-workspace"))
-        agent = create_agent(model, kit.get_tools(), system_prompt=kit.get_prompt())
+        tools, section = kit.get_tools(), kit.get_prompt()
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

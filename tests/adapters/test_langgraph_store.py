@@ -214,3 +214,20 @@ def test_langmem_memory_tools_work_on_clawmem(mem: MemoryIndex) -> None:
     memory_id = created.content.split()[-1]
     assert (mem.workspace / "memory" / "memories" / "dana" / f"{memory_id}.md").is_file()
     assert memory_id in found.content and "window seats" in found.content and '"score"' in found.content
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"content": {"food": "tea", "tags": ["a", "b"]}},  # LangMem with a schema: structured content
+        {"x": "y", "n": 3},
+        {"content": "multi\n\nline\n---\nwith a rule", "kind": "note"},
+        {},
+        {"content": ""},
+        {"content": "中文内容：李伟喜欢清淡的粤菜。"},
+    ],
+)
+def test_values_round_trip(mem: MemoryIndex, value: dict) -> None:
+    store = ClawmemStore(mem)
+    store.put(("t",), "k", value)
+    assert store.get(("t",), "k").value == value
