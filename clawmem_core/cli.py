@@ -46,6 +46,8 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help="JSON config: a memorySearch object or an OpenClaw config")
     parser.add_argument("--provider", choices=PROVIDERS, default=default, help="embedding provider")
     parser.add_argument("--model", metavar="NAME", default=default, help="embedding model")
+    parser.add_argument("--store", metavar="URL", default=default,
+                        help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +130,11 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         changes["model"] = args.model
         if (args.provider or config.provider) == "local":  # --model names the local model
             changes["local"] = dataclasses.replace(config.local, model_path=args.model)
+    if getattr(args, "store", None):
+        from .config import StoreConfig
+
+        changes["store"] = dataclasses.replace(config.store, url=args.store)
+        StoreConfig.__post_init__(changes["store"])
     return dataclasses.replace(config, **changes) if changes else config
 
 

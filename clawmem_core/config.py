@@ -141,10 +141,16 @@ class CacheConfig:
 
 @dataclass
 class VectorStoreConfig:
-    """sqlite-vec settings: ``enabled`` false keeps vectors in the index but searches them with NumPy."""
+    """Vector search settings. SQLite: ``enabled`` false keeps vectors in the index but searches
+    them with NumPy. PostgreSQL: an agent with fewer than ``exact_below`` vectors is searched
+    exactly, above that through an HNSW index."""
 
     enabled: bool = True
     extension_path: str | None = None
+    exact_below: int = 20_000
+
+    def __post_init__(self) -> None:
+        self.exact_below = max(0, int(_num(self.exact_below, "store.vector.exact_below")))
 
 
 @dataclass
@@ -160,11 +166,22 @@ class FtsConfig:
 
 @dataclass
 class StoreConfig:
-    """Where the index lives; ``path`` may contain ``{agent_id}`` and ``~``."""
+    """Where the index lives: a SQLite file per agent (``path`` may contain ``{agent_id}`` and
+    ``~``), or, with ``url`` (``postgresql://...``, also ``$CLAWMEM_STORE_URL``), a PostgreSQL
+    database shared by many agents. The URL's password is a secret: never shown."""
 
     path: str | None = None
+    url: str | None = field(default=None, repr=False)
     vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
     fts: FtsConfig = field(default_factory=FtsConfig)
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            if not isinstance(self.url, str):
+                raise ConfigError(f"store.url must be a string, got {type(self.url).__name__}")
+            self.url = self.url.strip() or None
+        if self.url is not None and self.url.split(":", 1)[0].lower() not in ("postgres", "postgresql"):
+            raise ConfigError("store.url must be a postgresql:// URL")
 
 
 @dataclass
@@ -308,6 +325,10 @@ class MemoryConfig:
         """A plain snake_case dict (the API key is left out)."""
         d = dataclasses.asdict(self)
         d["remote"]["api_key"] = None
+        if self.store.url:
+            from .store.postgres import redact_url
+
+            d["store"]["url"] = redact_url(self.store.url)
         return d
 
 

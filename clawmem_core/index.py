@@ -108,7 +108,8 @@ class MemoryIndex:
         self.agent_id = agent_id
         self.config = config
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
-        self.store_path = self._resolve_store_path()
+        #: The SQLite index file (``None`` when the index is in PostgreSQL).
+        self.store_path: Path | None = None if self._store_url() else self._resolve_store_path()
         #: Session transcripts (``*.jsonl``) indexed when ``sources`` includes "sessions".
         self.sessions_dir = (
             Path(os.path.expanduser(os.fspath(sessions_dir)))
@@ -152,7 +153,22 @@ class MemoryIndex:
             return p if p.is_absolute() else self.workspace / p
         return self.state_dir / "memory" / f"{self.agent_id}.sqlite"
 
+    def _store_url(self) -> str | None:
+        return self.config.store.url or os.environ.get("CLAWMEM_STORE_URL") or None
+
     def _new_backend(self) -> StoreBackend:
+        url = self._store_url()
+        if url:
+            from .store.postgres import PostgresBackend, is_postgres_url
+
+            if not is_postgres_url(url):
+                raise ConfigError("CLAWMEM_STORE_URL must be a postgresql:// URL")
+            return PostgresBackend(
+                url,
+                self.agent_id,
+                fts_tokenizer=self.config.store.fts.tokenizer,
+                exact_below=self.config.store.vector.exact_below,
+            )
         from .store.sqlite import SQLiteBackend
 
         return SQLiteBackend(
@@ -671,7 +687,7 @@ class MemoryIndex:
         return IndexStatus(
             agent_id=self.agent_id,
             workspace=str(self.workspace),
-            store_path=str(self.store_path),
+            store_path=self._backend.location,
             files=counts.files,
             chunks=counts.chunks,
             by_source={s: {"files": f, "chunks": c} for s, (f, c) in counts.by_source.items()},

@@ -253,7 +253,7 @@ class Syncer:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, mtime, size)
+            row = FileRow(item.path, item.source, digest, mtime, size, text)
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1

@@ -10,7 +10,7 @@ meta, and an atomic full rebuild).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ContextManager, Hashable, Iterable, Sequence
 
 from ..errors import StoreError
@@ -36,11 +36,15 @@ class ChunkRow:
 
 @dataclass(frozen=True)
 class FileRow:
+    """An indexed file; ``text`` is what was indexed (a store may keep it, to serve reads where
+    the workspace is not on disk)."""
+
     path: str
     source: str
     hash: str
     mtime: int
     size: int
+    text: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

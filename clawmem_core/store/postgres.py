@@ -1,0 +1,852 @@
+"""The PostgreSQL store: many agents in one database, with pgvector for vectors.
+
+Every row carries its agent id and every query is scoped by it; the embedding cache is shared by
+all agents (same provider, model and text hash: embedded once for everyone). Each agent has a live
+*generation*: a full reindex writes a new generation beside the live one and switches to it in one
+transaction. Keyword search is BM25 over the same terms as the SQLite store (FTS5's own tokenizer,
+run in process), kept in a ``tsvector`` with a GIN index and scored with FTS5's ``bm25()`` formula.
+Vectors are pgvector ``vector`` values, searched exactly below ``exact_below`` rows per agent and
+through an HNSW (cosine) index above. Syncs of one agent are serialised by a PostgreSQL advisory
+lock, so processes on different hosts can sync the same agent.
+
+Needs ``pip install "clawmem-py[postgres]"`` (psycopg 3 and psycopg-pool) and the ``vector``
+extension (pgvector), which every managed PostgreSQL ships.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import ConfigError, MissingDependencyError, StoreError
+from ..text import index_document
+from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+log = logging.getLogger("clawmem")
+
+SCHEMA_VERSION = 1
+META_KEY = "memory_index_meta_v1"
+#: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
+EXACT_BELOW = 20_000
+#: HNSW candidates examined per query (at least the number asked for).
+HNSW_EF_SEARCH = 200
+#: FTS5's ``bm25()`` constants.
+_K1, _B = 1.2, 0.75
+#: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
+_MAX_LEXEME_BYTES = 2046
+#: Arbitrary key of the advisory lock taken while creating the schema.
+_SCHEMA_LOCK = 0x636C61776D656D  # "clawmem"
+
+_SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE IF NOT EXISTS clawmem_schema (version integer NOT NULL);
+CREATE SEQUENCE IF NOT EXISTS clawmem_generation_seq;
+CREATE TABLE IF NOT EXISTS clawmem_agents (
+    agent text PRIMARY KEY,
+    generation bigint NOT NULL,
+    data_version bigint NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS clawmem_meta (
+    agent text NOT NULL, generation bigint NOT NULL, key text NOT NULL, value text NOT NULL,
+    PRIMARY KEY (agent, generation, key));
+CREATE TABLE IF NOT EXISTS clawmem_files (
+    agent text NOT NULL, generation bigint NOT NULL, source text NOT NULL, path text NOT NULL,
+    hash text NOT NULL, mtime bigint NOT NULL, size bigint NOT NULL, content text,
+    PRIMARY KEY (agent, generation, source, path));
+CREATE TABLE IF NOT EXISTS clawmem_chunks (
+    rid bigserial PRIMARY KEY,
+    agent text NOT NULL, generation bigint NOT NULL, id text NOT NULL,
+    path text NOT NULL, source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL,
+    hash text NOT NULL, model text NOT NULL, text text NOT NULL,
+    part smallint NOT NULL DEFAULT 0,
+    terms tsvector, tf jsonb, doc_len integer NOT NULL DEFAULT 0,
+    dims integer, embedding vector,
+    updated_at bigint NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS clawmem_chunks_id ON clawmem_chunks (agent, generation, id);
+CREATE INDEX IF NOT EXISTS clawmem_chunks_path ON clawmem_chunks (agent, generation, source, path);
+CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
+CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
+    provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
+    dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
+    PRIMARY KEY (provider, model, provider_key, hash));
+CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_cache (updated_at);
+"""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (also a ``password=`` query parameter)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _password_of(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        pw = parts.password
+    except ValueError:
+        return None
+    m = re.search(r"(?i)(?:^|&)password=([^&]*)", parts.query)
+    return pw or (m.group(1) if m else None)
+
+
+def is_postgres_url(url: str | None) -> bool:
+    return bool(url) and str(url).split(":", 1)[0].lower() in ("postgres", "postgresql")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _vec(v: Sequence[float]) -> str:
+    """A pgvector text literal."""
+    return "[" + ",".join(repr(float(x)) for x in v) + "]"
+
+
+class _Terms:
+    """FTS5's tokenizer for the configured ``store.fts.tokenizer``, run in process: the PostgreSQL
+    index holds exactly the terms the SQLite index holds."""
+
+    def __init__(self, tokenizer: str) -> None:
+        import apsw
+
+        from .sqlite import FTS_TOKENIZERS
+
+        if tokenizer not in ("cjk", "unicode61"):
+            raise ConfigError(f"the PostgreSQL store supports store.fts.tokenizer cjk or unicode61, not {tokenizer!r}")
+        self.cjk = tokenizer == "cjk"
+        self._conn = apsw.Connection(":memory:")
+        name, *args = [a.strip("'") for a in FTS_TOKENIZERS[tokenizer].split()]
+        self._tok = self._conn.fts5_tokenizer(name, args)
+        self._doc_flag = apsw.FTS5_TOKENIZE_DOCUMENT
+        self._query_flag = apsw.FTS5_TOKENIZE_QUERY
+        self._lock = threading.Lock()
+
+    def document(self, text: str) -> list[str]:
+        doc = index_document(text) if self.cjk else text
+        with self._lock:
+            got = self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False)
+        return [t[0] for t in got if t]
+
+    def query(self, terms: Sequence[str]) -> list[str]:
+        """The tokens of query terms (a term of several tokens counts as each of them)."""
+        out: list[str] = []
+        with self._lock:
+            for term in terms:
+                got = self._tok(term.encode("utf-8"), self._query_flag, None, include_offsets=False)
+                out.extend(t[0] for t in got if t)
+        return [t for t in dict.fromkeys(out) if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES]
+
+
+def _tsquery(tokens: Sequence[str]) -> str:
+    """``'a' | 'b'`` with every lexeme quoted (nothing in a term is tsquery syntax)."""
+    return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in tokens)
+
+
+class PostgresBackend(StoreBackend):
+    """One agent's index in a PostgreSQL database shared with other agents.
+
+    Backends for the same URL share one connection pool per process.
+    """
+
+    _pools: dict[str, "ConnectionPool"] = {}
+    _pools_lock = threading.Lock()
+
+    def __init__(
+        self,
+        url: str,
+        agent_id: str,
+        *,
+        fts_tokenizer: str = "cjk",
+        exact_below: int = EXACT_BELOW,
+        pool_size: int = 4,
+    ) -> None:
+        self._url = url
+        self._password = _password_of(url)
+        self.agent_id = agent_id
+        self.location = f"{redact_url(url)} (agent {agent_id})"
+        self.exact_below = exact_below
+        self.terms = _Terms(fts_tokenizer)
+        self._pool_size = pool_size
+        self._lock_conn: psycopg.Connection | None = None
+        self._lock_depth = 0
+        self._lock_guard = threading.RLock()
+        self._schema_ready = False
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.location!r})"
+
+    @classmethod
+    def close_pools(cls, url: str | None = None) -> None:
+        """Close this process's connection pools (of ``url`` only, when given)."""
+        with cls._pools_lock:
+            for key in [k for k in cls._pools if url is None or k == url]:
+                with contextlib.suppress(Exception):
+                    cls._pools.pop(key).close(timeout=5)
+
+    # -- connections ------------------------------------------------------------------------------
+
+    def clean(self, text: str) -> str:
+        """``text`` without the password (error messages of the driver)."""
+        if self._password:
+            text = text.replace(self._password, "***")
+        return text
+
+    def error(self, what: str, exc: BaseException) -> StoreError:
+        return StoreError(self.clean(f"{what} ({redact_url(self._url)}): {exc}".strip()))
+
+    @property
+    def pool(self) -> "ConnectionPool":
+        with self._pools_lock:
+            pool = self._pools.get(self._url)
+            if pool is None or pool.closed:
+                try:
+                    from psycopg_pool import ConnectionPool
+                except ImportError:
+                    raise MissingDependencyError(
+                        'the PostgreSQL store needs psycopg and psycopg-pool: pip install "clawmem-py[postgres]"'
+                    ) from None
+                import psycopg
+
+                try:  # fails at once when the server cannot be reached (the pool would retry)
+                    psycopg.connect(self._url, connect_timeout=10).close()
+                except psycopg.Error as exc:
+                    raise self.error("cannot connect to PostgreSQL", exc) from None
+                pool = ConnectionPool(
+                    self._url,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True},
+                    check=ConnectionPool.check_connection,
+                    open=False,
+                    name="clawmem",
+                )
+                try:
+                    pool.open(wait=True, timeout=15)
+                except Exception as exc:
+                    with contextlib.suppress(Exception):
+                        pool.close(timeout=0)
+                    raise self.error("cannot connect to PostgreSQL", exc) from None
+                self._pools[self._url] = pool
+            return pool
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator["psycopg.Connection"]:
+        """A pooled connection (autocommit); driver errors come out as :class:`StoreError`
+        without the password."""
+        import psycopg
+
+        try:
+            with self.pool.connection(timeout=30) as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise self.error("PostgreSQL error", exc) from None
+        except Exception as exc:
+            from psycopg_pool import PoolTimeout
+
+            if isinstance(exc, PoolTimeout):
+                raise self.error("no PostgreSQL connection available", exc) from None
+            raise
+
+    def ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        with self.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            exists = conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]  # type: ignore[index]
+            if exists:
+                row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
+                if row is not None and row[0] != SCHEMA_VERSION:
+                    raise StoreError(
+                        f"database {redact_url(self._url)} has clawmem schema version {row[0]}; this clawmem "
+                        f"writes {SCHEMA_VERSION}"
+                    )
+            conn.execute(_SCHEMA)
+            if conn.execute("SELECT count(*) FROM clawmem_schema").fetchone()[0] == 0:  # type: ignore[index]
+                conn.execute("INSERT INTO clawmem_schema VALUES (%s)", (SCHEMA_VERSION,))
+        self._schema_ready = True
+
+    # -- StoreBackend -----------------------------------------------------------------------------
+
+    def open(self) -> "PostgresStore":
+        self.ensure_schema()
+        return PostgresStore(self, self.agent_id)
+
+    def open_namespace(self, agent_id: str) -> "PostgresStore":
+        """A handle on another agent's index in the same database (for shared namespaces)."""
+        self.ensure_schema()
+        return PostgresStore(self, agent_id, create=False)
+
+    @contextlib.contextmanager
+    def process_lock(self, blocking: bool = True) -> Iterator[None]:
+        """A session advisory lock on the agent, held on a dedicated connection: released by the
+        server if this process dies or loses the connection."""
+        import psycopg
+
+        with self._lock_guard:
+            if self._lock_depth:  # re-entered in this process (the sync lock is held already)
+                self._lock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth -= 1
+                return
+            key = self._lock_key()
+            try:
+                conn = psycopg.connect(self._url, autocommit=True)
+            except psycopg.Error as exc:
+                raise self.error("cannot connect to PostgreSQL", exc) from None
+            try:
+                if blocking:
+                    conn.execute("SET lock_timeout = '600s'")
+                    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                elif not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:  # type: ignore[index]
+                    raise StoreBusyError(f"another process is syncing agent {self.agent_id!r}")
+            except psycopg.Error as exc:
+                conn.close()
+                if isinstance(exc, psycopg.errors.LockNotAvailable):
+                    raise StoreBusyError(f"another process is syncing agent {self.agent_id!r}") from None
+                raise self.error("cannot take the sync lock", exc) from None
+            except BaseException:
+                conn.close()
+                raise
+            self._lock_conn, self._lock_depth = conn, 1
+            try:
+                yield
+            finally:
+                self._lock_conn, self._lock_depth = None, 0
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                conn.close()
+
+    def check_lock(self) -> None:
+        """Raise when the connection holding the sync lock was lost (another process may hold the
+        lock now): the sync stops before writing more."""
+        conn = self._lock_conn
+        if conn is None:
+            return
+        import psycopg
+
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise self.error("lost the connection holding the sync lock", exc) from None
+
+    def _lock_key(self) -> int:
+        import hashlib
+
+        digest = hashlib.sha256(f"clawmem:{self.agent_id}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    def set_aside(self, exc: BaseException) -> str:
+        """Nothing to move: the server keeps its data consistent. The agent's rows are dropped
+        so that the next sync rebuilds them."""
+        with self.connection() as conn, conn.transaction():
+            for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta"):
+                conn.execute(f"DELETE FROM {table} WHERE agent = %s", (self.agent_id,))
+        return "nowhere (its rows were dropped)"
+
+
+class PostgresStore(Store):
+    """An open handle on one agent's index (``generation`` set: a generation being built)."""
+
+    vector_extension = True
+    fts_available = True
+
+    def __init__(self, backend: PostgresBackend, agent: str, *, generation: int | None = None, create: bool = True) -> None:
+        self.backend = backend
+        self.agent = agent
+        self._gen = generation
+        self._closed = False
+        self._cache_token: Any = None
+        self._stats: tuple[int, float] = (0, 1.0)
+        self._vec_count: dict[int, int] = {}
+        self._hnsw: set[int] = set()
+        self.vector_path = None
+        if create:
+            with self.backend.connection() as conn:
+                conn.execute(
+                    "INSERT INTO clawmem_agents (agent, generation) VALUES (%s, nextval('clawmem_generation_seq')) "
+                    "ON CONFLICT (agent) DO NOTHING",
+                    (agent,),
+                )
+        self.refresh()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.backend.location!r}, agent={self.agent!r})"
+
+    @property
+    def vector_backend(self) -> str:
+        return "pgvector"
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator["psycopg.Connection"]:
+        if self._closed:
+            raise StoreError(f"index {self.backend.location} is closed")
+        with self.backend.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator["psycopg.Connection"]:
+        """A write transaction: holds the agent's row lock and bumps its data version."""
+        self.backend.check_lock()
+        with self._conn() as conn, conn.transaction():
+            conn.execute("UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s", (self.agent,))
+            yield conn
+
+    def _generation(self, conn: "psycopg.Connection") -> int:
+        if self._gen is not None:
+            return self._gen
+        row = conn.execute("SELECT generation FROM clawmem_agents WHERE agent = %s", (self.agent,)).fetchone()
+        if row is None:
+            return -1  # an agent nobody has indexed: no rows
+        return int(row[0])
+
+    #: The live generation of the agent, as a SQL expression over the ``%(agent)s`` parameter.
+    _LIVE = "(SELECT generation FROM clawmem_agents WHERE agent = %(agent)s)"
+
+    def _g(self) -> str:
+        return str(int(self._gen)) if self._gen is not None else self._LIVE
+
+    # -- identity and bookkeeping -----------------------------------------------------------------
+
+    def _get(self, key: str) -> str | None:
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT value FROM clawmem_meta WHERE agent = %(agent)s AND generation = {self._g()} AND key = %(key)s",
+                {"agent": self.agent, "key": key},
+            ).fetchone()
+        return row[0] if row else None
+
+    def _set(self, key: str, value: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                f"INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%(agent)s, {self._g()}, %(key)s, "
+                f"%(value)s) ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
+                {"agent": self.agent, "key": key, "value": value},
+            )
+
+    def get_meta(self) -> dict[str, Any] | None:
+        raw = self._get(META_KEY)
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def set_meta(self, meta: dict[str, Any]) -> None:
+        self._set(META_KEY, json.dumps(meta, sort_keys=True))
+
+    def get_value(self, key: str) -> str | None:
+        return self._get(f"value:{key}")
+
+    def set_value(self, key: str, value: str) -> None:
+        self._set(f"value:{key}", value)
+
+    def data_version(self) -> Any:
+        with self._conn() as conn:
+            row = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s", (self.agent,)).fetchone()
+        return (self._gen, tuple(row) if row else None)
+
+    def refresh(self) -> None:
+        dims = self._get("vector_dims")
+        self.vector_dims = int(dims) if dims else None
+
+    # -- files and chunks -------------------------------------------------------------------------
+
+    def file_hashes(self, source: str) -> dict[str, str]:
+        return {path: state[1] for path, state in self.file_states(source).items()}
+
+    def file_states(self, source: str) -> dict[str, FileState]:
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT path, hash, size, mtime FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"AND source = %(source)s",
+                {"agent": self.agent, "source": source},
+            ).fetchall()
+        return {r[0]: (r[0], r[1], int(r[2]), int(r[3])) for r in rows}
+
+    def file_text(self, source: str, path: str) -> tuple[str, int] | None:
+        """The text of an indexed file as last indexed, and its mtime (ms); ``None`` if not indexed."""
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT content, mtime FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"AND source = %(source)s AND path = %(path)s",
+                {"agent": self.agent, "source": source, "path": path},
+            ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return row[0], int(row[1])
+
+    def file_paths(self, source: str = "memory") -> list[str]:
+        """Paths of the indexed files of ``source``."""
+        return sorted(self.file_states(source))
+
+    def _delete(self, conn: "psycopg.Connection", gen: int, source: str, paths: list[str]) -> None:
+        conn.execute(
+            "DELETE FROM clawmem_chunks WHERE agent = %s AND generation = %s AND source = %s AND path = ANY(%s)",
+            (self.agent, gen, source, paths),
+        )
+
+    def _chunk_values(self, c: ChunkRow, gen: int, now: int) -> tuple[Any, ...]:
+        terms: list[str] | None = None
+        tf: str | None = None
+        doc_len = 0
+        if not c.window:
+            tokens = self.backend.terms.document(c.text)
+            doc_len = len(tokens)
+            counts = Counter(t for t in tokens if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES)
+            terms = list(counts)
+            tf = json.dumps({t: n for t, n in counts.items() if n > 1}, ensure_ascii=False)
+        emb = list(c.embedding) if c.embedding else None
+        return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text,
+                int(c.window), terms, tf, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now)
+
+    def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
+        now = _now_ms()
+        dims = next((len(c.embedding) for _, chunks in items for c in chunks if c.embedding), None)
+        by_source: dict[str, list[str]] = {}
+        for file, _ in items:
+            by_source.setdefault(file.source, []).append(file.path)
+        rows = []
+        seen: set[str] = set()
+        with self._tx() as conn:
+            gen = self._generation(conn)
+            for _, chunks in items:
+                for c in chunks:
+                    if c.id not in seen:  # identical pieces of one chunk: one row
+                        seen.add(c.id)
+                        rows.append(self._chunk_values(c, gen, now))
+            for source, paths in by_source.items():
+                self._delete(conn, gen, source, paths)
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO clawmem_files (agent, generation, source, path, hash, mtime, size, content) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent, generation, source, path) DO UPDATE "
+                    "SET hash = excluded.hash, mtime = excluded.mtime, size = excluded.size, content = excluded.content",
+                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text) for f, _ in items],
+                )
+                if rows:
+                    cur.executemany(
+                        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, "
+                        "model, text, part, terms, tf, doc_len, dims, embedding, updated_at) VALUES "
+                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb, %s, "
+                        "%s, %s::vector, %s)",
+                        rows,
+                    )
+            if dims and dims != self.vector_dims:
+                conn.execute(
+                    "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
+                    "ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
+                    (self.agent, gen, str(dims)),
+                )
+        if dims:
+            self.vector_dims = dims
+            self._maybe_build_hnsw(dims)
+
+    def touch_files(self, files: Sequence[FileRow]) -> None:
+        with self._tx() as conn:
+            gen = self._generation(conn)
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE clawmem_files SET mtime = %s, size = %s WHERE agent = %s AND generation = %s "
+                    "AND source = %s AND path = %s",
+                    [(f.mtime, f.size, self.agent, gen, f.source, f.path) for f in files],
+                )
+
+    def delete_files(self, source: str, paths: Iterable[str]) -> None:
+        paths = list(paths)
+        with self._tx() as conn:
+            gen = self._generation(conn)
+            self._delete(conn, gen, source, paths)
+            conn.execute(
+                "DELETE FROM clawmem_files WHERE agent = %s AND generation = %s AND source = %s AND path = ANY(%s)",
+                (self.agent, gen, source, paths),
+            )
+
+    def has_content(self) -> bool:
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT 1 FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} LIMIT 1",
+                {"agent": self.agent},
+            ).fetchone()
+        return row is not None
+
+    def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT id, path, source, start_line, end_line FROM clawmem_chunks WHERE agent = %(agent)s "
+                f"AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                {"agent": self.agent, "ids": ids},
+            ).fetchall()
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+    def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
+                f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                {"agent": self.agent, "ids": ids},
+            ).fetchall()
+        return {r[0]: ChunkRow(*r) for r in rows}
+
+    # -- search -----------------------------------------------------------------------------------
+
+    def _corpus_stats(self, conn: "psycopg.Connection") -> tuple[int, float]:
+        """Rows and average length of the keyword index (FTS5's N and avgdl), kept per data version."""
+        token = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s", (self.agent,)).fetchone()
+        token = (self._gen, token)
+        if token != self._cache_token:
+            row = conn.execute(
+                f"SELECT count(*), coalesce(sum(doc_len), 0) FROM clawmem_chunks WHERE agent = %(agent)s "
+                f"AND generation = {self._g()} AND part = 0",
+                {"agent": self.agent},
+            ).fetchone()
+            n, total = int(row[0]), float(row[1])  # type: ignore[index]
+            self._stats = (n, total / n if n else 1.0)
+            self._vec_count = {}
+            self._cache_token = token
+        return self._stats
+
+    def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+        tokens = self.backend.terms.query(terms)
+        if not tokens or limit <= 0:
+            return []
+        with self._conn() as conn:
+            n, avgdl = self._corpus_stats(conn)
+            if not n:
+                return []
+            # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
+            # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
+            rows = conn.execute(
+                f"""
+                WITH q AS (SELECT t, tq FROM unnest(%(tokens)s::text[], %(single)s::tsquery[]) AS q (t, tq)),
+                m AS MATERIALIZED (
+                    SELECT rid, id, doc_len, terms, tf FROM clawmem_chunks
+                    WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
+                      AND terms @@ %(query)s::tsquery),
+                d AS (
+                    SELECT q.t, q.tq, ln((%(n)s - count(m.rid) + 0.5) / (count(m.rid) + 0.5)) AS idf
+                    FROM q LEFT JOIN m ON m.terms @@ q.tq GROUP BY q.t, q.tq)
+                SELECT m.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
+                                  * (f.f * %(k1p)s) / (f.f + %(k1)s * (1 - %(b)s + %(b)s * m.doc_len / %(avgdl)s))) AS r
+                FROM m JOIN d ON m.terms @@ d.tq
+                CROSS JOIN LATERAL (SELECT coalesce((m.tf ->> d.t)::float8, 1.0) AS f) AS f
+                GROUP BY m.rid, m.id ORDER BY r, m.rid LIMIT %(limit)s
+                """,
+                {"tokens": tokens, "single": [_tsquery([t]) for t in tokens], "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
+                 "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
+            ).fetchall()
+        return [(r[0], float(r[1])) for r in rows]
+
+    def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        dims = len(query)
+        if not dims or limit <= 0:
+            return []
+        q = _vec(query)
+        with self._conn() as conn:
+            self._corpus_stats(conn)
+            count = self._vec_count.get(dims)
+            if count is None:
+                row = conn.execute(
+                    f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                    f"AND dims = {dims}",
+                    {"agent": self.agent},
+                ).fetchone()
+                count = self._vec_count[dims] = int(row[0])  # type: ignore[index]
+            if not count:
+                return []
+            params = {"agent": self.agent, "q": q, "limit": int(limit)}
+            if count < self.backend.exact_below or not self._has_hnsw(conn, dims):
+                rows = conn.execute(
+                    f"SELECT id, embedding <=> %(q)s::vector AS d FROM clawmem_chunks WHERE agent = %(agent)s "
+                    f"AND generation = {self._g()} AND dims = {dims} ORDER BY d, rid LIMIT %(limit)s",
+                    params,
+                ).fetchall()
+            else:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(int(limit), 1000))}")
+                    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    rows = conn.execute(
+                        f"WITH c AS MATERIALIZED (SELECT id, rid, embedding::vector({dims}) <=> %(q)s::vector({dims}) AS d "
+                        f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "
+                        f"ORDER BY embedding::vector({dims}) <=> %(q)s::vector({dims}) LIMIT %(limit)s) "
+                        f"SELECT id, d FROM c ORDER BY d, rid",
+                        params,
+                    ).fetchall()
+        out = []
+        for cid, d in rows:
+            if d is not None and math.isfinite(d):
+                out.append((cid, 1.0 - float(d)))
+        return out
+
+    def _has_hnsw(self, conn: "psycopg.Connection", dims: int) -> bool:
+        if dims in self._hnsw:
+            return True
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"clawmem_chunks_hnsw_{dims}",)).fetchone()
+        if row and row[0]:
+            self._hnsw.add(dims)
+            return True
+        return False
+
+    def _maybe_build_hnsw(self, dims: int) -> None:
+        """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
+        (one index per dimension count, shared by every agent)."""
+        with self._conn() as conn:
+            if self._has_hnsw(conn, dims):
+                return
+            row = conn.execute(
+                f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"AND dims = {dims}",
+                {"agent": self.agent},
+            ).fetchone()
+            if int(row[0]) < self.backend.exact_below:  # type: ignore[index]
+                return
+            build_hnsw(conn, dims)
+            self._hnsw.add(dims)
+
+    # -- embedding cache --------------------------------------------------------------------------
+
+    def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
+        if not hashes:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT hash, embedding::real[] FROM clawmem_embedding_cache WHERE provider = %s AND model = %s "
+                "AND provider_key = %s AND hash = ANY(%s)",
+                (provider, model, provider_key, list(hashes)),
+            ).fetchall()
+        return {h: [float(x) for x in v] for h, v in rows if v}
+
+    def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
+        values = [(provider, model, provider_key, h, len(v), _vec(v), _now_ms()) for h, v in items.items() if len(v)]
+        if not values:
+            return
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO clawmem_embedding_cache (provider, model, provider_key, hash, dims, embedding, updated_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s::vector, %s) ON CONFLICT (provider, model, provider_key, hash) "
+                "DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
+                values,
+            )
+
+    def cache_prune(self, max_entries: int) -> int:
+        with self._conn() as conn:
+            count = int(conn.execute("SELECT count(*) FROM clawmem_embedding_cache").fetchone()[0])  # type: ignore[index]
+            excess = count - max_entries
+            if excess <= 0:
+                return 0
+            conn.execute(
+                "DELETE FROM clawmem_embedding_cache WHERE (provider, model, provider_key, hash) IN "
+                "(SELECT provider, model, provider_key, hash FROM clawmem_embedding_cache ORDER BY updated_at LIMIT %s)",
+                (excess,),
+            )
+        return excess
+
+    # -- generations ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def rebuild(self) -> Iterator["PostgresStore"]:
+        """A new generation of this agent's index; the switch to it is one transaction."""
+        with self._conn() as conn:
+            gen = int(conn.execute("SELECT nextval('clawmem_generation_seq')").fetchone()[0])  # type: ignore[index]
+        tmp = PostgresStore(self.backend, self.agent, generation=gen, create=False)
+        try:
+            yield tmp
+            with self._tx() as conn:
+                conn.execute("UPDATE clawmem_agents SET generation = %s WHERE agent = %s", (gen, self.agent))
+            self.vector_dims = tmp.vector_dims
+            self._cache_token = None
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                self._drop_generations(keep_live=True)
+            raise
+        finally:
+            tmp.close()
+        with contextlib.suppress(StoreError):
+            self._drop_generations(keep_live=True)
+
+    def _drop_generations(self, keep_live: bool) -> int:
+        with self._conn() as conn, conn.transaction():
+            live = self._generation(conn)
+            n = 0
+            for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta"):
+                cur = conn.execute(f"DELETE FROM {table} WHERE agent = %s AND generation <> %s", (self.agent, live))
+                n += cur.rowcount or 0
+        return n
+
+    def remove_leftovers(self) -> int:
+        """Rows of generations that are not live (a rebuild that crashed, or an old generation not
+        yet dropped); call with the sync lock held."""
+        return self._drop_generations(keep_live=True)
+
+    # -- errors -----------------------------------------------------------------------------------
+
+    def is_corruption(self, exc: BaseException) -> bool:
+        return isinstance(exc, CorruptIndexError)
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def counts(self) -> StoreCounts:
+        self.refresh()
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT 'f', source, count(*) FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"GROUP BY source UNION ALL SELECT 'c', source, count(*) FROM clawmem_chunks WHERE agent = %(agent)s "
+                f"AND generation = {self._g()} AND part = 0 GROUP BY source UNION ALL "
+                f"SELECT 'e', '', count(*) FROM clawmem_embedding_cache",
+                {"agent": self.agent},
+            ).fetchall()
+        by_source: dict[str, list[int]] = {}
+        cache = 0
+        for kind, source, n in rows:
+            if kind == "e":
+                cache = int(n)
+                continue
+            entry = by_source.setdefault(source, [0, 0])
+            entry[0 if kind == "f" else 1] = int(n)
+        files = sum(v[0] for v in by_source.values())
+        chunks = sum(v[1] for v in by_source.values())
+        return StoreCounts(files, chunks, {k: (v[0], v[1]) for k, v in by_source.items()}, cache)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def build_hnsw(conn: "psycopg.Connection", dims: int) -> None:
+    """Create the HNSW (cosine) index over ``dims``-dimensional vectors (all agents), without
+    blocking writers."""
+    conn.execute(
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS clawmem_chunks_hnsw_{int(dims)} ON clawmem_chunks "
+        f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) WHERE dims = {int(dims)}"
+    )

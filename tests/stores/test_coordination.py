@@ -1,0 +1,153 @@
+"""Several processes on one agent's index, on both backends: no duplicates, no partial state after
+a kill, and (PostgreSQL) a lost connection mid-sync leaves nothing half-written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clawmem_core import MemoryIndex
+from clawmem_core.errors import StoreError
+from clawmem_core.testing import HashEmbedder
+
+WORKER = Path(__file__).resolve().parent / "worker.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def notes(root: Path, n: int, tag: str = "v1") -> Path:
+    (root / "memory").mkdir(parents=True, exist_ok=True)
+    (root / "MEMORY.md").write_text("# Long term\n\nI like jazz.\n", encoding="utf-8")
+    for i in range(n):
+        lines = [f"# Note {i} {tag}", ""]
+        for j in range(12):
+            h = hashlib.sha256(f"{tag}:{i}:{j}".encode()).hexdigest()
+            lines.append(f"- {tag} fact {i}.{j}: token{h[:10]} word{h[10:18]} topic{i}x{tag}")
+        (root / "memory" / f"n{i:03d}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def worker(ws: Path, state: Path, store: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, str(WORKER), str(ws), str(state), *args]
+    if store.get("url"):
+        cmd += ["--store", store["url"]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for(proc: subprocess.Popen[str], word: str) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(word):
+            return
+    raise AssertionError(f"worker ended before {word!r}: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def open_index(ws: Path, state: Path, store: dict[str, Any], model: str = "hash-v1") -> MemoryIndex:
+    return MemoryIndex(ws, config={"store": dict(store)}, embedder=HashEmbedder(model=model), state_dir=state)
+
+
+def same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Equal fingerprints, scores within float32 noise."""
+    return a[:2] == b[:2] and len(a[2]) == len(b[2]) and all(
+        x[:2] == y[:2] and abs(x[2] - y[2]) < 1e-5 for x, y in zip(a[2], b[2]))
+
+
+def fingerprint(mem: MemoryIndex) -> tuple[Any, ...]:
+    """What the index holds, as search sees it (files, chunks, and the answer to a few queries)."""
+    st = mem.status()
+    hits = tuple((r.path, r.start_line, r.score) for q in ("jazz", "topic3xv1", "topic3xv2", "fact 7.2")
+                 for r in mem.search(q, max_results=4, min_score=0))
+    return st.files, st.chunks, hits
+
+
+def test_two_processes_syncing_one_agent(tmp_path: Path, store_config: dict[str, Any]) -> None:
+    ws = notes(tmp_path / "ws", 24)
+    state = tmp_path / "state"
+    procs = [worker(ws, state, store_config, "--sleep", "0.02") for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    with open_index(ws, state, store_config) as mem:
+        got = fingerprint(mem)
+        assert mem.sync().files_indexed == 0
+    with open_index(ws, tmp_path / "fresh", {}) as ref:
+        ref.sync()
+        assert same(got, fingerprint(ref))
+
+
+@pytest.mark.parametrize("force", [True, False], ids=["full", "incremental"])
+def test_kill_mid_sync_leaves_old_or_new_and_the_next_sync_finishes(tmp_path: Path, store_config: dict[str, Any],
+                                                                    force: bool) -> None:
+    ws = notes(tmp_path / "ws", 30)
+    state = tmp_path / "state"
+    with open_index(ws, state, store_config) as mem:
+        mem.sync()
+        before = fingerprint(mem)
+    if not force:
+        notes(ws, 30, tag="v2")  # every file changes
+    # full: a model change rebuilds everything into a new generation; incremental: every file changed
+    model = "hash-v2" if force else "hash-v1"
+    proc = worker(ws, state, store_config, "--pause-after", "2", "--model", model)
+    wait_for(proc, "paused")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    with open_index(ws, state, store_config, model="hash-v1") as mem:
+        if force:
+            assert same(fingerprint(mem), before)  # the new generation never became visible
+    with open_index(ws, state, store_config, model=model) as mem:
+        files = mem._store.file_states("memory")
+        assert len(files) == 31
+        rep = mem.sync()
+        assert rep.files_indexed > 0 and rep.full == force
+        after = fingerprint(mem)
+        assert mem._store.remove_leftovers() == 0  # nothing left behind by the killed rebuild
+    with open_index(ws, tmp_path / "fresh", {}, model=model) as ref:
+        ref.sync()
+        assert same(after, fingerprint(ref))
+
+
+class _Cutter(HashEmbedder):
+    """Drops every connection of this database from the server side at its second batch."""
+
+    def __init__(self, url: str, model: str) -> None:
+        super().__init__(model=model)
+        self.url = url
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.calls == 1:
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return super()._embed_documents(texts)
+
+
+def test_connection_loss_mid_sync(tmp_path: Path, pg_url: str) -> None:
+    ws = notes(tmp_path / "ws", 30)
+    state = tmp_path / "state"
+    store = {"url": pg_url}
+    quiet = {"store": store, "sync": {"on_search": False, "on_session_start": False}}
+    with open_index(ws, state, store) as mem:
+        mem.sync()
+        before = fingerprint(mem)
+    # a model change: the full reindex loses every connection half-way
+    with MemoryIndex(ws, config={"store": store}, embedder=_Cutter(pg_url, "hash-v2"), state_dir=state) as mem:
+        with pytest.raises(StoreError):
+            mem.sync()
+        with MemoryIndex(ws, config=quiet, embedder=HashEmbedder(), state_dir=state) as reader:
+            assert same(fingerprint(reader), before)  # the old generation still answers, whole
+            assert reader._store.get_meta()["model"] == "hash-v1"
+        rep = mem.sync()  # the next sync finishes the job
+        assert rep.full and mem._store.get_meta()["model"] == "hash-v2"
+        after = fingerprint(mem)
+        assert mem._store.remove_leftovers() == 0
+    with open_index(ws, tmp_path / "fresh", {}, model="hash-v2") as ref:
+        ref.sync()
+        assert same(after, fingerprint(ref))
