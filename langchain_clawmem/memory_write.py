@@ -23,7 +23,7 @@ from clawmem_core.memory_write import (
 from clawmem_core.tools import invalid_arguments_payload
 from clawmem_core.tool_schemas import MemoryWriteInput
 
-from .tools import MemoryStructuredTool
+from .tools import MemoryStructuredTool, _error_content, tool_result
 
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
 
@@ -43,11 +43,11 @@ def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:
 
     def _write(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
         payload = write_payload(memory, text, target)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     async def _awrite(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
         payload = await awrite_payload(memory, text, target)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     tool = MemoryStructuredTool.from_function(
         func=_write,
@@ -57,5 +57,6 @@ def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:
         args_schema=MemoryWriteInput,
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
+        handle_tool_error=_error_content,
     )
     return tool  # type: ignore[return-value]

@@ -13,7 +13,7 @@ import json
 from typing import Any, Iterable, Literal, Sequence, cast
 
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
+from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool, ToolException
 from pydantic import ConfigDict, ValidationError
 
 from clawmem_core import InvalidQueryError, MemoryIndex
@@ -49,9 +49,29 @@ def _loads(content: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+class PayloadError(ToolException):
+    """A tool payload carrying an ``error``: raised inside the tool so that LangChain itself makes the result a
+    ``ToolMessage`` with ``status="error"`` (callbacks see it so too); its content is the payload as JSON."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__(json.dumps(payload, ensure_ascii=False))
+        self.payload = payload
+
+
+def tool_result(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(content, artifact)`` of a payload; an error payload raises :class:`PayloadError`."""
+    if payload.get("error"):
+        raise PayloadError(payload)
+    return json.dumps(payload, ensure_ascii=False), payload
+
+
+def _error_content(exc: ToolException) -> str:
+    return str(exc)
+
+
 def error_status(output: Any) -> Any:
-    """Mark a tool message whose payload carries an ``error`` as ``status="error"`` and keep the
-    payload as its artifact (LangChain's validation-error path leaves the artifact empty)."""
+    """Keep the payload of an error tool message as its artifact (LangChain's error paths leave the artifact
+    empty; the status is already ``"error"``)."""
     if not isinstance(output, ToolMessage):
         return output
     payload = output.artifact if isinstance(output.artifact, dict) else _loads(output.content)
@@ -105,13 +125,13 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
 
     def _search(query: str, max_results: int | None = None, min_score: float | None = None) -> tuple[str, dict[str, Any]]:
         payload = search_payload(memory, query, max_results, min_score, session_key=session_key)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     async def _asearch(
         query: str, max_results: int | None = None, min_score: float | None = None
     ) -> tuple[str, dict[str, Any]]:
         payload = await asearch_payload(memory, query, max_results, min_score, session_key=session_key)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
         return _dumps(search_error_payload(InvalidQueryError(_first_line(exc))))
@@ -124,6 +144,7 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
         args_schema=MemorySearchInput,
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
+        handle_tool_error=_error_content,
         metadata={CITATIONS_METADATA_KEY: memory.config.citations},
     )
     return cast(MemoryStructuredTool, tool)
@@ -134,13 +155,13 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
 
     def _get(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
         payload = get_payload(memory, path, from_line, lines)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     async def _aget(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
         import asyncio
 
         payload = await asyncio.to_thread(get_payload, memory, path, from_line, lines)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
         return _dumps(invalid_arguments_payload(MEMORY_GET_NAME, _first_line(exc)))
@@ -153,6 +174,7 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
         args_schema=MemoryGetInput,
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
+        handle_tool_error=_error_content,
         metadata={CITATIONS_METADATA_KEY: memory.config.citations},
     )
     return cast(MemoryStructuredTool, tool)

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("langchain")
 
 from langchain.agents import create_agent  # noqa: E402
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
@@ -125,8 +126,10 @@ def test_error_payloads_are_error_tool_messages_in_the_agent(tmp_path: Path) -> 
     ]
     model = ScriptedToolModel(script=[AIMessage("", tool_calls=calls), AIMessage("done")])
     agent = create_agent(model, [], middleware=[ClawmemMiddleware(mem, write=True)])
-    state = agent.invoke({"messages": [HumanMessage("go")]})
+    seen = ToolEnds()
+    state = agent.invoke({"messages": [HumanMessage("go")]}, {"callbacks": [seen]})
     results = {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+    assert seen.statuses == {"c1": "error", "c2": "error", "c3": "error", "c4": "success", "c5": "error"}  # callbacks agree
     for bad in ("c1", "c2", "c3", "c5"):
         msg = results[bad]
         assert msg.status == "error", bad
@@ -135,6 +138,17 @@ def test_error_payloads_are_error_tool_messages_in_the_agent(tmp_path: Path) -> 
     assert "maxResults" in results["c1"].artifact["error"]
     assert results["c4"].status == "success" and results["c4"].artifact["text"]
     mem.close()
+
+
+class ToolEnds(BaseCallbackHandler):
+    """Records the status of each tool message as callbacks (tracers) receive it."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, str] = {}
+
+    def on_tool_end(self, output: Any, **kwargs: Any) -> None:
+        if isinstance(output, ToolMessage):
+            self.statuses[output.tool_call_id] = output.status
 
 
 def _strict_ok(schema: dict[str, Any]) -> None:
