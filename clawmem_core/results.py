@@ -13,7 +13,9 @@ def citation_for(path: str, start_line: int, end_line: int) -> str:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """One ranked snippet. ``vector_score`` and ``text_score`` show how ``score`` was made."""
+    """One ranked snippet. ``start_line``/``end_line`` are the chunk's lines; the snippet shows the
+    part that matched, lines ``snippet_start_line``..``snippet_end_line`` (the citation). ``vector_score``
+    and ``text_score`` show how ``score`` was made."""
 
     path: str
     start_line: int
@@ -24,10 +26,15 @@ class SearchResult:
     id: str = ""
     vector_score: float = 0.0
     text_score: float = 0.0
+    #: The file lines the snippet shows (0: the chunk's lines).
+    snippet_start_line: int = 0
+    snippet_end_line: int = 0
 
     @property
     def citation(self) -> str:
-        return citation_for(self.path, self.start_line, self.end_line)
+        """``path#Lstart-Lend`` of the lines the snippet shows."""
+        return citation_for(self.path, self.snippet_start_line or self.start_line,
+                            self.snippet_end_line or self.end_line)
 
     def metadata(self) -> dict[str, Any]:
         """Where the snippet comes from and how it scored: the metadata of the adapters'

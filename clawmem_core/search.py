@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
 from .errors import InvalidQueryError
 from .results import SearchResult
+from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import search_terms, similarity_tokens
 
 if TYPE_CHECKING:
     from .config import QueryConfig
     from .store.base import Store
 
-SNIPPET_MAX_CHARS = 700
 MAX_QUERY_TERMS = 64
 #: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
 MAX_RESULTS = 1000
@@ -293,7 +293,8 @@ def rank(
     hybrid = cfg.hybrid
     pool = max(CANDIDATE_POOL, k)
     keyword_side = keyword_only or (hybrid.enabled and store.fts_available)
-    kw_hits = store.keyword_search(search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS], pool) if keyword_side else []
+    terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+    kw_hits = store.keyword_search(terms, pool) if keyword_side else []
     vec_hits: list[tuple[str, float]] = []
     if qvec is not None and any(v != 0 for v in qvec):
         vec_hits = store.vector_search(qvec, pool)
@@ -325,10 +326,20 @@ def rank(
     # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
     floor = 0.0 if keyword_only else min(min_score, hybrid.text_weight)
     chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
-    return [
-        SearchResult(c.path, c.start_line, c.end_line, c.score, c.snippet, c.source, c.id, c.vector_score, c.text_score)
-        for c in with_snippets(store, chosen)
-    ]
+    return results_with_snippets(store, chosen, terms)
+
+
+def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:
+    """The results, each with the part of its chunk that matched ``terms`` as its snippet (a vector
+    hit's row is its best embedding window) and the lines that part shows."""
+    rows = store.get_chunks([c.id for c in chosen])
+    out = []
+    for c in chosen:
+        row = rows.get(c.id)
+        snip = build_snippet(row.text if row is not None else c.snippet, c.start_line, c.end_line, terms)
+        out.append(SearchResult(c.path, c.start_line, c.end_line, c.score, snip.text, c.source, c.id, c.vector_score,
+                                c.text_score, snip.start_line, snip.end_line))
+    return out
 
 
 def with_snippets(store: "Store", cands: list[Candidate]) -> list[Candidate]:

@@ -84,7 +84,7 @@ def test_retriever_documents_carry_chunk_id_and_metadata(keyword_memory: MemoryI
         assert (md["path"], md["start_line"], md["end_line"], md["memory_source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
         assert md["source"] == hit.path  # LangChain's convention: the file
         assert md["score"] == pytest.approx(hit.score)
-        assert md["citation"] == f"{hit.path}#L{hit.start_line}-L{hit.end_line}"
+        assert md["citation"] == hit.citation
     scores = [d.metadata["score"] for d in docs]
     assert scores == sorted(scores, reverse=True)
 
@@ -167,8 +167,12 @@ def test_memory_search_payload(keyword_memory: MemoryIndex) -> None:
     assert payload["mode"] == "fts-only" and payload["provider"] == "none"
     (hit,) = payload["results"]
     assert set(hit) == {"path", "startLine", "endLine", "score", "snippet", "source", "citation"}
-    assert hit["path"] == "MEMORY.md" and hit["citation"] == "MEMORY.md#L1-L21"
-    assert hit["snippet"].endswith("Source: MEMORY.md#L1-L21")
+    assert hit["path"] == "MEMORY.md" and (hit["startLine"], hit["endLine"]) == (1, 21)  # the chunk
+    # the snippet shows the part that matched (Marco's line 19), and the citation names its lines
+    assert "Marco (manager): weekly 1:1" in hit["snippet"]
+    first, last = map(int, hit["citation"].removeprefix("MEMORY.md#L").split("-L"))
+    assert 1 <= first <= 19 <= last <= 21
+    assert hit["snippet"].endswith(f"Source: {hit['citation']}")
 
 
 def test_memory_search_citations_off(tmp_path: Path) -> None:

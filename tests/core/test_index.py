@@ -117,8 +117,8 @@ def test_results_carry_the_documented_fields(make_workspace: WorkspaceFactory, o
     [hit] = mem.search("kubernetes deploy", min_score=0)
     assert hit.path == "MEMORY.md" and hit.source == "memory"
     assert (hit.start_line, hit.end_line) == (1, 4)  # a final newline does not open a line 5
-    assert hit.citation == "MEMORY.md#L1-L4"
-    assert len(hit.snippet) <= 700 and hit.snippet.startswith("intro")
+    assert hit.citation == "MEMORY.md#L3"  # the snippet shows the matching line (cut to 700 characters)
+    assert len(hit.snippet) <= 700 and "kubernetes deploy" in hit.snippet and "intro" not in hit.snippet
     assert 0 < hit.score <= 1
 
 

