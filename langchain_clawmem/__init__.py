@@ -28,6 +28,7 @@ from .tools import (
 __all__ = [
     "ClawmemMiddleware",
     "ClawmemRetriever",
+    "ClawmemAgentsStore",
     "ClawmemStore",
     "ClawmemToolkit",
     "MemoryFlushMiddleware",
@@ -48,8 +49,8 @@ def __getattr__(name: str) -> object:
         from . import middleware
 
         return getattr(middleware, name)
-    if name == "ClawmemStore":
-        from .store import ClawmemStore
+    if name in ("ClawmemStore", "ClawmemAgentsStore"):
+        from . import store
 
-        return ClawmemStore
+        return getattr(store, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

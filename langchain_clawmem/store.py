@@ -25,7 +25,8 @@ string) under a small front matter holding the key, the timestamps and the other
 A person can read and edit these files; the index finds them like any other note (``memory_search`` included),
 and a Markdown file someone adds to such a folder is an item too (its key is the file name, its value
 ``{"content": <text>}``). ``folder="agents/main"`` puts the namespaces under ``memory/agents/main/`` instead,
-so several agents can share one workspace without seeing each other's items.
+so several agents can share one workspace without seeing each other's items; :class:`ClawmemAgentsStore` maps
+the first namespace label to an agent's own workspace.
 
 **Names.** Namespace labels and keys become file names: characters a file name cannot hold (``/ \\ : * ? " < >
 |``, control characters, ``%``, a leading ``.``, surrounding spaces) are percent-encoded, so no label or key can
@@ -68,7 +69,7 @@ from langgraph.store.base import (
 from clawmem_core import MemoryIndex
 from clawmem_core.writing import remove_file, replace_file
 
-__all__ = ["ClawmemStore", "decode_name", "encode_name"]
+__all__ = ["ClawmemAgentsStore", "ClawmemStore", "decode_name", "encode_name"]
 
 MEMORY_DIR = "memory"
 MAX_NAME_BYTES = 150
@@ -435,3 +436,83 @@ def _timestamp(raw: Any, fallback: datetime) -> datetime:
             return fallback
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
     return fallback
+
+
+class ClawmemAgentsStore(BaseStore):
+    """A LangGraph ``BaseStore`` over several agents' workspaces: the namespace's first label names the agent
+    (``{"main": mem_main, "support": mem_support}``), the rest are folders in that agent's ``memory/``.
+
+    ``("support", "users", "dana")``, key ``food`` is ``memory/users/dana/food.md`` in the support agent's
+    workspace. A search or listing with an empty prefix spans every agent; an unknown agent is an
+    ``InvalidNamespaceError``. Other arguments are those of :class:`ClawmemStore`.
+    """
+
+    supports_ttl = False
+
+    def __init__(self, agents: Mapping[str, MemoryIndex], **kwargs: Any) -> None:
+        if not agents:
+            raise ValueError("agents must name at least one MemoryIndex")
+        self.stores = {str(agent): ClawmemStore(mem, **kwargs) for agent, mem in agents.items()}
+
+    def _store(self, namespace: tuple[str, ...], *, need_folder: bool) -> tuple[ClawmemStore, tuple[str, ...]]:
+        if not namespace or namespace[0] not in self.stores:
+            raise InvalidNamespaceError(f"the first namespace label must name an agent ({sorted(self.stores)}), got {namespace!r}")
+        if need_folder and len(namespace) < 2:
+            raise InvalidNamespaceError(f"an item needs a folder after the agent id, got {namespace!r}")
+        return self.stores[namespace[0]], tuple(namespace[1:])
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        targets = [(agent, ()) for agent in sorted(self.stores)] if not prefix else [(prefix[0], prefix[1:])]
+        window = max(0, op.offset) + max(0, op.limit)
+        found: list[SearchItem] = []
+        for agent, rest in targets:
+            store, _ = self._store((agent,), need_folder=False)
+            sub = store._search(op._replace(namespace_prefix=rest, offset=0, limit=window))
+            found += [
+                SearchItem((agent, *i.namespace), i.key, i.value, i.created_at, i.updated_at, i.score) for i in sub
+            ]
+        if op.query:
+            found.sort(key=lambda i: -(i.score or 0.0))
+        else:
+            found.sort(key=lambda i: i.updated_at, reverse=True)
+        return found[max(0, op.offset) : window]
+
+    def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        everything = ListNamespacesOp(match_conditions=None, max_depth=None, limit=2**31, offset=0)
+        found = set()
+        for agent, store in self.stores.items():
+            for rest in store._list_namespaces(everything):
+                namespace = (agent, *rest)
+                if op.match_conditions and not all(_namespace_matches(c, namespace) for c in op.match_conditions):
+                    continue
+                found.add(namespace[: op.max_depth] if op.max_depth is not None else namespace)
+        return sorted(found)[op.offset : op.offset + op.limit]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations in order, each on its agent's store."""
+        results: list[Result] = []
+        for op in ops:
+            _validate(op)
+            if isinstance(op, GetOp):
+                store, rest = self._store(tuple(op.namespace), need_folder=True)
+                item = store.batch([op._replace(namespace=rest)])[0]
+                results.append(
+                    None
+                    if item is None
+                    else Item(value=item.value, key=item.key, namespace=tuple(op.namespace), created_at=item.created_at, updated_at=item.updated_at)  # type: ignore[union-attr]
+                )
+            elif isinstance(op, PutOp):
+                store, rest = self._store(tuple(op.namespace), need_folder=True)
+                results.append(store.batch([op._replace(namespace=rest)])[0])
+            elif isinstance(op, SearchOp):
+                results.append(self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(self._list(op))
+            else:
+                raise ValueError(f"Unknown operation type: {type(op)}")
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch` in a worker thread."""
+        return await asyncio.to_thread(self.batch, list(ops))

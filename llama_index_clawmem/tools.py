@@ -70,7 +70,7 @@ class MemoryFunctionTool(FunctionTool):
         return finish_output(await super().acall(*args, **kwargs))
 
 
-def _search(memory: MemoryIndex, session_key: str | None, kwargs: dict[str, Any]) -> dict[str, Any] | MemorySearchInput:
+def _search_args(kwargs: dict[str, Any]) -> dict[str, Any] | MemorySearchInput:
     try:
         return MemorySearchInput.model_validate(kwargs)
     except ValidationError as exc:
@@ -86,7 +86,7 @@ def _get_args(kwargs: dict[str, Any]) -> dict[str, Any] | MemoryGetInput:
 
 def search_memory(memory: MemoryIndex, session_key: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """The ``memory_search`` payload for raw tool arguments (validated; failures become payloads)."""
-    args = _search(memory, session_key, kwargs)
+    args = _search_args(kwargs)
     if isinstance(args, dict):
         return args
     return search_payload(memory, args.query, args.max_results, args.min_score, session_key=session_key)
@@ -94,7 +94,7 @@ def search_memory(memory: MemoryIndex, session_key: str | None = None, **kwargs:
 
 async def asearch_memory(memory: MemoryIndex, session_key: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Async twin of :func:`search_memory`."""
-    args = _search(memory, session_key, kwargs)
+    args = _search_args(kwargs)
     if isinstance(args, dict):
         return args
     return await asearch_payload(memory, args.query, args.max_results, args.min_score, session_key=session_key)

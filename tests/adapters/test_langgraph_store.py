@@ -232,3 +232,29 @@ def test_values_round_trip(mem: MemoryIndex, value: dict) -> None:
     store = ClawmemStore(mem)
     store.put(("t",), "k", value)
     assert store.get(("t",), "k").value == value
+
+
+def test_agents_store_maps_the_first_label_to_an_agent_workspace(mem: MemoryIndex, tmp_path: Path) -> None:
+    from langchain_clawmem import ClawmemAgentsStore
+
+    ws = tmp_path / "support-ws"
+    (ws / "memory").mkdir(parents=True)
+    support = MemoryIndex(ws, config=MemoryConfig(provider="auto"), embedder=HashEmbedder(), state_dir=tmp_path / "support-state")
+    try:
+        store = ClawmemAgentsStore({"main": mem, "support": support})
+        store.put(("main", "users", "dana"), "tea", {"content": "Dana drinks green tea every morning."})
+        store.put(("support", "users", "dana"), "ticket", {"content": "Dana reported a broken tea kettle, ticket 42."})
+        assert (mem.workspace / "memory/users/dana/tea.md").is_file() and (ws / "memory/users/dana/ticket.md").is_file()
+        assert store.get(("support", "users", "dana"), "ticket").namespace == ("support", "users", "dana")
+        assert store.get(("main", "users", "dana"), "ticket") is None  # agents do not see each other's items
+        assert [(r.namespace[0], r.key) for r in store.search(("support",), query="tea kettle")] == [("support", "ticket")]
+        everywhere = store.search((), query="Dana tea")
+        assert {(r.namespace[0], r.key) for r in everywhere} == {("main", "tea"), ("support", "ticket")}
+        assert all(r.score is not None for r in everywhere)
+        assert store.list_namespaces() == [("main", "users", "dana"), ("support", "users", "dana")]
+        assert store.list_namespaces(prefix=("support",), max_depth=2) == [("support", "users")]
+        for bad in [("nobody", "users"), ("main",)]:
+            with pytest.raises(InvalidNamespaceError):
+                store.put(bad, "k", {"content": "x"})
+    finally:
+        support.close()
