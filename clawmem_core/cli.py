@@ -293,7 +293,7 @@ def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     kind = "rebuilt" if report.full else "updated"
     print(f"Memory index {kind} ({mem.agent_id}): {report.files_indexed} files indexed, "
-          f"{report.files_unchanged} unchanged, {report.files_deleted} removed, {report.chunks_indexed} chunks, "
+          f"{report.files_unchanged} unchanged, {report.files_deleted} removed, {len(report.files_skipped)} skipped, {report.chunks_indexed} chunks, "
           f"{report.embeddings_computed} embedded, {report.embeddings_cached} from cache ({report.seconds:.2f}s).")
     for skipped in report.files_skipped:
         print(f"skipped: {skipped}", file=sys.stderr)

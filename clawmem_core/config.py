@@ -195,14 +195,36 @@ class SessionSyncConfig:
 
 @dataclass
 class SyncConfig:
-    """When the index is brought up to date with the Markdown."""
+    """When the index is brought up to date with the Markdown. ``max_file_bytes``: a memory file
+    larger than this is skipped (and reported) instead of being read into memory."""
 
     on_session_start: bool = True
     on_search: bool = True
     watch: bool = True
     watch_debounce_ms: int = 1500
     interval_minutes: float = 0
+    max_file_bytes: int = 16 * 1024 * 1024
     sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
+
+    def __post_init__(self) -> None:
+        limit = _num(self.max_file_bytes, "sync.max_file_bytes")
+        if not math.isfinite(limit) or limit < 1:
+            raise ConfigError(f"sync.max_file_bytes must be a positive integer, got {self.max_file_bytes!r}")
+        self.max_file_bytes = int(limit)
+
+
+@dataclass
+class ReadConfig:
+    """``read`` / ``memory_get``: at most ``max_chars`` characters per call (the rest is marked
+    truncated, with the line to continue from)."""
+
+    max_chars: int = 20_000
+
+    def __post_init__(self) -> None:
+        limit = _num(self.max_chars, "read.max_chars")
+        if not math.isfinite(limit) or limit < 1:
+            raise ConfigError(f"read.max_chars must be a positive integer, got {self.max_chars!r}")
+        self.max_chars = int(limit)
 
 
 @dataclass
@@ -259,6 +281,7 @@ class MemoryConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    read: ReadConfig = field(default_factory=ReadConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)

@@ -8,6 +8,7 @@ files reached twice are listed once (by real path).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,44 @@ def _walk(root: str) -> list[str]:
     return found
 
 
+def _root_files(ws: str) -> list[str]:
+    """``MEMORY.md`` and ``memory.md`` when they are regular files, each file once: on a
+    case-insensitive file system both names reach one file (same device and inode), listed under
+    the name the directory holds."""
+    found: list[str] = []
+    seen: dict[tuple[int, int], int] = {}
+    for name in ROOT_FILES:
+        try:
+            st = os.lstat(os.path.join(ws, name))
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            try:
+                listed = os.listdir(ws)
+            except OSError:
+                continue
+            if name in listed and found[seen[key]] not in listed:
+                found[seen[key]] = name
+            continue
+        seen[key] = len(found)
+        found.append(name)
+    return found
+
+
+def _same_root(root: str, real_roots: dict[tuple[int, int], str]) -> str:
+    """The real path of ``root``, or of an earlier root that is the same directory under another
+    spelling (``Memory`` and ``memory`` on a case-insensitive file system)."""
+    real = os.path.realpath(root)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return real
+    return real_roots.setdefault((st.st_dev, st.st_ino), real)
+
+
 def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> Discovery:
     """Every memory file of ``workspace`` in a stable order (SPEC 2)."""
     pairs, missing = memory_paths(workspace, extra_paths)
@@ -105,9 +144,7 @@ def memory_paths(workspace: Path, extra_paths: list[str] | None = None) -> tuple
     # (root directory, files relative to it); nothing below a root is a symlink, so a file's real
     # path is its root's real path plus its relative path (one realpath call per root).
     groups: list[tuple[str, list[str]]] = []
-    roots = [name for name in ROOT_FILES if os.path.isfile(os.path.join(ws, name))
-             and not os.path.islink(os.path.join(ws, name))]
-    groups.append((ws, roots))
+    groups.append((ws, _root_files(ws)))
     mem_dir = os.path.join(ws, "memory")
     if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
         groups.append((mem_dir, _walk(mem_dir)))
@@ -133,6 +170,7 @@ def memory_paths(workspace: Path, extra_paths: list[str] | None = None) -> tuple
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
     dedupe = len(groups) > dedupe_from
+    real_roots: dict[tuple[int, int], str] = {}
     for root, rels in groups:
         if not rels:
             continue
@@ -140,7 +178,7 @@ def memory_paths(workspace: Path, extra_paths: list[str] | None = None) -> tuple
         prefix = "" if shown_root == "." else shown_root + "/"
         base = root if root.endswith(("/", os.sep)) else root + os.sep  # os.path.join, without a call per file
         if dedupe:
-            real_root = os.path.realpath(root) + "/"
+            real_root = _same_root(root, real_roots) + "/"
             fresh = [rel for rel in rels if real_root + rel not in seen]
             seen.update(real_root + rel for rel in fresh)
             rels = fresh

@@ -43,7 +43,7 @@ log = logging.getLogger("clawmem")
 #: the keyword terms have their own ``text.FTS_FORMAT``). Bump it when these change: an index written
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
 
 
 def default_state_dir() -> Path:
@@ -285,6 +285,8 @@ class MemoryIndex:
             "workspace": str(self.workspace),
             "index_format": INDEX_FORMAT,
             "embed_window": emb.embed_window if emb else 0,
+            # a file over the limit is stored without chunks: another limit rebuilds what it changes
+            "max_file_bytes": self.config.sync.max_file_bytes,
         }
 
     def needs_full_reindex(self) -> bool:
@@ -652,7 +654,8 @@ class MemoryIndex:
         """Read lines of a memory file (``memory_get``). A path outside memory raises
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
-        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines)
+        return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
+                                max_chars=self.config.read.max_chars)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio

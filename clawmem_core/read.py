@@ -17,8 +17,11 @@ from pathlib import Path
 from .discovery import ROOT_FILES, display_path, normalize_extra_paths
 from .errors import InvalidQueryError, PathNotAllowedError
 from .results import ReadResult
+from .safe_fs import UnsafeFileError, open_regular, read_lines
 
 MAX_PATH_CHARS = 4096
+#: Characters ``memory_get`` returns at most by default (``read.max_chars``).
+DEFAULT_MAX_CHARS = 20_000
 
 
 def _line_arg(value: object, name: str) -> int | None:
@@ -43,24 +46,31 @@ def _refuse(path: str, why: str) -> PathNotAllowedError:
                                "memory.md, memory/**/*.md and .md files in extra paths")
 
 
-def _no_symlinks_between(root: Path, target: Path) -> bool:
-    """True when no component from ``root`` (exclusive) down to ``target`` is a symlink."""
+def _symlink_between(root: Path, target: Path) -> str | None:
+    """Why ``target`` may not be read below ``root``: ``"symlink"`` when a component from ``root``
+    (exclusive) down to it is a symlink, another true reason (``"name too long"``,
+    ``"permission denied"``) when a component cannot be looked at; None when nothing is in the way."""
     rel = target.relative_to(root)
     current = root
     for part in rel.parts:
         current = current / part
         try:
             if stat.S_ISLNK(os.lstat(current).st_mode):
-                return False
-        except FileNotFoundError:
-            return True  # the rest does not exist: nothing to follow
-        except OSError:
-            return False
-    return True
+                return "symlink"
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # the rest does not exist: nothing to follow
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return "name too long"
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                return "permission denied"
+            return exc.strerror or type(exc).__name__
+    return None
 
 
-def resolve_memory_path(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path, str]:
-    """Check ``path`` against the memory rules; return ``(absolute path, display path)``."""
+def _locate(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path, Path, str]:
+    """Check ``path`` against the memory rules; return ``(root, absolute path, display path)``:
+    nothing below ``root`` may be a symlink."""
     if not isinstance(path, str):
         raise PathNotAllowedError(f"path must be a string, got {type(path).__name__}")
     raw = path.strip()
@@ -85,23 +95,33 @@ def resolve_memory_path(workspace: Path, extra_paths: list[str], path: object) -
             root = workspace
     if root is None:
         for extra in normalize_extra_paths(workspace, extra_paths):
-            if os.path.islink(extra):
+            try:
+                if os.path.islink(extra):
+                    continue
+                if extra.is_dir() and (abs_path == extra or str(abs_path).startswith(str(extra) + os.sep)):
+                    root = extra
+                    break
+            except OSError:
                 continue
-            if extra.is_dir() and (abs_path == extra or str(abs_path).startswith(str(extra) + os.sep)):
-                root = extra
-                break
             if abs_path == extra and extra.name.endswith(".md"):
                 root = extra.parent
                 break
     if root is None:
         raise _refuse(raw, "outside memory")
-    if not _no_symlinks_between(root, abs_path):
-        raise _refuse(raw, "symlink")
+    why = _symlink_between(root, abs_path)
+    if why is not None:
+        raise _refuse(raw, why)
     real_root = os.path.realpath(root)
     real = os.path.realpath(abs_path)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise _refuse(raw, "resolves outside memory")
-    return abs_path, display_path(workspace, abs_path)
+    return root, abs_path, display_path(workspace, abs_path)
+
+
+def resolve_memory_path(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path, str]:
+    """Check ``path`` against the memory rules; return ``(absolute path, display path)``."""
+    _, abs_path, shown = _locate(workspace, extra_paths, path)
+    return abs_path, shown
 
 
 def read_memory_file(
@@ -110,41 +130,42 @@ def read_memory_file(
     path: object,
     from_line: object = None,
     lines: object = None,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
 ) -> ReadResult:
     """Read lines of a memory file. ``from_line`` is 1-based; both unset -> the whole file;
-    past the end or a missing file -> empty text."""
+    past the end or a missing file -> empty text. At most ``max_chars`` characters are returned:
+    a longer read is cut at a line boundary with ``truncated`` set and ``next_from`` the line to
+    continue from. Only the lines asked for are decoded and kept (the file is streamed).
+
+    The file is opened component by component from its memory root with ``O_NOFOLLOW`` directory
+    descriptors, without following a symlink or blocking on a FIFO, so a directory or file
+    swapped between the checks and the open is refused, never followed."""
     start_arg = _line_arg(from_line, "from_line")
     count_arg = _line_arg(lines, "lines")
-    abs_path, shown = resolve_memory_path(workspace, extra_paths, path)
+    root, abs_path, shown = _locate(workspace, extra_paths, path)
+    parts = abs_path.relative_to(root).parts
     try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-        fd = os.open(abs_path, flags)
+        fd = open_regular(root, parts)
     except FileNotFoundError:
         return ReadResult(shown, "", 1, 0, 0, missing=True)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _refuse(str(path), "symlink") from None
-        if exc.errno in (errno.ENOTDIR,):
-            return ReadResult(shown, "", 1, 0, 0, missing=True)
-        raise
+    except UnsafeFileError as exc:
+        raise _refuse(str(path), exc.reason) from None
+    except OSError as exc:  # never a raw OS error, nor an absolute path, to the caller
+        raise _refuse(str(path), exc.strerror or type(exc).__name__) from None
     try:
-        # Checked before wrapping the descriptor: os.fdopen itself raises IsADirectoryError.
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _refuse(str(path), "not a regular file")
-    except BaseException:
+        whole = not start_arg and not count_arg
+        start = 1 if whole else max(1, start_arg or 1)
+        count = None if whole or not count_arg else max(1, count_arg)
+        try:
+            got = read_lines(fd, start, count, max(1, int(max_chars)), whole=whole)
+        except OSError as exc:
+            raise _refuse(str(path), exc.strerror or type(exc).__name__) from None
+    finally:
         os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as fh:
-        text = fh.read().decode("utf-8", errors="replace")
-    all_lines = text.split("\n")
-    if all_lines and all_lines[-1] == "" and len(all_lines) > 1:
-        all_lines.pop()  # a final newline does not start another line
-    total = len(all_lines) if text else 0
-    if not start_arg and not count_arg:
-        return ReadResult(shown, text, 1, total, total)
-    start = max(1, start_arg or 1)
-    count = max(1, count_arg or total or 1)
-    part = all_lines[start - 1 : start - 1 + count]
-    if not part:
-        return ReadResult(shown, "", start, start - 1, total)
-    return ReadResult(shown, "\n".join(part), start, start + len(part) - 1, total)
+    if got.binary:
+        raise _refuse(str(path), "binary content, not text")
+    if not got.text and got.last < got.first:
+        return ReadResult(shown, "", start, start - 1, got.total)
+    return ReadResult(shown, got.text, got.first, got.last, got.total, truncated=got.truncated,
+                      next_from=got.next_from)

@@ -65,13 +65,16 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class ReadResult:
-    """Lines read from a memory file (``memory_get``)."""
+    """Lines read from a memory file (``memory_get``). ``truncated``: the text was cut at the
+    character cap; ``next_from`` is then the line to continue from (None when none follows)."""
 
     path: str
     text: str
     from_line: int
     to_line: int
     total_lines: int
+    truncated: bool = False
+    next_from: Optional[int] = None
     #: The file does not exist (the text is empty).
     missing: bool = False
 
@@ -83,6 +86,9 @@ class ReadResult:
             "lines": max(0, self.to_line - self.from_line + 1) if self.text else 0,
             "totalLines": self.total_lines,
         }
+        if self.truncated:
+            payload["truncated"] = True
+            payload["nextFrom"] = self.next_from
         if self.missing:
             payload["missing"] = True
         return payload

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
 from .config import MemoryConfig
-from .discovery import memory_paths
+from .discovery import memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .embeddings.batching import batches_by_bytes
 from .errors import StoreError
 from .results import SyncReport
+from .safe_fs import FileTooLargeError, UnsafeFileError, decode, read_listed_file
 from .store.base import ChunkRow, FileRow, FileState, Store
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ ProgressCallback = Callable[[int, int, str], None]
 _GROUP_CHUNKS = 512
 #: A file modified this close to the last scan is re-hashed even if size and mtime match.
 _RACY_SECONDS = 2.0
+#: Transcripts are not held to ``sync.max_file_bytes`` (they are parsed line by line into messages),
+#: only to this bound on what one sync reads into memory.
+_TRANSCRIPT_MAX_BYTES = 1 << 30
 
 
 class Item(NamedTuple):
@@ -89,6 +93,7 @@ class Syncer:
         self._sessions = sessions
         #: ``time.time()`` at the start of the last scan that completed a sync.
         self.last_scan = last_scan
+        self._read_roots: list[str] | None = None
 
     # -- one sync ---------------------------------------------------------------------------------
 
@@ -242,15 +247,24 @@ class Syncer:
         pending: list[tuple[FileRow, list[Chunk]]] = []
         pending_chunks = 0
         touched: list[FileRow] = []
+        skipped: set[str] = set()
         first = total - len(scan.todo)
         for done, (item, size, mtime) in enumerate(scan.todo, start=first):
             if progress:
                 progress(done, total, "Indexing memory files")
             try:
-                with open(item.abs_path, "rb") as fh:
-                    data = fh.read()
+                data = self._read_item(item)
+            except FileTooLargeError as exc:
+                # a row without chunks: its old chunks go, and it is not opened again until it changes
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                skipped.add(item.path)
+                pending.append((FileRow(item.path, item.source, f"too-large:{size}", mtime, size), []))
+                continue
+            except UnsafeFileError as exc:  # swapped for a symlink or FIFO since discovery...
+                report.files_skipped.append(f"{item.path}: {exc.reason}")
+                continue
             except OSError as exc:
-                report.files_skipped.append(f"{item.path}: {exc.strerror or exc}")
+                report.files_skipped.append(f"{item.path}: {exc.strerror or type(exc).__name__}")
                 continue
             text, line_map, digest = self._load(item, data)
             row = FileRow(item.path, item.source, digest, mtime, size, text)
@@ -261,7 +275,10 @@ class Syncer:
                     touched.append(row)
                 continue
             if text is None:
+                # kept as a row without chunks (its old chunks go; it is not re-read until it changes),
+                # counted as skipped, not as indexed
                 report.files_skipped.append(f"{item.path}: binary content")
+                skipped.add(item.path)
                 chunks: list[Chunk] = []
             else:
                 chunks = chunk_markdown(text, self.config.chunking.tokens, self.config.chunking.overlap)
@@ -270,10 +287,10 @@ class Syncer:
             pending.append((row, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= _GROUP_CHUNKS:
-                self._write_group(store, cache_mirrors, pending, emb, model, report)
+                self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
                 pending, pending_chunks = [], 0
         if pending:
-            self._write_group(store, cache_mirrors, pending, emb, model, report)
+            self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
         if touched:
             store.touch_files(touched)
         if progress:
@@ -282,6 +299,19 @@ class Syncer:
             if gone:
                 store.delete_files(source, gone)
                 report.files_deleted += len(gone)
+
+    def _read_item(self, item: Item) -> bytes:
+        """A listed file's bytes, opened safely from its memory root (see :mod:`safe_fs`): no
+        symlink swapped in since discovery is followed, no FIFO blocks, nothing over the size limit
+        is read."""
+        roots = self._read_roots
+        if roots is None:
+            roots = [str(self.workspace), str(self.sessions_dir)]
+            for extra in normalize_extra_paths(self.workspace, self.config.extra_paths):
+                roots.append(str(extra) if not extra.name.endswith(".md") else str(extra.parent))
+            self._read_roots = roots
+        limit = self.config.sync.max_file_bytes if item.source == "memory" else _TRANSCRIPT_MAX_BYTES
+        return read_listed_file(item.abs_path, roots, limit, shown=item.path)
 
     @staticmethod
     def _load(item: Item, data: bytes) -> tuple[str | None, list[int] | None, str]:
@@ -292,10 +322,7 @@ class Syncer:
 
             entry = parse_transcript(data.decode("utf-8", errors="replace"))
             return entry.content, list(entry.line_map), entry.hash
-        digest = hashlib.sha256(data).hexdigest()
-        if b"\x00" in data[:8192]:
-            return None, None, digest
-        return data.decode("utf-8", errors="replace"), None, digest
+        return decode(data), None, hashlib.sha256(data).hexdigest()
 
     def _write_group(
         self,
@@ -305,6 +332,7 @@ class Syncer:
         emb: Embedder | None,
         model: str,
         report: SyncReport,
+        skipped: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         # What the embedder sees: each chunk whole when it fits the embedder's window, else its
         # windows (vector side only; keyword search keeps the whole chunk).
@@ -341,7 +369,8 @@ class Syncer:
                     rows.append(row_of(file, c, None))
                     rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
             batch.append((file, rows))
-            report.files_indexed += 1
+            if file.path not in skipped:
+                report.files_indexed += 1
             report.chunks_indexed += len(pairs)
         store.replace_files(batch)
 

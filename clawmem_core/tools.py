@@ -3,6 +3,7 @@ prompt section. Framework-free, so the LangChain and LlamaIndex adapters only tr
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
@@ -63,6 +64,23 @@ def citations_enabled(mode: CitationsMode, session_key: str | None = None) -> bo
     return True
 
 
+def coerce_numeric(value: Any) -> Any:
+    """A number sent as a string (``"5"``, ``" 0.4 "``), as models often send them, as that number;
+    anything else unchanged (the callee judges it). Applied to every numeric tool argument alike."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return value
+    return number if math.isfinite(number) else value
+
+
 def search_payload(
     mem: "MemoryIndex",
     query: str,
@@ -74,7 +92,7 @@ def search_payload(
     """Run a search and return the ``memory_search`` payload; failures become the
     ``disabled/unavailable`` payload the model can read (never an exception)."""
     try:
-        hits = mem.search(query, max_results=max_results, min_score=min_score)
+        hits = mem.search(query, max_results=coerce_numeric(max_results), min_score=coerce_numeric(min_score))
     except Exception as exc:  # the model must see the failure, not a crash
         return search_error_payload(exc)
     return format_search_payload(mem, hits, session_key=session_key)
@@ -90,7 +108,7 @@ async def asearch_payload(
 ) -> dict[str, Any]:
     """Async twin of :func:`search_payload`."""
     try:
-        hits = await mem.asearch(query, max_results=max_results, min_score=min_score)
+        hits = await mem.asearch(query, max_results=coerce_numeric(max_results), min_score=coerce_numeric(min_score))
     except Exception as exc:
         return search_error_payload(exc)
     return format_search_payload(mem, hits, session_key=session_key)
@@ -184,13 +202,15 @@ def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any
     give ``{path, text: "", error, action}``; ``disabled: true`` only when memory is unavailable
     (the workspace or index cannot be read)."""
     shown = path if isinstance(path, str) else str(path)
+    from_line, lines = coerce_numeric(from_line), coerce_numeric(lines)
     problem = _line_error("from", from_line) or _line_error("lines", lines)
     if problem:
         return invalid_arguments_payload(MEMORY_GET_NAME, problem, shown)
     try:
         result = mem.read(path, from_line=from_line, lines=lines)
     except Exception as exc:  # noqa: BLE001 - the model must see the failure, not a crash
-        message = str(exc) or type(exc).__name__
+        # an OS error's text names the absolute path: the model gets only its reason
+        message = (exc.strerror or type(exc).__name__) if isinstance(exc, OSError) else (str(exc) or type(exc).__name__)
         if is_argument_error(exc):
             return invalid_arguments_payload(MEMORY_GET_NAME, message, shown)
         return {"path": shown, "text": "", "disabled": True, "error": message}

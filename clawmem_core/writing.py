@@ -9,13 +9,15 @@ Locking the target file itself (rather than using the ``filelock`` package, whic
 file) leaves no lock files in the user's memory folder, needs no dependency, and the lock vanishes with the
 process that held it, so a crash never leaves a stale lock.
 
-Symlinks are refused: on POSIX the path is walked with ``O_NOFOLLOW`` directory descriptors, so a symlink swapped
-in between the check and the write cannot redirect it outside the workspace.
+Files are opened through :mod:`clawmem_core.safe_fs`: the path is walked with ``O_NOFOLLOW`` directory
+descriptors, so a symlink swapped in between the check and the write cannot redirect it outside the workspace, and
+the target is opened non-blocking and must be a regular file (a FIFO is refused, never waited on). A note with a
+NUL or other control character, or a lone surrogate, is refused before anything is created.
 """
 
 from __future__ import annotations
 
-import errno
+import codecs
 import os
 import re
 import sys
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
 from .errors import ClawmemError, PathNotAllowedError, WorkspaceError
+from .safe_fs import DirHandle, UnsafeFileError, bom_encoding, open_dir
 
 __all__ = [
     "WriteResult",
@@ -44,12 +47,6 @@ Target = Literal["daily", "long_term"]
 MEMORY_DIR = "memory"
 LONG_TERM_NAMES = ("MEMORY.md", "memory.md")
 
-_POSIX = os.name == "posix"
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_O_BINARY = getattr(os, "O_BINARY", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_USE_DIR_FD = _POSIX and bool(_O_NOFOLLOW and _O_DIRECTORY) and os.open in os.supports_dir_fd
 _WINDOWS_LOCK_OFFSET = 0x7FFFFFFE  # lock one byte far past any memory file, so readers are never blocked
 
 
@@ -89,9 +86,28 @@ def sanitize_slug(slug: str | None, max_length: int = 60) -> str:
     return cleaned[:max_length].rstrip("-")
 
 
+# Control characters a note may not hold: a NUL makes the whole file read as binary (never indexed
+# again), the others are invisible noise. Tab, newline, carriage return and form feed are text.
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _check_characters(text: str) -> None:
+    """Refuse what would make the note, or the file it joins, unreadable or unindexable."""
+    bad = _CONTROL_RE.search(text)
+    if bad:
+        raise InvalidNoteError(f"note text contains the control character U+{ord(bad.group()):04X} at position "
+                               f"{bad.start()}; remove it (a NUL would hide the whole memory file from search)")
+    bad = _SURROGATE_RE.search(text)
+    if bad:
+        raise InvalidNoteError(f"note text contains a lone surrogate U+{ord(bad.group()):04X} at position "
+                               f"{bad.start()}, which is not valid Unicode text")
+
+
 def _clean_text(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"note text must be a str, got {type(text).__name__}")
+    _check_characters(text)
     normalized = text.replace("\r\n", "\n").replace("\r", "\n")
     # Drop surrounding blank lines, trailing spaces and common indentation.
     lines = normalized.split("\n")
@@ -116,91 +132,22 @@ def _workspace_root(workspace: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(root))
 
 
-def _check_inside(root: Path, path: Path) -> None:
-    real = Path(os.path.realpath(path))
-    if real != root and root not in real.parents:
-        raise PathNotAllowedError(f"refusing to write outside the workspace: {path}")
-
-
-def _refuse_symlink(path: Path) -> None:
-    if path.is_symlink():
-        raise PathNotAllowedError(f"refusing to write through a symlink: {path}")
-
-
-class _Dir:
-    """A directory to create files in: an ``O_NOFOLLOW`` descriptor on POSIX, a checked path elsewhere."""
-
-    def __init__(self, path: Path, fd: int | None) -> None:
-        self.path = path
-        self.fd = fd
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def open(self, name: str, flags: int, mode: int = 0o644) -> int:
-        flags |= _O_NOFOLLOW | _O_BINARY | _O_CLOEXEC
-        try:
-            if self.fd is not None:
-                return os.open(name, flags, mode, dir_fd=self.fd)
-            _refuse_symlink(self.path / name)
-            return os.open(self.path / name, flags, mode)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise PathNotAllowedError(f"refusing to write through a symlink: {self.path / name}") from exc
-            raise
-
-    def exists(self, name: str) -> bool:
-        try:
-            if self.fd is not None:
-                os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-            else:
-                os.lstat(self.path / name)
-        except FileNotFoundError:
-            return False
-        return True
-
-
 @contextmanager
-def _open_dir(root: Path, parts: tuple[str, ...], create: bool) -> Iterator[_Dir]:
-    """Open ``root/parts...`` refusing symlinked components, creating missing ones when ``create``."""
-    path = root
-    if not _USE_DIR_FD:
-        for part in parts:
-            path = path / part
-            _refuse_symlink(path)
-            if create:
-                path.mkdir(exist_ok=True)
-        _check_inside(root, path)
-        yield _Dir(path, None)
-        return
-    fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+def _open_dir(root: Path, parts: tuple[str, ...]) -> Iterator[DirHandle]:
+    """Open (creating) ``root/parts...`` without following a symlinked component."""
     try:
-        for part in parts:
-            path = path / part
-            if create:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-            try:
-                child = os.open(part, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise PathNotAllowedError(f"refusing to write through a symlink or non-directory: {path}") from exc
-                raise
-            os.close(fd)
-            fd = child
-        handle = _Dir(path, fd)
-        fd = -1
-        try:
-            yield handle
-        finally:
-            handle.close()
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        with open_dir(root, parts, create=True) as directory:
+            yield directory
+    except UnsafeFileError as exc:
+        raise PathNotAllowedError(f"refusing to write to {exc.shown}: {exc.reason}") from None
+
+
+def _open_target(directory: DirHandle, name: str, flags: int, mode: int = 0o644) -> int:
+    """Open ``name`` for writing: a regular file only (no symlink followed, no blocking on a FIFO)."""
+    try:
+        return directory.open_regular(name, flags, mode)
+    except UnsafeFileError as exc:
+        raise PathNotAllowedError(f"refusing to write to {exc.shown}: {exc.reason}") from None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -294,31 +241,29 @@ def append_note(
     root = _workspace_root(workspace)
     stamp = _local(now)
     parts: tuple[str, ...] = (MEMORY_DIR,) if target == "daily" else ()
-    with _open_dir(root, parts, create=True) as directory:
+    with _open_dir(root, parts) as directory:
         if target == "daily":
             name = f"{stamp:%Y-%m-%d}.md"
             heading = f"# {stamp:%Y-%m-%d}\n\n"
         else:
             name = next((n for n in LONG_TERM_NAMES if directory.exists(n)), LONG_TERM_NAMES[0])
             heading = ""
-        fd = directory.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        fd = _open_target(directory, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            if directory.fd is None:
-                _check_inside(root, directory.path / name)
             with _locked(fd):
                 # Read the current end of the file under the lock (the append descriptor is write-only).
                 size = os.fstat(fd).st_size
-                lines_before, tail = _scan_via(directory, name, size)
+                lines_before, tail, codec = _scan_via(directory, name, size)
                 if size == 0:
                     prefix = heading
-                elif not tail.endswith(b"\n"):
+                elif not tail.endswith("\n"):
                     prefix = "\n\n"  # finish the last line, then a blank line
-                elif tail != b"\n\n":
+                elif tail != "\n\n":
                     prefix = "\n"  # a blank line between notes
                 else:
                     prefix = ""
                 start = lines_before + prefix.count("\n") + 1
-                payload = (prefix + note + "\n").encode("utf-8")
+                payload = (prefix + note + "\n").encode(codec)
                 _write_all(fd, payload)
                 if fsync:
                     os.fsync(fd)
@@ -328,12 +273,38 @@ def append_note(
         return WriteResult(path=directory.path / name, start_line=start, end_line=end)
 
 
-def _scan_via(directory: _Dir, name: str, size: int) -> tuple[int, bytes]:
+# A file that starts with a UTF-16/32 byte-order mark is appended to in its own encoding (UTF-8 bytes
+# would turn the note into noise when the file is read).
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def _scan_via(directory: DirHandle, name: str, size: int) -> tuple[int, str, str]:
+    """The file's line count, its last two characters and the codec to append in."""
     if size == 0:
-        return 0, b""
-    fd = directory.open(name, os.O_RDONLY)
+        return 0, "", "utf-8"
+    fd = _open_target(directory, name, os.O_RDONLY)
     try:
-        return _scan(fd, size)
+        head = _read_at(fd, 0, min(size, 4))
+        codec = next((c for bom, c in _WIDE_BOMS if head.startswith(bom)), None) if bom_encoding(head) else None
+        if codec is None:
+            count, tail = _scan(fd, size)
+            return count, tail.decode("latin-1"), "utf-8"
+        decoder = codecs.getincrementaldecoder(codec)(errors="replace")
+        count, last, offset = 0, "", len(next(bom for bom, c in _WIDE_BOMS if c == codec))
+        while offset < size:
+            chunk = _read_at(fd, offset, size)
+            if not chunk:
+                break
+            text = decoder.decode(chunk)
+            count += text.count("\n")
+            last = (last + text)[-2:]
+            offset += len(chunk)
+        return count, last, codec
     finally:
         os.close(fd)
 
@@ -361,11 +332,11 @@ def archive_session(
         header += [f"- **{key}**: {value}" for key, value in metadata.items()] + [""]
     header += ["## Conversation Summary", ""]
     content = "\n".join(header) + "\n" + body + "\n"
-    with _open_dir(root, (MEMORY_DIR,), create=True) as directory:
+    with _open_dir(root, (MEMORY_DIR,)) as directory:
         for attempt in range(1, 10_000):
             name = f"{base}.md" if attempt == 1 else f"{base}-{attempt}.md"
             try:
-                fd = directory.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = _open_target(directory, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 continue
             try:

@@ -811,12 +811,16 @@ class SQLiteStore(Store):
         untouched and the temporary file is removed.
         """
         tmp_path = self.path.with_name(f"{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
-        tmp = SQLiteStore(
-            tmp_path,
-            vector_enabled=self.vector_enabled,
-            extension_path=self.extension_path,
-            fts_tokenizer=self.fts_tokenizer,
-        )
+        try:
+            tmp = SQLiteStore(
+                tmp_path,
+                vector_enabled=self.vector_enabled,
+                extension_path=self.extension_path,
+                fts_tokenizer=self.fts_tokenizer,
+            )
+        except BaseException:  # e.g. a full disk: the half-created file must not stay behind
+            remove_index_files(tmp_path)
+            raise
         try:
             # The temporary index is thrown away on any failure: it needs no durability until
             # the swap, which the live index's own journal protects.
@@ -832,8 +836,10 @@ class SQLiteStore(Store):
                 self.fts_available = tmp.fts_available
                 self._read_vector_state()
         finally:
-            tmp.close()
-            remove_index_files(tmp_path)
+            try:
+                tmp.close()
+            finally:
+                remove_index_files(tmp_path)
 
 
 def remove_index_files(path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from clawmem_core import InvalidQueryError, MemoryConfig, MemoryIndex, WorkspaceError
-from clawmem_core.errors import ClawmemError, ConfigError
+from clawmem_core.errors import PathNotAllowedError, ClawmemError, ConfigError
 from clawmem_core.testing import HashEmbedder
 
 from .conftest import SAMPLE_FILES, tree_digest, write_files
@@ -132,8 +132,9 @@ def test_binary_and_non_utf8_files(env: Any) -> None:
     walrus = {h.path for h in mem.search("walrus", min_score=0)}
     assert {"memory/latin1.md", "memory/crlf.md"} <= walrus
     text = mem.read("memory/latin1.md").text
-    assert "walrus" in text and "\ufffd" in text
-    assert mem.read("memory/binary.md").text.startswith("\x00")
+    assert "walrus" in text and "crème brûlée" in text and "\ufffd" not in text  # decoded as Latin-1/cp1252
+    with pytest.raises(PathNotAllowedError, match="binary"):
+        mem.read("memory/binary.md")  # refused, not dumped
     assert mem.read("memory/empty.md").text == "" and mem.read("memory/empty.md").total_lines == 0
 
 

@@ -4,6 +4,7 @@ keeps answering, no temporary file is left, the Markdown is untouched."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,30 @@ def test_read_only_fresh_state_directory(tmp_path: Path, mount_point) -> None:
     with pytest.raises(StoreError, match="(?i)read-only"):
         with open_index(ws, state) as mem:
             mem.sync()
+
+
+def test_forced_reindex_on_an_already_full_disk_leaves_no_temporary_index(tmp_path: Path, mount_point) -> None:
+    """The disk fills up before the rebuild starts: creating the temporary index itself fails."""
+    state = mount_point("tmpfs:3m")
+    ws = make_workspace(tmp_path / "ws", 4, "small")
+    before = tree_digest(ws)
+    with open_index(ws, state, QUIET) as mem:
+        mem.sync()
+        mem.search("jazz")
+        filler = state / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill every free byte
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        with pytest.raises(StoreError):
+            mem.sync(force=True)
+        assert not list((state / "memory").glob("*.tmp-*")), "a temporary index was left on the full disk"
+    assert tree_digest(ws) == before
+    filler.unlink()
+    with open_index(ws, state, QUIET) as mem:
+        hits = mem.search("jazz espresso")
+        assert hits and hits[0].path == "MEMORY.md"

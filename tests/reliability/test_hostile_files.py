@@ -37,9 +37,18 @@ def test_fifty_megabyte_note_and_million_character_line(tmp_path: Path) -> None:
     (ws / "memory" / "huge.md").write_text("\n".join(lines) + "\n")
     (ws / "memory" / "longline.md").write_text("x" * 999_000 + " quetzalcoatl tail\n")
     before = _digests(ws)
+    # Over the default size limit (16 MiB): skipped with its reason, and still readable in pieces.
     with MemoryIndex(ws, state_dir=tmp_path / "s", config=MemoryConfig(provider="none")) as mem:
         report = mem.sync()
-        assert report.files_indexed == 2 and not report.files_skipped
+        assert report.files_indexed == 1 and len(report.files_skipped) == 1
+        assert report.files_skipped[0].startswith("memory/huge.md: too large")
+        assert not mem.search("zanzibar needle")
+        whole = mem.read("memory/huge.md")
+        assert whole.truncated and len(whole.text) <= 20_000 and whole.next_from == whole.to_line + 1
+    limit = MemoryConfig.from_dict({"provider": "none", "sync": {"max_file_bytes": 64 * 1024 * 1024}})
+    with MemoryIndex(ws, state_dir=tmp_path / "s", config=limit) as mem:
+        report = mem.sync()
+        assert report.full and report.files_indexed == 2 and not report.files_skipped  # another limit: rebuilt
         needle = mem.search("zanzibar needle")
         assert needle and needle[0].path == "memory/huge.md" and needle[0].start_line <= len(lines) <= needle[0].end_line
         tail = mem.search("quetzalcoatl")
