@@ -368,12 +368,12 @@ def replace_file(workspace: str | os.PathLike[str], relpath: str, content: str) 
     parts = _relative_parts(relpath)
     root = _workspace_root(workspace)
     data = content.encode("utf-8")
-    with _open_dir(root, parts[:-1], create=True) as directory:
+    with _open_dir(root, parts[:-1]) as directory:
         name = parts[-1]
         for attempt in range(100):
             temp = f".{name[:80]}.{os.getpid()}.{attempt}.tmp"
             try:
-                fd = directory.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = _open_target(directory, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             except FileExistsError:
                 continue
             break
@@ -388,7 +388,8 @@ def replace_file(workspace: str | os.PathLike[str], relpath: str, content: str) 
             if directory.fd is not None:
                 os.replace(temp, name, src_dir_fd=directory.fd, dst_dir_fd=directory.fd)
             else:
-                _check_inside(root, directory.path / name)
+                if os.path.islink(directory.path / name):
+                    raise PathNotAllowedError(f"refusing to replace a symlink: {relpath}")
                 os.replace(directory.path / temp, directory.path / name)
         except BaseException:
             try:
@@ -411,7 +412,7 @@ def remove_file(workspace: str | os.PathLike[str], relpath: str) -> bool:
     parts = _relative_parts(relpath)
     root = _workspace_root(workspace)
     try:
-        with _open_dir(root, parts[:-1], create=False) as directory:
+        with open_dir(root, parts[:-1]) as directory:
             name = parts[-1]
             try:
                 if directory.fd is not None:
