@@ -31,7 +31,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     rank,
 )
 from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
-from .sync import ProgressCallback, Scan, Syncer
+from .sync import ProgressCallback, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ class MemoryIndex:
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
+        self._interval_thread: threading.Thread | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -447,12 +448,17 @@ class MemoryIndex:
             if self._sync_lock.acquire(blocking=False):
                 try:
                     try:
-                        with self._process_lock(blocking=False):
-                            # Changes noticed while syncing are picked up by another round.
-                            for _ in range(3):
-                                self._guarded_sync(False, None, "search")
-                                if not self._dirty:
-                                    break
+                        # Changes noticed while syncing are picked up by another round.
+                        for _ in range(3):
+                            started, gen = time.perf_counter(), self._dirty_gen
+                            scan = self._unlocked_scan()
+                            if scan is not None and scan.clean:  # nothing to write: no lock taken
+                                self._nothing_changed(scan, "search", gen, started)
+                            else:
+                                with self._process_lock(blocking=False):
+                                    self._guarded_sync(False, None, "search", scan=scan)
+                            if not self._dirty:
+                                break
                     except StoreBusyError:
                         pass  # another process is syncing this index
                 finally:
@@ -515,6 +521,18 @@ class MemoryIndex:
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
             return []
+        store = self._store
+        try:
+            return await self._asearch_once(q, k, ms)
+        except Exception as exc:  # damaged while in use: rebuild, answer
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            await asyncio.to_thread(self._rebuild_damaged, exc, store)
+            return await self._asearch_once(q, k, ms)
+
+    async def _asearch_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
+        import asyncio
+
         if not await asyncio.to_thread(self._prepare_search):
             return []
         emb = self._selection_now().embedder
@@ -555,7 +573,7 @@ class MemoryIndex:
             except OSError:
                 return True
             prev = indexed.get(f.path)
-            if prev is None or (prev[2], prev[3]) != (st.st_size, int(st.st_mtime * 1000)):
+            if prev is None or prev[2:] != stat_key(st):
                 return True
         return False
 
@@ -646,7 +664,8 @@ class MemoryIndex:
                 except Exception as exc:
                     log.warning("interval memory sync failed: %s", exc)
 
-        threading.Thread(target=loop, name="clawmem-interval", daemon=True).start()
+        self._interval_thread = threading.Thread(target=loop, name="clawmem-interval", daemon=True)
+        self._interval_thread.start()
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -666,8 +685,19 @@ class MemoryIndex:
 
     def status(self) -> IndexStatus:
         """Files, chunks, provider, model, mode, vector and FTS state, cache, dirty, issues.
-        Does not create the embedder when it has not been needed yet."""
+        Does not create the embedder when it has not been needed yet. A damaged index is set
+        aside and rebuilt from the Markdown first."""
         self._check_open()
+        store = self._store
+        try:
+            return self._status()
+        except Exception as exc:
+            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                raise
+            self._rebuild_damaged(exc, store)
+            return self._status()
+
+    def _status(self) -> IndexStatus:
         store = self._store
         counts = store.counts()
         meta = store.get_meta() or {}
@@ -730,9 +760,9 @@ class MemoryIndex:
             w.stop()
         if self._interval_stop is not None:
             self._interval_stop.set()
-        t = self._bg_thread
-        if t is not None and t.is_alive():
-            t.join()
+        for t in (self._bg_thread, self._interval_thread):
+            if t is not None and t.is_alive() and t is not threading.current_thread():
+                t.join()
         self._closed = True
         self._store.close()
         for store in self._retired:

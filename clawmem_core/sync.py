@@ -52,19 +52,28 @@ class Item(NamedTuple):
 
 #: An :class:`Item` as a plain tuple (tens of thousands are made per sync).
 Entry = tuple[str, str, str, bool]
+#: ``(size, mtime in ms, ctime in ns, inode)`` of a file, as :class:`FileState` ends.
+StatKey = tuple[int, int, int, int]
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    """What says a file is unchanged without reading it. Size and mtime alone miss a same-size
+    edit whose old mtime was put back (``cp -p``, ``rsync -t``, ``tar x``): its inode change time
+    (which no tool can set) or its inode changed, as git compares them."""
+    return (st.st_size, int(st.st_mtime * 1000), st.st_ctime_ns, st.st_ino)
 
 
 @dataclass
 class Scan:
-    """A freshness scan: the files to read (with their size and mtime in ms, taken before reading),
-    how many are unchanged by size and mtime, indexed files gone from disk, what the index held,
-    and the index's ``data_version`` when it was read (stale once another connection wrote)."""
+    """A freshness scan: the files to read (with their :func:`stat_key`, taken before reading),
+    how many are unchanged by it, indexed files gone from disk, what the index held, and the
+    index's ``data_version`` when it was read (stale once another connection wrote)."""
 
-    todo: list[tuple[Item, int, int]]
+    todo: list[tuple[Item, StatKey]]
     scanned: int
     unchanged: int
     gone: dict[str, list[str]]
-    #: source -> path -> the file's (path, hash, size, mtime) row in the index
+    #: source -> path -> the file's (path, hash, size, mtime, ctime, ino) row in the index
     known: dict[str, dict[str, FileState]]
     store: Store
     version: Hashable
@@ -183,7 +192,7 @@ class Syncer:
         known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
         started = time.time()
         cutoff = self.last_scan - _RACY_SECONDS
-        todo: list[tuple[Item, int, int]] = []
+        todo: list[tuple[Item, StatKey]] = []
         unchanged = 0
         listed = 0  # indexed files still listed: when all are, none is gone
         stat = os.stat
@@ -198,13 +207,13 @@ class Syncer:
                 st = stat(abs_path)
             except OSError:
                 continue  # vanished since discovery: picked up by the next sync
-            # (size, mtime) as indexed, and old enough that a same-size edit within the same mtime
-            # tick could not have followed the indexing unseen.
-            size, mtime = st.st_size, int(st.st_mtime * 1000)
-            if prev is not None and prev[2] == size and prev[3] == mtime and st.st_mtime < cutoff:
+            # (size, mtime, ctime, inode) as indexed, and old enough that a same-size edit within
+            # the same mtime tick could not have followed the indexing unseen.
+            key = stat_key(st)
+            if prev is not None and prev[2:] == key and st.st_mtime < cutoff:
                 unchanged += 1
             else:
-                todo.append((Item._make(item), size, mtime))
+                todo.append((Item._make(item), key))
         gone: dict[str, list[str]] = {}
         if listed < sum(map(len, known.values())):
             for source, indexed in known.items():
@@ -249,7 +258,7 @@ class Syncer:
         touched: list[FileRow] = []
         skipped: set[str] = set()
         first = total - len(scan.todo)
-        for done, (item, size, mtime) in enumerate(scan.todo, start=first):
+        for done, (item, key) in enumerate(scan.todo, start=first):
             if progress:
                 progress(done, total, "Indexing memory files")
             try:
@@ -267,11 +276,11 @@ class Syncer:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or type(exc).__name__}")
                 continue
             text, line_map, digest = self._load(item, data)
-            row = FileRow(item.path, item.source, digest, mtime, size, text)
+            row = FileRow(item.path, item.source, digest, key[1], key[0], text, ctime=key[2], ino=key[3])
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
                 report.files_unchanged += 1
-                if (prev[2], prev[3]) != (row.size, row.mtime):
+                if prev[2:] != key:
                     touched.append(row)
                 continue
             if text is None:

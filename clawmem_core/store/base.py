@@ -45,6 +45,10 @@ class FileRow:
     mtime: int
     size: int
     text: str | None = field(default=None, repr=False, compare=False)
+    #: The inode change time (ns) and inode number when the file was read: a same-size edit
+    #: whose old mtime was put back (``cp -p``, ``rsync -t``, ``tar x``) still changes them.
+    ctime: int = 0
+    ino: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,8 @@ class StoreCounts:
     cache_entries: int
 
 
-#: ``(path, hash, size, mtime)`` of an indexed file.
-FileState = tuple[str, str, int, int]
+#: ``(path, hash, size, mtime, ctime, ino)`` of an indexed file.
+FileState = tuple[str, str, int, int, int, int]
 
 
 class CorruptIndexError(StoreError):
@@ -122,7 +126,8 @@ class Store(ABC):
 
     @abstractmethod
     def file_states(self, source: str) -> dict[str, FileState]:
-        """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
+        """The ``(path, hash, size, mtime, ctime, ino)`` of each indexed file of ``source``, by path
+        (one query)."""
 
     @abstractmethod
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
@@ -135,7 +140,8 @@ class Store(ABC):
 
     @abstractmethod
     def touch_files(self, files: Sequence[FileRow]) -> None:
-        """Record new sizes and mtimes of files whose content did not change (one transaction)."""
+        """Record new sizes, mtimes, ctimes and inodes of files whose content did not change (one
+        transaction)."""
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""

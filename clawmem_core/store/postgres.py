@@ -64,6 +64,8 @@ CREATE TABLE IF NOT EXISTS clawmem_files (
     agent text NOT NULL, generation bigint NOT NULL, source text NOT NULL, path text NOT NULL,
     hash text NOT NULL, mtime bigint NOT NULL, size bigint NOT NULL, content text,
     PRIMARY KEY (agent, generation, source, path));
+ALTER TABLE clawmem_files ADD COLUMN IF NOT EXISTS ctime bigint NOT NULL DEFAULT 0;
+ALTER TABLE clawmem_files ADD COLUMN IF NOT EXISTS ino bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS clawmem_chunks (
     rid bigserial PRIMARY KEY,
     agent text NOT NULL, generation bigint NOT NULL, id text NOT NULL,
@@ -484,11 +486,11 @@ class PostgresStore(Store):
     def file_states(self, source: str) -> dict[str, FileState]:
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT path, hash, size, mtime FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
-                f"AND source = %(source)s",
+                f"SELECT path, hash, size, mtime, ctime, ino FROM clawmem_files WHERE agent = %(agent)s "
+                f"AND generation = {self._g()} AND source = %(source)s",
                 {"agent": self.agent, "source": source},
             ).fetchall()
-        return {r[0]: (r[0], r[1], int(r[2]), int(r[3])) for r in rows}
+        return {r[0]: (r[0], r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows}
 
     def file_text(self, source: str, path: str) -> tuple[str, int] | None:
         """The text of an indexed file as last indexed, and its mtime (ms); ``None`` if not indexed."""
@@ -545,10 +547,11 @@ class PostgresStore(Store):
                 self._delete(conn, gen, source, paths)
             with conn.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO clawmem_files (agent, generation, source, path, hash, mtime, size, content) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent, generation, source, path) DO UPDATE "
-                    "SET hash = excluded.hash, mtime = excluded.mtime, size = excluded.size, content = excluded.content",
-                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text) for f, _ in items],
+                    "INSERT INTO clawmem_files (agent, generation, source, path, hash, mtime, size, content, ctime, ino) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent, generation, source, path) "
+                    "DO UPDATE SET hash = excluded.hash, mtime = excluded.mtime, size = excluded.size, "
+                    "content = excluded.content, ctime = excluded.ctime, ino = excluded.ino",
+                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text, f.ctime, f.ino) for f, _ in items],
                 )
                 if rows:
                     cur.executemany(
@@ -573,9 +576,9 @@ class PostgresStore(Store):
             gen = self._generation(conn)
             with conn.cursor() as cur:
                 cur.executemany(
-                    "UPDATE clawmem_files SET mtime = %s, size = %s WHERE agent = %s AND generation = %s "
-                    "AND source = %s AND path = %s",
-                    [(f.mtime, f.size, self.agent, gen, f.source, f.path) for f in files],
+                    "UPDATE clawmem_files SET mtime = %s, size = %s, ctime = %s, ino = %s WHERE agent = %s "
+                    "AND generation = %s AND source = %s AND path = %s",
+                    [(f.mtime, f.size, f.ctime, f.ino, self.agent, gen, f.source, f.path) for f in files],
                 )
 
     def delete_files(self, source: str, paths: Iterable[str]) -> None:

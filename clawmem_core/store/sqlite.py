@@ -25,7 +25,7 @@ import apsw
 
 from ..errors import StoreError
 from ..text import index_document, quote_fts
-from .base import ChunkRow, CorruptIndexError, FileRow, Store, StoreBackend, StoreBusyError, StoreCounts
+from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts
 from .bm25 import Bm25Index, StaleStatistics
 
 log = logging.getLogger("clawmem")
@@ -51,7 +51,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
     path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory', hash TEXT NOT NULL,
-    mtime INTEGER NOT NULL, size INTEGER NOT NULL, PRIMARY KEY (source, path));
+    mtime INTEGER NOT NULL, size INTEGER NOT NULL, ctime INTEGER NOT NULL DEFAULT 0,
+    ino INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (source, path));
 CREATE TABLE IF NOT EXISTS chunks (
     rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
     source TEXT NOT NULL DEFAULT 'memory', start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
@@ -64,6 +65,12 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     PRIMARY KEY (provider, model, provider_key, hash));
 CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache (updated_at);
 """
+#: Tables and indexes of :data:`_SCHEMA`, and columns added to it since the first schema.
+_SCHEMA_OBJECTS = {"meta", "files", "chunks", "embedding_cache", "idx_chunks_path", "idx_embedding_cache_updated_at"}
+_ADDED_COLUMNS = {
+    "chunks": {"part": "INTEGER NOT NULL DEFAULT 0"},  # 1 = a window row (vector side only)
+    "files": {"ctime": "INTEGER NOT NULL DEFAULT 0", "ino": "INTEGER NOT NULL DEFAULT 0"},
+}
 
 
 #: Columns each table must have; an index file without them was written by something else.
@@ -75,6 +82,20 @@ _COLUMNS = {
 }
 #: Damaged index files kept aside (``<name>.corrupt-<timestamp>``) for inspection.
 KEEP_CORRUPT = 2
+
+
+class VectorTableError(StoreError):
+    """sqlite-vec failed on ``chunks_vec``: its pages are damaged (the index is rebuilt)."""
+
+
+@contextlib.contextmanager
+def _vec_errors() -> Iterator[None]:
+    """sqlite-vec reports damaged shadow-table pages as plain SQL errors ("vectors blob read
+    error", "could not read validity bitmap", ...): they mean a damaged index."""
+    try:
+        yield
+    except apsw.SQLError as exc:
+        raise VectorTableError(f"the vector table of the index is damaged: {exc}") from None
 
 
 def _check_file_header(path: Path) -> None:
@@ -220,13 +241,21 @@ class SQLiteStore(Store):
             version = conn.execute("PRAGMA user_version").fetchall()[0][0]
             if version not in (0, SCHEMA_VERSION):
                 raise StoreError(f"index {self.path} has schema version {version}; this clawmem writes {SCHEMA_VERSION}")
-            self._check_columns()
-            with self._tx():
-                conn.execute(_SCHEMA)
-                self._add_missing_columns()
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._ensure_fts()
+            columns = self._check_columns()
+            # Opening an index that is complete writes nothing: no write lock to wait for, and
+            # long-lived readers in other processes keep their caches.
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            complete = version == SCHEMA_VERSION and _SCHEMA_OBJECTS <= names and all(
+                set(cols) <= columns.get(table, set()) for table, cols in _ADDED_COLUMNS.items()
+            )
+            if not complete:
+                with self._tx():
+                    conn.execute(_SCHEMA)
+                    self._add_missing_columns()
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._ensure_fts("chunks_fts" in names)
             self._read_vector_state()
+            conn.execute("SELECT key, value FROM meta").fetchall()  # a damaged meta page fails here, not later
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.close()
             raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
@@ -253,7 +282,7 @@ class SQLiteStore(Store):
         return self.file_id != self.current_file_id()
 
     def is_corruption(self, exc: BaseException) -> bool:
-        return isinstance(exc, (apsw.CorruptError, apsw.NotADBError, CorruptIndexError))
+        return isinstance(exc, (apsw.CorruptError, apsw.NotADBError, CorruptIndexError, VectorTableError))
 
     def write_error(self, exc: BaseException) -> StoreError | None:
         if isinstance(exc, apsw.FullError):
@@ -279,18 +308,25 @@ class SQLiteStore(Store):
             return None
         return (st.st_dev, st.st_ino)
 
-    def _check_columns(self) -> None:
+    def _check_columns(self) -> dict[str, set[str]]:
+        """The columns of each table (empty for a missing table); a table without clawmem's
+        columns means a file that is not a clawmem index."""
+        out = {}
         for table, want in _COLUMNS.items():
             have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
             if have and not want <= have:
                 missing = ", ".join(sorted(want - have))
                 raise CorruptIndexError(f"index {self.path} is not a clawmem index (table {table} lacks {missing})")
+            out[table] = have
+        return out
 
     def _add_missing_columns(self) -> None:
-        """Columns added since the first schema (an older index gets them, then a full reindex)."""
-        have = {row[1] for row in self.conn.execute("PRAGMA table_info(chunks)")}
-        if "part" not in have:  # 1 = a window row (vector side only)
-            self.conn.execute("ALTER TABLE chunks ADD COLUMN part INTEGER NOT NULL DEFAULT 0")
+        """Columns added since the first schema (an older index gets them)."""
+        for table, cols in _ADDED_COLUMNS.items():
+            have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
+            for name, decl in cols.items():
+                if name not in have:
+                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:
@@ -308,14 +344,19 @@ class SQLiteStore(Store):
         except Exception as exc:  # missing wheel, wrong platform, load failure
             self.vector_error = str(exc) or type(exc).__name__
 
-    def _ensure_fts(self) -> None:
+    def _ensure_fts(self, exists: bool) -> None:
         tokenize = FTS_TOKENIZERS[self.fts_tokenizer].replace('"', '""')
         try:
-            self.conn.execute(
-                f'CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, content="", '
-                f'contentless_delete=1, tokenize="{tokenize}")'
-            )
+            if exists:
+                self.conn.execute("SELECT rowid FROM chunks_fts WHERE 0").fetchall()  # FTS5 loads
+            else:
+                self.conn.execute(
+                    f'CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, content="", '
+                    f'contentless_delete=1, tokenize="{tokenize}")'
+                )
             self.fts_available = True
+        except (apsw.CorruptError, apsw.NotADBError):
+            raise  # damaged (its config page, say): set aside and rebuilt, not "FTS5 missing"
         except apsw.Error as exc:
             self.fts_available = False
             self.fts_error = str(exc)
@@ -332,7 +373,8 @@ class SQLiteStore(Store):
 
     def _fill_vector_table(self, dims: int) -> None:
         """(Re)create ``chunks_vec`` from the chunks' vectors (inside a transaction)."""
-        self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+        with _vec_errors():
+            self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
         self.conn.execute(f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)")
         self.conn.execute(
             "INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks "
@@ -440,9 +482,10 @@ class SQLiteStore(Store):
         return dict(self.conn.execute("SELECT path, hash FROM files WHERE source=?", (source,)).fetchall())
 
     @_locked
-    def file_states(self, source: str) -> dict[str, tuple[str, str, int, int]]:
-        """The ``(path, hash, size, mtime)`` of each indexed file of ``source``, by path (one query)."""
-        rows = self.conn.execute("SELECT path, hash, size, mtime FROM files WHERE source=?", (source,))
+    def file_states(self, source: str) -> dict[str, FileState]:
+        """The ``(path, hash, size, mtime, ctime, ino)`` of each indexed file of ``source``, by path
+        (one query)."""
+        rows = self.conn.execute("SELECT path, hash, size, mtime, ctime, ino FROM files WHERE source=?", (source,))
         return {row[0]: row for row in rows}
 
     def _delete_chunks(self, source: str, paths: Sequence[str], with_vectors: bool) -> None:
@@ -460,7 +503,8 @@ class SQLiteStore(Store):
             if self.fts_available:
                 conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
             if with_vectors:
-                conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
+                with _vec_errors():
+                    conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
             conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
     @_locked
@@ -480,8 +524,8 @@ class SQLiteStore(Store):
             for source, paths in by_source.items():
                 self._delete_chunks(source, paths, with_vectors)
             conn.executemany(
-                "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
-                [(f.path, f.source, f.hash, f.mtime, f.size) for f, _ in items],
+                "INSERT OR REPLACE INTO files(path, source, hash, mtime, size, ctime, ino) VALUES (?,?,?,?,?,?,?)",
+                [(f.path, f.source, f.hash, f.mtime, f.size, f.ctime, f.ino) for f, _ in items],
             )
             # Row ids are assigned here so that chunks, keywords and vectors go in as three bulk inserts.
             rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchall()[0][0]
@@ -508,7 +552,8 @@ class SQLiteStore(Store):
             if self.fts_available:
                 conn.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", docs)
             if vecs:
-                conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
+                with _vec_errors():
+                    conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""
@@ -519,8 +564,8 @@ class SQLiteStore(Store):
         """:meth:`touch_file` for many files, in one transaction."""
         with self._tx():
             self.conn.executemany(
-                "UPDATE files SET mtime=?, size=? WHERE source=? AND path=?",
-                [(f.mtime, f.size, f.source, f.path) for f in files],
+                "UPDATE files SET mtime=?, size=?, ctime=?, ino=? WHERE source=? AND path=?",
+                [(f.mtime, f.size, f.ctime, f.ino, f.source, f.path) for f in files],
             )
 
     @_locked
@@ -666,16 +711,21 @@ class SQLiteStore(Store):
         self._vec_queries += 1
         use_extension = self.vector_extension and self.vector_table_ok and self._vec_queries <= _MATRIX_AFTER_QUERIES
         if use_extension and not self._matrix_fresh():
-            return [
-                (row[0], 1.0 - float(row[1]))
-                for row in self.conn.execute(
-                    "SELECT c.id, v.distance FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
-                    "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
-                    (_blob(query), int(limit)),
-                )
-                if row[1] is not None and math.isfinite(row[1])
-            ]
+            with _vec_errors():
+                return self._vec_query(query, limit)
         return self._matrix_search(query, limit)
+
+    def _vec_query(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        """sqlite-vec's nearest chunks (an all-zero stored vector has no distance: skipped)."""
+        return [
+            (row[0], 1.0 - float(row[1]))
+            for row in self.conn.execute(
+                "SELECT c.id, v.distance FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
+                "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
+                (_blob(query), int(limit)),
+            )
+            if row[1] is not None and math.isfinite(row[1])
+        ]
 
     def _data_token(self) -> Any:
         return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes)

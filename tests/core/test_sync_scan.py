@@ -130,3 +130,33 @@ def test_scan_before_the_locks_is_redone_when_another_sync_wrote(make_workspace:
         mem.sync()
         assert _paths(mem, "zebra crossing") == {"memory/z.md"}
         assert mem.status().files == 2
+
+
+def test_same_size_edit_with_its_old_mtime_put_back_is_seen(make_workspace: WorkspaceFactory, state_dir: Path) -> None:
+    """``cp -p``, ``rsync -t`` and ``tar x`` restore a file's old mtime: a same-size edit must
+    still be seen (its inode change time or its inode differs)."""
+    ws = make_workspace({"MEMORY.md": "- tea\n", "memory/a.md": "- alpha walrus\n", "memory/b.md": "- bravo walrus\n"})
+    _age(ws)
+    with MemoryIndex(ws, config=_config(), state_dir=state_dir) as mem:
+        mem.sync()
+        a, b = ws / "memory" / "a.md", ws / "memory" / "b.md"
+        # In place with the old mtime put back (cp -p onto an existing file).
+        st = a.stat()
+        a.write_text("- alpha narwhal\n"[: st.st_size].ljust(st.st_size), encoding="utf-8")
+        os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert (a.stat().st_size, a.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        # Replaced by a new file carrying the old mtime (rsync -t, tar x).
+        st = b.stat()
+        tmp = ws / "memory" / ".b.tmp"
+        tmp.write_text("- bravo narwhal\n"[: st.st_size].ljust(st.st_size), encoding="utf-8")
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, b)
+        assert (b.stat().st_size, b.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        report = mem.sync()
+        assert report.files_indexed == 2
+        assert _paths(mem, "narwhal") == {"memory/a.md", "memory/b.md"}
+        assert _paths(mem, "walrus") == set()
+    with MemoryIndex(ws, config=_config(), state_dir=state_dir) as mem:  # unchanged now: nothing read
+        _age(ws)
+        mem.sync()
+        assert mem.sync().files_unchanged == 3

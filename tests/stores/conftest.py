@@ -44,5 +44,5 @@ def chunk(path: str, i: int, text: str, vec: list[float] | None = None, source: 
                     text, vec, window)
 
 
-def file(path: str, content: str = "x", source: str = "memory", mtime: int = 1000) -> FileRow:
-    return FileRow(path, source, f"hash-{content}", mtime, len(content), content)
+def file(path: str, content: str = "x", source: str = "memory", mtime: int = 1000, ctime: int = 7, ino: int = 42) -> FileRow:
+    return FileRow(path, source, f"hash-{content}", mtime, len(content), content, ctime=ctime, ino=ino)

@@ -26,7 +26,7 @@ def test_files_chunks_replace_touch_delete(store: Store) -> None:
     assert store.has_content()
     states = store.file_states("memory")
     assert set(states) == {"memory/a.md", "memory/b.md"}
-    assert states["memory/a.md"] == ("memory/a.md", "hash-alpha", 5, 1000)
+    assert states["memory/a.md"] == ("memory/a.md", "hash-alpha", 5, 1000, 7, 42)
     assert store.file_hashes("memory") == {"memory/a.md": "hash-alpha", "memory/b.md": "hash-beta"}
     assert store.file_states("sessions") == {}
     c = store.counts()
@@ -36,8 +36,8 @@ def test_files_chunks_replace_touch_delete(store: Store) -> None:
     assert store.counts().chunks == 2
     hits = dict(store.keyword_search(["pears"], 10))
     assert hits == {}
-    store.touch_files([file("memory/b.md", "beta", mtime=2000)])
-    assert store.file_states("memory")["memory/b.md"][3] == 2000
+    store.touch_files([file("memory/b.md", "beta", mtime=2000, ctime=9, ino=43)])
+    assert store.file_states("memory")["memory/b.md"][2:] == (4, 2000, 9, 43)
     assert store.file_hashes("memory")["memory/b.md"] == "hash-beta"
     store.delete_files("memory", ["memory/b.md"])
     assert set(store.file_states("memory")) == {"memory/a.md"}
