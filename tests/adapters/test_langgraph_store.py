@@ -146,6 +146,21 @@ def test_symlinked_namespace_folders_are_refused(mem: MemoryIndex, tmp_path: Pat
     assert _files(outside) == {"secret.md"} and (outside / "secret.md").read_text() == "top secret\n"
 
 
+def test_a_symlinked_item_file_is_never_read_or_written_through(mem: MemoryIndex, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("top secret\n", encoding="utf-8")
+    folder = mem.workspace / "memory" / "users"
+    folder.mkdir()
+    (folder / "notes.md").write_text("A real note about Lisbon.\n", encoding="utf-8")
+    os.symlink(outside, folder / "evil.md")
+    store = ClawmemStore(mem)
+    assert store.get(("users",), "evil") is None
+    assert [i.key for i in store.search(("users",))] == ["notes"]
+    store.put(("users",), "evil", {"content": "replaced"})  # the link itself is replaced, its target untouched
+    assert outside.read_text(encoding="utf-8") == "top secret\n"
+    assert not (folder / "evil.md").is_symlink() and store.get(("users",), "evil").value == {"content": "replaced"}
+
+
 def test_bad_values_write_nothing(mem: MemoryIndex) -> None:
     store = ClawmemStore(mem)
     with pytest.raises(TypeError):
