@@ -356,6 +356,10 @@ def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
         print(f"clawmem: {result.path} is empty", file=sys.stderr)
         return EXIT_OK
     sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
+    if result.truncated:
+        more = f"; continue with --from {result.next_from}" if result.next_from else ""
+        print(f"clawmem: showed lines {result.from_line}-{result.to_line} of {result.total_lines} "
+              f"(cut at read.max_chars = {mem.config.read.max_chars} characters){more}", file=sys.stderr)
     return EXIT_OK
 
 

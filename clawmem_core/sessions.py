@@ -291,8 +291,14 @@ class DeltaState:
 def _count_newlines(path: Path, start: int, end: int) -> int:
     if end <= start:
         return 0
+    from .safe_fs import UnsafeFileError, open_regular
+
     count = 0
-    with open(path, "rb") as handle:
+    try:  # no symlink followed, no blocking on a FIFO swapped in since the stat
+        fd = open_regular(os.path.dirname(path) or ".", (os.path.basename(path),))
+    except UnsafeFileError:
+        return 0
+    with os.fdopen(fd, "rb") as handle:
         handle.seek(start)
         remaining = end - start
         while remaining > 0:

@@ -282,3 +282,14 @@ def test_write_appends_a_note_that_search_finds(tmp_path: Path, capsys: pytest.C
     assert hits and hits[0]["path"] == daily[0].relative_to(ws).as_posix()
     assert main(["-w", str(ws), "write", "   "]) == 1
     assert "error" in capsys.readouterr().err
+
+
+def test_get_of_a_long_file_says_where_to_continue(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (ws / "memory" / "long.md").write_text("".join(f"line {i:05d} " + "z" * 60 + "\n" for i in range(1, 1001)))
+    code, out, err = run(capsys, "get", "memory/long.md", "--workspace", str(ws))
+    shown = out.splitlines()
+    assert code == 0 and len(out) <= 20_001 and shown[0].startswith("line 00001")
+    note = one_error_line(err)
+    assert f"lines 1-{len(shown)} of 1000" in note and f"--from {len(shown) + 1}" in note
+    code, out, _ = run(capsys, "get", "memory/long.md", "--from", str(len(shown) + 1), "--workspace", str(ws))
+    assert out.startswith(f"line {len(shown) + 1:05d}")

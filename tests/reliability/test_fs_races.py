@@ -167,3 +167,35 @@ def test_write_never_goes_outside_or_blocks(layout: tuple[Path, Path], tmp_path:
     assert races.all_fired
     assert ("symlink" in str(info.value)) or ("not a regular file" in str(info.value))
     assert tree_digest(outside) == outside_before
+
+
+# -- session transcripts ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("swap", ["file-symlink", "fifo"])
+def test_sync_skips_a_transcript_swapped_after_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       swap: str) -> None:
+    import json
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("jazz\n")
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    line = {"type": "message", "message": {"role": "user", "content": "the lighthouse keeper called"}}
+    (sessions / "a.jsonl").write_text(json.dumps(line) + "\n")
+    outside = tmp_path / "outside.jsonl"
+    secret = {"type": "message", "message": {"role": "user", "content": f"{SECRET} lighthouse"}}
+    outside.write_text(json.dumps(secret) + "\n")
+    target = sessions / "a.jsonl"
+    cfg = MemoryConfig.from_dict({"provider": "none", "sources": ["memory", "sessions"],
+                                  "experimental": {"sessionMemory": True},
+                                  "sync": {"on_search": False, "on_session_start": False}})
+    with MemoryIndex(ws, state_dir=tmp_path / "state", config=cfg, sessions_dir=sessions) as mem:
+        action = swap_for_symlink(target, outside) if swap == "file-symlink" else swap_for_fifo(target)
+        races = Races(monkeypatch).at("listed", sessions, action)
+        report = run_bounded(mem.sync, fifo=target)
+        assert races.all_fired
+        monkeypatch.undo()
+        assert SECRET not in _index_text(mem)
+        assert any(s.startswith("sessions/a.jsonl") for s in report.files_skipped), report.files_skipped
