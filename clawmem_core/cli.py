@@ -220,33 +220,20 @@ def _check_requested_provider(mem: Any) -> None:
     )
 
 
-class _Progress:
-    """n/N, elapsed and ETA on one terminal line (nothing when stderr is not a terminal)."""
+def _progress(transient: bool = False) -> Any:
+    """A ``rich`` bar on a terminal, plain lines otherwise (both on stderr, and only for a phase
+    that takes a while when not a terminal)."""
+    from .progress import progress_renderer
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.start = time.monotonic()
-        self.shown = False
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        if not self.enabled or total <= 0:
-            return
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / done * (total - done) if done else 0.0
-        self.stream.write(f"\r{label}… {done}/{total} · elapsed {_mmss(elapsed)} · eta {_mmss(eta)}\x1b[K")
-        self.stream.flush()
-        self.shown = True
-
-    def finish(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
+    return progress_renderer(sys.stderr, transient=transient)
 
 
-def _mmss(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 60}:{s % 60:02d}"
+def _vectors_note(vectors: dict[str, int] | None) -> str | None:
+    """One line on vectors still to embed, or ``None`` when all are there."""
+    if not vectors or vectors["done"] >= vectors["total"]:
+        return None
+    return (f"clawmem: vectors {vectors['done']}/{vectors['total']} chunks embedded; the rest match by keyword "
+            f"for now (`clawmem index` embeds them, with progress)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -270,6 +257,11 @@ def _run(args: argparse.Namespace) -> int:
     from .index import MemoryIndex
 
     config = _config(args)
+    if args.command == "search":
+        # A one-shot search syncs the keyword phase itself, then answers: no background sync
+        # that closing the index would wait for (vectors are `clawmem index`'s).
+        config = dataclasses.replace(config, sync=dataclasses.replace(config.sync, on_search=False,
+                                                                      on_session_start=False))
     mem = MemoryIndex(args.workspace, agent_id=args.agent, config=config)
     try:
         if args.command in _EMBEDDING_COMMANDS or (args.command == "status" and args.index):
@@ -283,11 +275,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
-    progress = _Progress(sys.stderr)
-    try:
+    with _progress() as progress:
         report = mem.sync(force=args.force, progress=progress, reason="cli")
-    finally:
-        progress.finish()
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
         return EXIT_OK
@@ -309,7 +298,10 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
         return EXIT_ERROR
     try:
-        mem.sync(reason="cli")
+        # The keyword phase only: the answer comes in seconds; vectors still missing are
+        # embedded by `clawmem index` (or a long-lived process), and the search says how far.
+        with _progress(transient=True) as progress:
+            mem.sync(reason="cli", progress=progress, vectors=False)
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     try:
@@ -320,6 +312,9 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    note = _vectors_note(getattr(hits, "vectors", None))
+    if note:
+        print(note, file=sys.stderr)
     if args.json:
         print(json.dumps(format_search_payload(mem, hits), ensure_ascii=False, indent=2))
         return EXIT_OK
@@ -366,13 +361,11 @@ def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
 def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
     index_error = None
     if args.index:
-        progress = _Progress(sys.stderr)
         try:
-            mem.sync(force=args.force, progress=progress, reason="cli")
+            with _progress() as progress:
+                mem.sync(force=args.force, progress=progress, reason="cli")
         except ClawmemError as exc:
             index_error = str(exc)
-        finally:
-            progress.finish()
     probe = None
     if args.deep or args.index:
         probe = _probe(mem)
@@ -394,6 +387,7 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st.extra_paths)}")
     lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · {st.chunks} chunks",
               f"Dirty: {'yes' if st.dirty else 'no'}",
+              *([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
               f"Store: {st.store_path}",
               f"Workspace: {st.workspace}"]
     if probe is not None:
@@ -470,9 +464,24 @@ def _cmd_write(mem: Any, args: argparse.Namespace) -> int:
 
 def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
     print(f"Watching {mem.workspace} (Ctrl-C to stop)…", file=sys.stderr)
-    mem.sync(reason="watch", progress=_Progress(sys.stderr))
-    mem.watch(block=True)
+    with _progress() as progress:
+        mem.sync(reason="watch", progress=progress)
+    mem.watch(block=True, on_sync=lambda report: print(_reindex_line(report), file=sys.stderr, flush=True))
     return EXIT_OK
+
+
+def _reindex_line(report: Any) -> str:
+    """One line per re-index of ``watch``: files, chunks, time."""
+    parts = [f"{report.files_indexed} file{'s' if report.files_indexed != 1 else ''} indexed"]
+    if report.files_deleted:
+        parts.append(f"{report.files_deleted} removed")
+    parts.append(f"{report.chunks_indexed} chunk{'s' if report.chunks_indexed != 1 else ''}")
+    if report.vectors_completed:
+        parts.append(f"{report.vectors_completed} embedded")
+    if report.vectors_pending:
+        parts.append(f"{report.vectors_pending} vectors pending")
+    stamp = time.strftime("%H:%M:%S")
+    return f"[{stamp}] re-indexed: {', '.join(parts)} ({report.seconds:.2f}s)"
 
 
 def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:

@@ -14,14 +14,14 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
 from .errors import ConfigError, EmbeddingError, StoreError, WorkspaceError
 from .read import read_memory_file
-from .results import IndexStatus, ReadResult, SearchResult, SyncReport
+from .results import IndexStatus, ReadResult, SearchHits, SearchResult, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
     MAX_QUERY_EMBED_CHARS,
     MAX_QUERY_TERM_CHARS,
@@ -31,7 +31,8 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     rank,
 )
 from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
-from .sync import ProgressCallback, Scan, Syncer, stat_key
+from .progress import ProgressCallback, SyncProgress, as_listener
+from .sync import Listener, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -58,6 +59,23 @@ class _Selection:
     requested: str
     fallback_from: str | None = None
     reason: str | None = None
+
+
+def _vectors_incomplete(vectors: dict[str, int] | None) -> bool:
+    """While some chunks still wait for their vectors a search ranks by keywords alone: a chunk
+    without its vector would otherwise lose to every chunk that has one, whatever its keywords."""
+    return vectors is not None and vectors["done"] < vectors["total"]
+
+
+def _changed_files(scan: Scan) -> int:
+    """Files a scan found added, changed (by size, mtime, ctime or inode) or gone; files re-read
+    only because they were modified close to the last scan (most likely unchanged) do not count."""
+    n = sum(map(len, scan.gone.values()))
+    for item, key in scan.todo:
+        prev = scan.known[item.source].get(item.path)
+        if prev is None or prev[2:] != key:
+            n += 1
+    return n
 
 
 def _wrap(obj: Any) -> Embedder:
@@ -131,6 +149,10 @@ class MemoryIndex:
         self._retired: list[Store] = []
         self._sync_lock = threading.Lock()
         self._bg_thread: threading.Thread | None = None
+        #: One vector phase at a time in this process, on its own store handle.
+        self._vector_lock = threading.Lock()
+        self._vector_store: Store | None = None
+        self._closing = False
         self._dirty = True
         self._dirty_gen = 0  # bumped by every change notice; a sync clears only what it saw
         self._session_warmed = False
@@ -302,12 +324,36 @@ class MemoryIndex:
 
     # -- sync ---------------------------------------------------------------------------------
 
-    def sync(self, force: bool = False, progress: ProgressCallback | None = None, *, reason: str = "manual") -> SyncReport:
-        """Bring the index up to date with the Markdown: unchanged files are skipped, changed files
-        re-chunked and re-embedded (the cache means text seen before is never embedded twice),
-        deleted files removed. A full reindex (forced, or when the identity changed) is built
-        beside the live index and swapped in atomically. Returns what was done."""
+    def sync(self, force: bool = False, progress: ProgressCallback | None = None, *, reason: str = "manual",
+             vectors: bool = True) -> SyncReport:
+        """Bring the index up to date with the Markdown, in two phases. The keyword phase reads and
+        chunks the changed files and writes them for keyword search (unchanged files are skipped,
+        deleted ones removed; vectors the embedding cache holds are used at once); a full reindex
+        (forced, or when the identity changed) is built beside the live index and swapped in
+        atomically. The vector phase then embeds the chunks still without vectors (text seen
+        before is never embedded twice); ``vectors=False`` leaves them for later (a background
+        sync or the next ``sync()``), and a killed run carries on from where it stopped.
+
+        ``progress`` receives a :class:`~clawmem_core.progress.SyncProgress` for each phase
+        (files, then chunks, with an ETA from the throughput measured so far); a callable of
+        three arguments gets ``(done, total, label)``. Returns what was done."""
         self._check_open()
+        listener = as_listener(progress)
+        report = self._sync_keywords(force, listener, reason)
+        if vectors:
+            try:
+                self._sync_vectors(report, listener)
+            except EmbeddingError as exc:
+                if not self._activate_fallback(exc):
+                    raise
+                report = self._sync_keywords(True, listener, "fallback")
+                self._sync_vectors(report, listener)
+        else:
+            report.vectors_pending = self._pending_vectors()
+        return report
+
+    def _sync_keywords(self, force: bool, listener: Listener | None, reason: str) -> SyncReport:
+        """The keyword phase under the sync locks (nothing is locked when nothing changed)."""
         with self._sync_lock:
             started, gen = time.perf_counter(), self._dirty_gen
             scan = None if force else self._unlocked_scan()
@@ -315,9 +361,53 @@ class MemoryIndex:
                 return self._nothing_changed(scan, reason, gen, started)
             lock = self._process_lock()
             with lock:
-                return self._guarded_sync(force, progress, reason, scan=scan)
+                return self._guarded_sync(force, listener, reason, scan=scan)
 
-    def _guarded_sync(self, force: bool, progress: ProgressCallback | None, reason: str,
+    def _sync_vectors(
+        self,
+        report: SyncReport,
+        listener: Listener | None = None,
+        *,
+        blocking: bool = True,
+        deadline: float | None = None,
+        paths: Sequence[str] | None = None,
+        store: Store | None = None,
+    ) -> None:
+        """The vector phase: embed pending chunks until none is left, the index closes, or
+        ``deadline`` (``time.monotonic()``) passes. Runs on this process's vector handle, one at
+        a time (``blocking=False``: skipped when another is running), or on ``store`` when given
+        (``paths`` then limits it to those files' chunks)."""
+        emb = self._selection_now().embedder
+        if emb is None:
+            return
+        if store is not None:
+            self._syncer.fill_vectors(store, emb, report, listener, should_stop=lambda: self._closing,
+                                      deadline=deadline, paths=paths)
+            report.vectors_pending = store.vector_counts().pending
+            return
+        if not self._vector_lock.acquire(blocking=blocking):
+            return
+        try:
+            vstore = self._vector_store
+            if vstore is None or vstore.superseded():
+                if vstore is not None:
+                    self._retired.append(vstore)
+                vstore = self._vector_store = self._new_store()
+            vstore.refresh()
+            self._syncer.fill_vectors(vstore, emb, report, listener, should_stop=lambda: self._closing,
+                                      deadline=deadline, paths=paths)
+            report.vectors_pending = vstore.vector_counts().pending
+        finally:
+            self._vector_lock.release()
+
+    def _pending_vectors(self) -> int:
+        """Chunks waiting for vectors (0 in keyword-only mode or before the embedder is chosen)."""
+        sel = self._selection
+        if sel is None or sel.embedder is None:
+            return 0
+        return self._store.vector_counts().pending
+
+    def _guarded_sync(self, force: bool, progress: Listener | None, reason: str,
                       session_files: Sequence[str | os.PathLike[str]] = (), *, scan: Scan | None = None) -> SyncReport:
         """``_sync_locked`` with storage failures turned into :class:`StoreError` and a damaged
         index set aside and rebuilt (both locks held)."""
@@ -333,11 +423,12 @@ class MemoryIndex:
                 raise err from None
             raise
 
-    async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None) -> SyncReport:
+    async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None, *,
+                         vectors: bool = True) -> SyncReport:
         """Async twin of :meth:`sync` (runs in a worker thread)."""
         import asyncio
 
-        return await asyncio.to_thread(self.sync, force, progress)
+        return await asyncio.to_thread(lambda: self.sync(force, progress, vectors=vectors))
 
     def _process_lock(self, blocking: bool = True) -> Any:
         return self._backend.process_lock(blocking)
@@ -350,7 +441,7 @@ class MemoryIndex:
     def _sync_locked(
         self,
         force: bool,
-        progress: ProgressCallback | None,
+        progress: Listener | None,
         reason: str,
         session_files: Sequence[str | os.PathLike[str]] = (),
         *,
@@ -427,25 +518,33 @@ class MemoryIndex:
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
                           seconds=time.perf_counter() - started)
 
-    def _maybe_background_sync(self) -> None:
-        """Start a background sync when the index may be stale; a search never waits for it."""
+    def _maybe_background_sync(self, *, vectors_only: bool = False) -> None:
+        """Start a background sync when the index may be stale, or has chunks waiting for vectors;
+        a search never waits for it."""
+        if self._closing:
+            return
         if self._synced_here:
             self._session_warmed = True  # this process has synced: the session is warm
-        want = (self.config.sync.on_search and self._dirty) or (
-            self.config.sync.on_session_start and not self._session_warmed
+        keywords = not vectors_only and (
+            (self.config.sync.on_search and self._dirty)
+            or (self.config.sync.on_session_start and not self._session_warmed)
         )
         self._session_warmed = True
-        if not want:
+        # Vectors left pending (by a first search, a killed run, a search's small sync): after a
+        # first search always, later only when searches may sync.
+        vectors = (vectors_only or self.config.sync.on_search) and self._pending_vectors() > 0
+        if not keywords and not vectors:
             return
         with self._state_lock:
             if self._bg_thread is not None and self._bg_thread.is_alive():
                 return
-            self._bg_thread = threading.Thread(target=self._background_sync, name="clawmem-sync", daemon=True)
+            self._bg_thread = threading.Thread(target=self._background_sync, args=(keywords, vectors),
+                                               name="clawmem-sync", daemon=True)
             self._bg_thread.start()
 
-    def _background_sync(self) -> None:
+    def _background_sync(self, keywords: bool, vectors: bool) -> None:
         try:
-            if self._sync_lock.acquire(blocking=False):
+            if keywords and self._sync_lock.acquire(blocking=False):
                 try:
                     try:
                         # Changes noticed while syncing are picked up by another round.
@@ -463,6 +562,8 @@ class MemoryIndex:
                         pass  # another process is syncing this index
                 finally:
                     self._sync_lock.release()
+            if not self._closing and (vectors or keywords):
+                self._sync_vectors(SyncReport(reason="background"), blocking=False)
         except Exception as exc:  # logged, never raised into the agent
             log.warning("background memory sync failed: %s", exc)
 
@@ -486,7 +587,7 @@ class MemoryIndex:
         self._check_open()
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
-            return []
+            return SearchHits()
         store = self._store
         try:
             return self._search_once(q, k, ms)
@@ -496,12 +597,32 @@ class MemoryIndex:
             self._rebuild_damaged(exc, store)
             return self._search_once(q, k, ms)
 
-    def _search_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
-        if not self._prepare_search():
-            return []
+    def _search_once(self, q: str, k: int, ms: float) -> SearchHits:
+        ready, stale = self._prepare_search()
+        if not ready:
+            return SearchHits()
         emb = self._selection_now().embedder
-        qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
-        return self._rank(q, qvec, k, ms)
+        vectors = self._vector_state(emb)
+        keyword_only = emb is None or _vectors_incomplete(vectors)
+        qvec = emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None and not keyword_only else None
+        return self._ranked(q, qvec, k, ms, keyword_only, stale, vectors, emb)
+
+    def _ranked(self, q: str, qvec: list[float] | None, k: int, ms: float, keyword_only: bool, stale: bool,
+                vectors: dict[str, int] | None, emb: Embedder | None) -> SearchHits:
+        hits = self._rank(q, qvec, k, ms, keyword_only=keyword_only)
+        if not keyword_only:
+            now = self._vector_state(emb)
+            if _vectors_incomplete(now):  # a full reindex switched in while this search ran
+                vectors = now
+                hits = self._rank(q, None, k, ms, keyword_only=True)
+        return SearchHits(hits, stale=stale, vectors=vectors)
+
+    def _vector_state(self, emb: Embedder | None) -> dict[str, int] | None:
+        """``{"done", "total"}`` chunks with vectors (``None`` in keyword-only mode)."""
+        if emb is None:
+            return None
+        counts = self._store.vector_counts()
+        return {"done": counts.done, "total": counts.total}
 
     def _rebuild_damaged(self, exc: Exception, failed: Store) -> None:
         with self._sync_lock:
@@ -520,7 +641,7 @@ class MemoryIndex:
         self._check_open()
         q, k, ms = self._check_args(query, max_results, min_score)
         if not q:
-            return []
+            return SearchHits()
         store = self._store
         try:
             return await self._asearch_once(q, k, ms)
@@ -530,28 +651,97 @@ class MemoryIndex:
             await asyncio.to_thread(self._rebuild_damaged, exc, store)
             return await self._asearch_once(q, k, ms)
 
-    async def _asearch_once(self, q: str, k: int, ms: float) -> list[SearchResult]:
+    async def _asearch_once(self, q: str, k: int, ms: float) -> SearchHits:
         import asyncio
 
-        if not await asyncio.to_thread(self._prepare_search):
-            return []
+        ready, stale = await asyncio.to_thread(self._prepare_search)
+        if not ready:
+            return SearchHits()
         emb = self._selection_now().embedder
-        qvec = await emb.aembed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None else None
-        return await asyncio.to_thread(self._rank, q, qvec, k, ms)
+        vectors = await asyncio.to_thread(self._vector_state, emb)
+        keyword_only = emb is None or _vectors_incomplete(vectors)
+        qvec = await emb.aembed_query(q[:MAX_QUERY_EMBED_CHARS]) if emb is not None and not keyword_only else None
+        return await asyncio.to_thread(self._ranked, q, qvec, k, ms, keyword_only, stale, vectors, emb)
 
-    def _prepare_search(self) -> bool:
-        """Sync triggers; False when there is nothing to search."""
+    def _prepare_search(self) -> tuple[bool, bool]:
+        """Sync what a search needs first; returns whether there is anything to search and whether
+        the answer will be stale. A new index gets its keyword phase now (seconds), its vectors
+        in the background. An index in use gets the changes made on disk when they are few
+        (:attr:`fresh_max_files`, :attr:`fresh_max_bytes`, within :attr:`fresh_budget` seconds);
+        more, and the search answers from the index as it is (stale) while a background sync
+        catches up."""
         if not self._store.has_content():
             if list_memory_files(self.workspace, self.config.extra_paths).files:
-                self.sync(reason="search")  # first use: index before answering
+                self.sync(reason="search", vectors=False)  # first use: keywords before answering
             if not self._store.has_content():
-                return False
-        else:
-            self._maybe_background_sync()
-        return True
+                return False, False
+            self._maybe_background_sync(vectors_only=True)
+            return True, False
+        stale = self._freshen()
+        self._maybe_background_sync()
+        return True, stale
 
-    def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float) -> list[SearchResult]:
-        keyword_only = self._selection_now().embedder is None
+    #: A search syncs changes first when they are at most this many files ...
+    fresh_max_files = 20
+    #: ... of at most this many bytes ...
+    fresh_max_bytes = 2_000_000
+    #: ... and it waits at most this long (seconds) for that sync and its vectors.
+    fresh_budget = 2.0
+
+    def _freshen(self) -> bool:
+        """Sync the changes a search must see when they are small; True when the search will
+        answer without some of them (stale)."""
+        if not self.config.sync.on_search or self.config.sessions_enabled:
+            return self._dirty  # syncs on search are off, or transcripts wait for their deltas
+        deadline = time.monotonic() + self.fresh_budget
+        if not self._sync_lock.acquire(timeout=self.fresh_budget):
+            return True  # a long sync holds the index: answer from it as it is
+        try:
+            gen = self._dirty_gen
+            scan = self._unlocked_scan()
+            if scan is not None and scan.clean:
+                self._nothing_changed(scan, "search", gen, time.perf_counter())
+                return False
+            changed = _changed_files(scan) if scan is not None else -1
+            if changed == 0:
+                # only files written just before the last scan, each with the size, mtime, ctime
+                # and inode it was indexed with: nothing to write (a sync re-reads them later)
+                return False
+            small = (
+                scan is not None
+                and changed <= self.fresh_max_files
+                and sum(key[0] for _, key in scan.todo) <= self.fresh_max_bytes
+                and time.monotonic() < deadline
+            )
+            if not small:
+                self.mark_dirty()
+                return True
+            try:
+                with self._process_lock(blocking=False):
+                    report = self._guarded_sync(False, None, "search", scan=scan)
+            except StoreBusyError:
+                self.mark_dirty()
+                return True  # another process is syncing: it will bring these changes
+            except (StoreError, *self._store.driver_errors) as exc:  # e.g. another writer holds the file
+                log.warning("memory sync before a search failed; answering from the index: %s", exc)
+                self.mark_dirty()
+                return True
+            # The changed files' vectors too, if they come within the budget (the others are
+            # the background sync's).
+            paths = [item.path for item, _ in scan.todo]
+            if paths and report.files_indexed:
+                try:
+                    self._sync_vectors(report, deadline=deadline, paths=paths, store=self._writer_store())
+                except EmbeddingError as exc:
+                    log.warning("embedding the changed files failed: %s", exc)
+            return False
+        finally:
+            self._sync_lock.release()
+
+    def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float, *,
+              keyword_only: bool | None = None) -> list[SearchResult]:
+        if keyword_only is None:
+            keyword_only = self._selection_now().embedder is None
         return rank(self._store, self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
                     mtime_of=self._mtime_of)
 
@@ -608,11 +798,12 @@ class MemoryIndex:
         self.sync(reason="write")
         return result
 
-    def watch(self, block: bool = False) -> Any:
+    def watch(self, block: bool = False, on_sync: Callable[[SyncReport], Any] | None = None) -> Any:
         """Watch ``MEMORY.md``, ``memory/``, the extra paths (and transcripts when sessions are on)
         and sync after each burst of changes (debounced by ``sync.watch_debounce_ms``). Also runs
         the interval sync when ``sync.interval_minutes`` is set. ``block=True`` runs until
-        Ctrl-C; otherwise the watcher is returned (``stop()`` it, or close the index)."""
+        Ctrl-C; otherwise the watcher is returned (``stop()`` it, or close the index).
+        ``on_sync`` receives the report of each sync that changed the index."""
         from .watcher import MemoryWatcher
 
         self._check_open()
@@ -625,9 +816,15 @@ class MemoryIndex:
                 return  # transcripts grew, but not past the delta thresholds yet
             self.mark_dirty()
             try:
-                self.sync(reason="watch")
+                report = self.sync(reason="watch")
             except Exception as exc:  # logged, the watcher keeps running
                 log.warning("memory sync after a file change failed: %s", exc)
+                return
+            if on_sync is not None and (report.files_indexed or report.files_deleted or report.vectors_completed):
+                try:
+                    on_sync(report)
+                except Exception as exc:
+                    log.warning("watch callback failed: %s", exc)
 
         watcher = MemoryWatcher.for_workspace(
             self.workspace,
@@ -711,6 +908,10 @@ class MemoryIndex:
         requested = sel.requested if sel else ("custom" if self._user_embedder is not None else self.config.provider)
         mode = "fts-only" if provider == "none" else ("vector" if not self.config.query.hybrid.enabled or not store.fts_available else "hybrid")
         found = list_memory_files(self.workspace, self.config.extra_paths)
+        vectors = None
+        if provider != "none":
+            vc = store.vector_counts()
+            vectors = {"done": vc.done, "total": vc.total}
         issues = []
         if not (self.workspace / "memory").is_dir():
             issues.append(f"memory directory missing ({self.workspace / 'memory'})")
@@ -744,6 +945,7 @@ class MemoryIndex:
             fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
             issues=issues,
             files_on_disk=len(found.files),
+            vectors=vectors,
         )
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -753,9 +955,11 @@ class MemoryIndex:
             raise StoreError("this MemoryIndex is closed")
 
     def close(self) -> None:
-        """Wait for a background sync, then close the index and the embedder."""
+        """Stop a background vector phase after its current group (what is done stays done, the
+        rest waits for the next sync), wait for it, then close the index and the embedder."""
         if self._closed:
             return
+        self._closing = True
         for w in self._watchers:
             w.stop()
         if self._interval_stop is not None:
@@ -769,6 +973,9 @@ class MemoryIndex:
             store.close()
         if self._writer is not None:
             self._writer.close()
+        with self._vector_lock:  # a vector phase run by a watcher or a caller's thread ends first
+            if self._vector_store is not None:
+                self._vector_store.close()
         if self._selection is not None and self._selection.embedder is not None:
             try:
                 self._selection.embedder.close()

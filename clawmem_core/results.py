@@ -63,6 +63,21 @@ class SearchResult:
         }
 
 
+class SearchHits(list):  # type: ignore[type-arg]
+    """The results of a search (a ``list`` of :class:`SearchResult`), and what the index could
+    give: ``stale`` when changes on disk were not synced before answering (too many for the
+    search to wait for, or another sync held the index), ``vectors`` as
+    ``{"done": n, "total": N}`` chunks embedded (``None`` in keyword-only mode)."""
+
+    stale: bool
+    vectors: Optional[dict[str, int]]
+
+    def __init__(self, results: Any = (), *, stale: bool = False, vectors: Optional[dict[str, int]] = None) -> None:
+        super().__init__(results)
+        self.stale = stale
+        self.vectors = vectors
+
+
 @dataclass(frozen=True)
 class ReadResult:
     """Lines read from a memory file (``memory_get``). ``truncated``: the text was cut at the
@@ -108,6 +123,11 @@ class SyncReport:
     chunks_indexed: int = 0
     embeddings_computed: int = 0
     embeddings_cached: int = 0
+    #: Chunks given their vectors by the vector phase of this sync.
+    vectors_completed: int = 0
+    #: Chunks still waiting for vectors when the sync returned (0 after a complete sync; more
+    #: when only the keyword phase ran, or the vector phase was stopped).
+    vectors_pending: int = 0
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,6 +157,8 @@ class IndexStatus:
     fallback: Optional[dict[str, Any]] = None
     issues: list[str] = field(default_factory=list)
     files_on_disk: int | None = None
+    #: ``{"done": chunks with vectors, "total": chunks}``; ``None`` in keyword-only mode.
+    vectors: Optional[dict[str, int]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,9 +1,11 @@
 """Sync: bring an index up to date with its Markdown (and session transcripts).
 
 Scan (stat every file, compare with what the index holds) -> diff (unchanged, to read, gone) ->
-read and chunk -> embed (through the embedding cache) -> write groups of files atomically ->
-progress. It talks to the index only through :class:`~clawmem_core.store.base.Store`; locking,
-recovery and the embedder's lifecycle belong to :class:`~clawmem_core.index.MemoryIndex`.
+read and chunk -> write groups of files atomically for keyword search (the *keyword phase*, with
+vectors the embedding cache already holds) -> embed what is still pending (the *vector phase*,
+:mod:`clawmem_core.vectors`) -> progress of both, with an ETA from measured throughput. It talks to
+the index only through :class:`~clawmem_core.store.base.Store`; locking, recovery and the
+embedder's lifecycle belong to :class:`~clawmem_core.index.MemoryIndex`.
 """
 
 from __future__ import annotations
@@ -15,23 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
-from .chunking import Chunk, chunk_id, chunk_markdown, embedding_windows, remap_lines
+from .chunking import Chunk, chunk_id, chunk_markdown, remap_lines
 from .config import MemoryConfig
 from .discovery import memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
-from .embeddings.batching import batches_by_bytes
 from .errors import StoreError
+from .progress import PhaseMeter, ProgressCallback, SyncProgress
 from .results import SyncReport
 from .safe_fs import FileTooLargeError, UnsafeFileError, decode, read_listed_file
 from .store.base import ChunkRow, FileRow, FileState, Store
+from .vectors import FillResult, cached_vectors, fill_vectors, windows_of
 
 if TYPE_CHECKING:
     from .sessions import SessionDeltaTracker
 
-#: progress(done, total, label)
-ProgressCallback = Callable[[int, int, str], None]
+Listener = Callable[[SyncProgress], None]
 
-#: Chunks embedded and written per group during a sync (bounds memory; each group is durable).
+#: Chunks written per group by the keyword phase (bounds memory; each group is durable).
 _GROUP_CHUNKS = 512
 #: A file modified this close to the last scan is re-hashed even if size and mtime match.
 _RACY_SECONDS = 2.0
@@ -113,7 +115,7 @@ class Syncer:
         identity: dict[str, Any],
         emb: Embedder | None,
         force: bool,
-        progress: ProgressCallback | None,
+        listener: Listener | None,
         reason: str,
         session_files: Sequence[str | os.PathLike[str]] = (),
         *,
@@ -139,14 +141,14 @@ class Syncer:
         if full:
             with writer.rebuild() as tmp:
                 scan = self.scan(tmp, items, full=True)
-                self.index_items(tmp, [writer], scan, len(items), report, progress, emb)
+                self.index_items(tmp, scan, len(items), report, listener, emb)
                 if self.config.cache.max_entries:
                     tmp.cache_prune(self.config.cache.max_entries)
                 tmp.set_meta(identity)
         else:
             if scan is None or not reuse:
                 scan = self.scan(writer, items, full=False)
-            self.index_items(writer, [], scan, len(items), report, progress, emb)
+            self.index_items(writer, scan, len(items), report, listener, emb)
         for _, abs_path, source, deferred in items:
             if source == "sessions" and not deferred:
                 self._sessions.mark_indexed(abs_path)
@@ -243,13 +245,15 @@ class Syncer:
     def index_items(
         self,
         store: Store,
-        cache_mirrors: list[Store],
         scan: Scan,
         total: int,
         report: SyncReport,
-        progress: ProgressCallback | None,
+        listener: Listener | None,
         emb: Embedder | None,
     ) -> None:
+        """The keyword phase: read, chunk and write every file of ``scan.todo`` (vectors from the
+        cache only), record new mtimes of unchanged files, delete the files gone. Reports
+        ``keywords`` progress: files of ``total``, the ETA from the bytes read per second."""
         model = emb.model if emb else "fts-only"
         known = scan.known
         report.files_unchanged += scan.unchanged
@@ -257,10 +261,18 @@ class Syncer:
         pending_chunks = 0
         touched: list[FileRow] = []
         skipped: set[str] = set()
-        first = total - len(scan.todo)
-        for done, (item, key) in enumerate(scan.todo, start=first):
-            if progress:
-                progress(done, total, "Indexing memory files")
+        meter = PhaseMeter("keywords", total, sum(key[0] for _, key in scan.todo))
+        meter.done = total - len(scan.todo)
+        if listener:
+            listener(meter.event())
+        last_size = -1
+        for item, key in scan.todo:
+            if last_size >= 0:  # the previous file is done
+                event = meter.advance(1, last_size)
+                if listener:
+                    listener(event)
+            size, mtime = key[0], key[1]
+            last_size = size
             try:
                 data = self._read_item(item)
             except FileTooLargeError as exc:
@@ -297,14 +309,15 @@ class Syncer:
             pending.append((row, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= _GROUP_CHUNKS:
-                self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
+                self._write_group(store, pending, emb, model, report, skipped)
                 pending, pending_chunks = [], 0
         if pending:
-            self._write_group(store, cache_mirrors, pending, emb, model, report, skipped)
+            self._write_group(store, pending, emb, model, report, skipped)
         if touched:
             store.touch_files(touched)
-        if progress:
-            progress(total, total, "Indexing memory files")
+        if listener:
+            meter.done = meter.total
+            listener(meter.event())
         for source, gone in scan.gone.items():
             if gone:
                 store.delete_files(source, gone)
@@ -337,25 +350,28 @@ class Syncer:
     def _write_group(
         self,
         store: Store,
-        cache_mirrors: list[Store],
         group: list[tuple[FileRow, list[Chunk]]],
         emb: Embedder | None,
         model: str,
         report: SyncReport,
         skipped: set[str] | frozenset[str] = frozenset(),
     ) -> None:
+        """Write a group of files for keyword search in one transaction. A chunk whose vectors are
+        all in the embedding cache gets them now; the others are written pending, for the vector
+        phase (:mod:`clawmem_core.vectors`)."""
         # What the embedder sees: each chunk whole when it fits the embedder's window, else its
         # windows (vector side only; keyword search keeps the whole chunk).
         windowed = [
-            (file, [(c, embedding_windows(c, emb.embed_window) if emb is not None else [c]) for c in chunks])
+            (file, [(c, windows_of(c, emb) if emb is not None else [c]) for c in chunks])
             for file, chunks in group
         ]
         vectors: dict[str, list[float]] = {}
-        if emb is not None:
-            pieces = [w for _, pairs in windowed for _, windows in pairs for w in windows]
-            vectors = self._embed(store, cache_mirrors, pieces, emb, report)
+        if emb is not None and self.config.cache.enabled:
+            vectors = cached_vectors(store, emb, [w.hash for _, pairs in windowed for _, ws in pairs for w in ws])
+            report.embeddings_cached += len(vectors)
 
-        def row_of(file: FileRow, c: Chunk, embedding: list[float] | None, window: bool = False) -> ChunkRow:
+        def row_of(file: FileRow, c: Chunk, embedding: list[float] | None, *, window: bool = False,
+                   pending: bool = False) -> ChunkRow:
             return ChunkRow(
                 id=chunk_id(file.source, file.path, c.start_line, c.end_line, c.hash, model),
                 path=file.path,
@@ -367,52 +383,47 @@ class Syncer:
                 text=c.text,
                 embedding=embedding,
                 window=window,
+                pending=pending,
             )
 
         batch = []
         for file, pairs in windowed:
             rows = []
             for c, windows in pairs:
-                if windows == [c]:
-                    rows.append(row_of(file, c, vectors.get(c.hash)))
+                if emb is None:
+                    rows.append(row_of(file, c, None))
+                elif not all(w.hash in vectors for w in windows):
+                    rows.append(row_of(file, c, None, pending=True))
+                elif windows == [c]:
+                    rows.append(row_of(file, c, vectors[c.hash]))
                 else:
                     rows.append(row_of(file, c, None))
-                    rows.extend(row_of(file, w, vectors.get(w.hash), window=True) for w in windows)
+                    rows.extend(row_of(file, w, vectors[w.hash], window=True) for w in windows)
             batch.append((file, rows))
             if file.path not in skipped:
                 report.files_indexed += 1
             report.chunks_indexed += len(pairs)
         store.replace_files(batch)
 
-    def _embed(
+    # -- the vector phase ---------------------------------------------------------------------------
+
+    def fill_vectors(
         self,
         store: Store,
-        cache_mirrors: list[Store],
-        chunks: Sequence[Chunk],
         emb: Embedder,
         report: SyncReport,
-    ) -> dict[str, list[float]]:
-        hashes = list(dict.fromkeys(c.hash for c in chunks))
-        text_of = {c.hash: c.text for c in chunks}
-        use_cache = self.config.cache.enabled
-        vectors = store.cache_get(emb.provider, emb.model, emb.provider_key, hashes) if use_cache else {}
-        report.embeddings_cached += len(vectors)
-        missing = [h for h in hashes if h not in vectors]
-        texts = [text_of[h] for h in missing]
-        # A provider batch API takes everything in one job; otherwise calls of at most 8000 bytes.
-        groups = [list(range(len(texts)))] if texts and getattr(emb, "batch_active", False) else batches_by_bytes(texts)
-        # Written as each batch completes to the live index: an interrupted reindex resumes
-        # without embedding these again. A rebuild's temporary index (thrown away if the sync
-        # fails) takes them once, after the last batch.
-        durable = cache_mirrors or [store]
-        for batch in groups:
-            got = emb.embed_documents([texts[i] for i in batch])
-            new = {missing[i]: v for i, v in zip(batch, got)}
-            vectors.update(new)
-            report.embeddings_computed += len(new)
-            if use_cache:
-                for target in durable:
-                    target.cache_put(emb.provider, emb.model, emb.provider_key, new)
-        if use_cache and cache_mirrors:
-            store.cache_put(emb.provider, emb.model, emb.provider_key, {h: vectors[h] for h in missing if h in vectors})
-        return vectors
+        listener: Listener | None = None,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        deadline: float | None = None,
+        paths: Sequence[str] | None = None,
+    ) -> FillResult:
+        """Embed the chunks the keyword phase left pending (see :func:`~clawmem_core.vectors.fill_vectors`)."""
+        started = time.perf_counter()
+        result = fill_vectors(store, emb, cache_enabled=self.config.cache.enabled, listener=listener, report=report,
+                              should_stop=should_stop, deadline=deadline, paths=paths)
+        report.vectors_completed += result.completed
+        if result.completed and self.config.cache.enabled and self.config.cache.max_entries:
+            store.cache_prune(self.config.cache.max_entries)
+        report.seconds += time.perf_counter() - started
+        return result

@@ -2,7 +2,7 @@
 copy of the library and confirm that the tests named for it fail.
 
     python scripts/reliability_mutations.py            # all mutations
-    python scripts/reliability_mutations.py cache-mirror temp-cleanup
+    python scripts/reliability_mutations.py vector-cache temp-cleanup
 
 Each mutation is a textual edit of ``clawmem_core`` in a temporary copy (the working tree is never
 touched); the copy is put first on ``PYTHONPATH`` so test processes and their children import it.
@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: name -> (file, original text, replacement, pytest node ids[, further (file, old, new) edits])
 MUTATIONS: dict[str, tuple] = {
-    "cache-mirror": (
-        "clawmem_core/sync.py",
-        "durable = cache_mirrors or [store]",
-        "durable = [store]",
+    "vector-cache": (  # vectors cached only with their group's write, not as each call returns
+        "clawmem_core/vectors.py",
+        "        if cache_enabled:\n            for target in durable or [store]:",
+        "        if False:\n            for target in durable or [store]:",
         ["tests/reliability/test_crash.py::test_sigkill_during_full_reindex"],
     ),
     "temp-cleanup": (
@@ -38,7 +38,7 @@ MUTATIONS: dict[str, tuple] = {
         "clawmem_core/sync.py",
         "            with writer.rebuild() as tmp:",
         "            with __import__('contextlib').nullcontext(writer) as tmp:",
-        ["tests/reliability/test_crash.py::test_sigkill_during_full_reindex"],
+        ["tests/reliability/test_crash.py::test_sigkill_during_the_keyword_phase_of_a_full_reindex"],
     ),
     "corrupt-recovery": (
         "clawmem_core/index.py",

@@ -32,6 +32,8 @@ class ChunkRow:
     text: str
     embedding: Sequence[float] | None = None
     window: bool = False
+    #: Written for keyword search, its vectors still to compute (the second phase of a sync).
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,20 @@ class StoreCounts:
     chunks: int
     by_source: dict[str, tuple[int, int]]  # source -> (files, chunks)
     cache_entries: int
+
+
+@dataclass(frozen=True)
+class VectorCounts:
+    """Chunks with their vectors (``done``) of all chunks (``total``), and the characters of the
+    chunks still waiting for theirs (the work left for the ETA)."""
+
+    done: int
+    total: int
+    pending_chars: int = 0
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.done
 
 
 #: ``(path, hash, size, mtime, ctime, ino)`` of an indexed file.
@@ -154,6 +170,25 @@ class Store(ABC):
     @abstractmethod
     def has_content(self) -> bool:
         """Whether any chunk is indexed."""
+
+    # -- vectors after keywords (two-phase sync) --------------------------------------------------
+
+    @abstractmethod
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        """Up to ``limit`` chunks written with ``pending=True`` that still wait for their vectors
+        (only those of ``paths`` when given, at most 500 paths), in index order, each with its
+        position (pass the last one as ``after`` for the next ones)."""
+
+    @abstractmethod
+    def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
+        """Complete pending chunks in one transaction: ``(chunk id, its vector or None, its window
+        rows)``. A chunk no longer pending (replaced or deleted meanwhile) is skipped. Returns how
+        many were completed."""
+
+    @abstractmethod
+    def vector_counts(self) -> VectorCounts:
+        """Chunks with their vectors done, of all chunks (window rows not counted), and the
+        characters of the pending ones."""
 
     # -- search -----------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
-from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts
+from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
 
 if TYPE_CHECKING:
     import psycopg
@@ -72,12 +72,15 @@ CREATE TABLE IF NOT EXISTS clawmem_chunks (
     path text NOT NULL, source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL,
     hash text NOT NULL, model text NOT NULL, text text NOT NULL,
     part smallint NOT NULL DEFAULT 0,
+    pending smallint NOT NULL DEFAULT 0,
     terms tsvector, tf jsonb, doc_len integer NOT NULL DEFAULT 0,
     dims integer, embedding vector,
     updated_at bigint NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS clawmem_chunks_id ON clawmem_chunks (agent, generation, id);
 CREATE INDEX IF NOT EXISTS clawmem_chunks_path ON clawmem_chunks (agent, generation, source, path);
 CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
+ALTER TABLE clawmem_chunks ADD COLUMN IF NOT EXISTS pending smallint NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS clawmem_chunks_pending ON clawmem_chunks (agent, generation, rid) WHERE pending = 1;
 CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
     provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
     dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
@@ -526,7 +529,8 @@ class PostgresStore(Store):
             tf = json.dumps({t: n for t, n in counts.items() if n > 1}, ensure_ascii=False)
         emb = list(c.embedding) if c.embedding else None
         return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text,
-                int(c.window), terms, tf, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now)
+                int(c.window), terms, tf, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now,
+                int(c.pending))
 
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         now = _now_ms()
@@ -556,9 +560,9 @@ class PostgresStore(Store):
                 if rows:
                     cur.executemany(
                         "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, "
-                        "model, text, part, terms, tf, doc_len, dims, embedding, updated_at) VALUES "
+                        "model, text, part, terms, tf, doc_len, dims, embedding, updated_at, pending) VALUES "
                         "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb, %s, "
-                        "%s, %s::vector, %s)",
+                        "%s, %s::vector, %s, %s)",
                         rows,
                     )
             if dims and dims != self.vector_dims:
@@ -590,6 +594,71 @@ class PostgresStore(Store):
                 "DELETE FROM clawmem_files WHERE agent = %s AND generation = %s AND source = %s AND path = ANY(%s)",
                 (self.agent, gen, source, paths),
             )
+
+    # -- vectors after keywords --------------------------------------------------------------------
+
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        if paths is not None and not paths:
+            return []
+        where = "" if paths is None else " AND path = ANY(%(paths)s)"
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
+                f"WHERE agent = %(agent)s AND generation = {self._g()} AND pending = 1 AND rid > %(after)s{where} "
+                f"ORDER BY rid LIMIT %(limit)s",
+                {"agent": self.agent, "after": int(after), "limit": int(limit),
+                 "paths": list(paths)[:500] if paths is not None else None},
+            ).fetchall()
+        return [(int(r[0]), ChunkRow(*r[1:], pending=True)) for r in rows]
+
+    def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
+        now = _now_ms()
+        dims = next((len(v) for _, v, _ in items if v), None) or next(
+            (len(w.embedding) for _, _, ws in items for w in ws if w.embedding), None
+        )
+        done = 0
+        with self._tx() as conn:
+            gen = self._generation(conn)
+            for cid, vec, windows in items:
+                emb = list(vec) if vec else None
+                row = conn.execute(
+                    "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
+                    "WHERE agent = %s AND generation = %s AND id = %s AND pending = 1 RETURNING rid",
+                    (_vec(emb) if emb else None, len(emb) if emb else None, now, self.agent, gen, cid),
+                ).fetchone()
+                if row is None:
+                    continue  # replaced or deleted since it was read
+                done += 1
+                if windows:
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
+                            "hash, model, text, part, terms, tf, doc_len, dims, embedding, updated_at, pending) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb, "
+                            "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
+                            [self._chunk_values(w, gen, now) for w in windows],
+                        )
+            if dims and done and dims != self.vector_dims:
+                conn.execute(
+                    "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
+                    "ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
+                    (self.agent, gen, str(dims)),
+                )
+        if dims and done:
+            self.vector_dims = dims
+            self._maybe_build_hnsw(dims)
+        return done
+
+    def vector_counts(self) -> VectorCounts:
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT count(*), coalesce(sum(pending), 0), "
+                f"coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) FROM clawmem_chunks "
+                f"WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0",
+                {"agent": self.agent},
+            ).fetchone()
+        total, pending, chars = (int(x) for x in row)  # type: ignore[union-attr]
+        return VectorCounts(total - pending, total, chars)
 
     def has_content(self) -> bool:
         with self._conn() as conn:

@@ -25,7 +25,8 @@ import apsw
 
 from ..errors import StoreError
 from ..text import index_document, quote_fts
-from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts
+from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts,
+                   VectorCounts)
 from .bm25 import Bm25Index, StaleStatistics
 
 log = logging.getLogger("clawmem")
@@ -57,7 +58,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
     source TEXT NOT NULL DEFAULT 'memory', start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
     hash TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB,
-    updated_at INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0);
+    updated_at INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0, pending INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks (source, path);
 CREATE TABLE IF NOT EXISTS embedding_cache (
     provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL, hash TEXT NOT NULL,
@@ -66,9 +67,13 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
 CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache (updated_at);
 """
 #: Tables and indexes of :data:`_SCHEMA`, and columns added to it since the first schema.
-_SCHEMA_OBJECTS = {"meta", "files", "chunks", "embedding_cache", "idx_chunks_path", "idx_embedding_cache_updated_at"}
+_SCHEMA_OBJECTS = {"meta", "files", "chunks", "embedding_cache", "idx_chunks_path", "idx_embedding_cache_updated_at",
+                   "idx_chunks_pending"}
 _ADDED_COLUMNS = {
-    "chunks": {"part": "INTEGER NOT NULL DEFAULT 0"},  # 1 = a window row (vector side only)
+    "chunks": {
+        "part": "INTEGER NOT NULL DEFAULT 0",  # 1 = a window row (vector side only)
+        "pending": "INTEGER NOT NULL DEFAULT 0",  # 1 = keyword row written, vectors not yet (two-phase sync)
+    },
     "files": {"ctime": "INTEGER NOT NULL DEFAULT 0", "ino": "INTEGER NOT NULL DEFAULT 0"},
 }
 
@@ -212,6 +217,7 @@ class SQLiteStore(Store):
         self._kw_queries = 0
         self._query_tokenizer: Any = None
         self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
+        self._vector_counts: tuple[Any, VectorCounts] | None = None
         #: Guards the connection and the caches (a ``MemoryIndex`` is shared by threads).
         self._lock = threading.RLock()
         self._open()
@@ -321,12 +327,13 @@ class SQLiteStore(Store):
         return out
 
     def _add_missing_columns(self) -> None:
-        """Columns added since the first schema (an older index gets them)."""
+        """Columns added since the first schema (an older index gets them), and their indexes."""
         for table, cols in _ADDED_COLUMNS.items():
             have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
             for name, decl in cols.items():
                 if name not in have:
                     self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        self.conn.execute("CREATE INDEX IF NOT EXISTS idx_chunks_pending ON chunks (pending, rid)")
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:
@@ -539,14 +546,14 @@ class SQLiteStore(Store):
                     rid += 1
                     blob = _blob(c.embedding) if c.embedding else None
                     rows.append((rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, blob, now,
-                                 int(c.window)))
+                                 int(c.window), int(c.pending)))
                     if not c.window:
                         docs.append((rid, index_document(c.text) if cjk else c.text))
                     if blob is not None and with_vectors and len(c.embedding or ()) == self.vector_dims and blob.strip(b"\0"):
                         vecs.append((rid, blob))  # an all-zero vector has no direction: matrix side only
             conn.executemany(
                 "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
-                "updated_at, part) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "updated_at, part, pending) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
             if self.fts_available:
@@ -554,6 +561,84 @@ class SQLiteStore(Store):
             if vecs:
                 with _vec_errors():
                     conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
+
+    @_locked
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        """Up to ``limit`` chunks whose vectors are still to compute (of ``paths`` only, when
+        given), in index order, with the position to pass as ``after`` for the next ones."""
+        sql = ("SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM chunks "
+               "WHERE pending = 1 AND rid > ?")
+        args: list[Any] = [int(after)]
+        if paths is not None:
+            if not paths:
+                return []
+            part = list(paths)[:500]
+            sql += f" AND path IN ({','.join('?' * len(part))})"
+            args += part
+        rows = self.conn.execute(sql + " ORDER BY rid LIMIT ?", (*args, int(limit))).fetchall()
+        return [(r[0], ChunkRow(*r[1:], pending=True)) for r in rows]
+
+    @_locked
+    def vector_counts(self) -> VectorCounts:
+        """How many chunks have their vectors, of how many, and the characters still to embed
+        (counted once per state of the index)."""
+        token = self._data_token()
+        if self._vector_counts is not None and self._vector_counts[0] == token:
+            return self._vector_counts[1]
+        total, pending, chars = self.conn.execute(
+            "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
+            "FROM chunks WHERE part = 0"
+        ).fetchall()[0]
+        counts = VectorCounts(int(total) - int(pending), int(total), int(chars))
+        self._vector_counts = (token, counts)
+        return counts
+
+    @_locked
+    def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
+        """Give pending chunks their vectors: ``(chunk id, its vector or None, its window rows)``,
+        in one transaction. A chunk no longer pending (replaced or deleted meanwhile) is left
+        alone. Returns how many chunks were completed."""
+        dims = next((len(v) for _, v, _ in items if v), None) or next(
+            (len(w.embedding) for _, _, ws in items for w in ws if w.embedding), None
+        )
+        if dims and dims != self.vector_dims:
+            self.ensure_vector_table(dims)
+        conn = self.conn
+        now = _now_ms()
+        done = 0
+        with self._tx():
+            with_vectors = self._vectors_in_step()
+            rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchall()[0][0]
+            vecs: list[tuple[int, bytes]] = []
+            for cid, vec, windows in items:
+                blob = _blob(vec) if vec else None
+                got = conn.execute(
+                    "UPDATE chunks SET embedding = ?, pending = 0, updated_at = ? WHERE id = ? AND pending = 1 "
+                    "RETURNING rid",
+                    (blob, now, cid),
+                ).fetchall()
+                if not got:
+                    continue
+                done += 1
+                rows = [(got[0][0], blob, vec)]
+                for w in windows:
+                    if conn.execute("SELECT 1 FROM chunks WHERE id = ?", (w.id,)).fetchall():
+                        continue  # identical pieces of one chunk: one row
+                    rid += 1
+                    wblob = _blob(w.embedding) if w.embedding else None
+                    conn.execute(
+                        "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, "
+                        "updated_at, part, pending) VALUES (?,?,?,?,?,?,?,?,?,?,?,1,0)",
+                        (rid, w.id, w.path, w.source, w.start_line, w.end_line, w.hash, w.model, w.text, wblob, now),
+                    )
+                    rows.append((rid, wblob, w.embedding))
+                if with_vectors:
+                    # an all-zero vector has no direction: matrix side only
+                    vecs += [(r, b) for r, b, v in rows
+                             if b is not None and len(v or ()) == self.vector_dims and b.strip(b"\0")]
+            if vecs:
+                conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", vecs)
+        return done
 
     def touch_file(self, file: FileRow) -> None:
         """Record a new size and mtime for a file whose content did not change."""

@@ -436,7 +436,7 @@ def test_search_from_a_second_index_during_a_rebuild(make_workspace: WorkspaceFa
     t.join()
     assert not errors, errors
     assert len(results) > 3
-    assert all(r == ["MEMORY.md"] for r in results)
+    assert all(r == ["MEMORY.md"] for r in results), results
 
 
 # -- extra paths and async twins ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 
 from clawmem_core import EmbeddingError, MemoryConfig, MemoryIndex
 from clawmem_core.config import ChunkingConfig, ExperimentalConfig, FtsConfig, StoreConfig
+from clawmem_core import sync as sync_module
 from clawmem_core.testing import HashEmbedder
 from clawmem_core.index import INDEX_FORMAT
 
@@ -229,23 +230,63 @@ def test_keyword_only_forced_reindex_keeps_chunks_and_edits_replace_text(make_wo
 # -- atomic rebuild (test 61) and resume -----------------------------------------------------------------
 
 
-def test_failed_rebuild_keeps_the_previous_index(make_workspace: WorkspaceFactory, open_index: IndexFactory,
-                                                 state_dir: Path) -> None:
+def test_failed_keyword_phase_of_a_rebuild_keeps_the_previous_index(
+        make_workspace: WorkspaceFactory, open_index: IndexFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = make_workspace(many_files())
     mem = open_index(ws, embedder=HashEmbedder(model="m1"))
     mem.sync()
     before = mem.status()
     old_hit = mem.search("jazz")[0]
     mem.close()
-    failing = FailingEmbedder(fail_on=2, model="m2")  # a new model: full rebuild, fails mid-way
-    mem2 = open_index(ws, embedder=failing)
-    with pytest.raises(EmbeddingError, match="embedding failure"):
+    real_chunk = sync_module.chunk_markdown
+    seen: list[str] = []
+
+    def failing_chunk(text: str, *args: Any) -> Any:
+        seen.append(text)
+        if len(seen) == 3:
+            raise MemoryError("out of memory while chunking")
+        return real_chunk(text, *args)
+
+    monkeypatch.setattr(sync_module, "chunk_markdown", failing_chunk)
+    mem2 = open_index(ws, embedder=HashEmbedder(model="m2"))  # a new model: full rebuild
+    with pytest.raises(MemoryError):
         mem2.sync()
-    assert failing.calls >= 2
     assert leftovers(mem2.store_path) == []
+    monkeypatch.setattr(sync_module, "chunk_markdown", real_chunk)
     reader = open_index(ws, embedder=HashEmbedder(model="m1"))
     after = reader.status()
     assert (after.files, after.chunks, after.model) == (before.files, before.chunks, "m1")
+    assert reader.search("jazz")[0].id == old_hit.id
+
+
+def test_rebuild_for_a_new_model_swaps_keywords_in_first_and_survives_a_vector_failure(
+        make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+    """Two-phase full reindex: the new model's keyword rows are built beside the live index and
+    swapped in, its vectors follow on the live index. A provider failing in the vector phase
+    leaves a searchable index (keywords, the vectors done so far), no temporary file, and the
+    old model's vectors in the cache: going back embeds nothing."""
+    ws = make_workspace(many_files())
+    mem = open_index(ws, embedder=HashEmbedder(model="m1"))
+    mem.sync()
+    before = mem.status()
+    old_hit = mem.search("jazz")[0]
+    mem.close()
+    failing = FailingEmbedder(fail_on=6, model="m2")  # after the first group of chunks
+    mem2 = open_index(ws, embedder=failing)
+    with pytest.raises(EmbeddingError, match="embedding failure"):
+        mem2.sync()
+    assert failing.calls == 6
+    assert leftovers(mem2.store_path) == []
+    st = mem2.status()
+    assert (st.files, st.chunks, st.model) == (before.files, before.chunks, "m2")
+    assert st.vectors is not None and 0 < st.vectors["done"] < st.vectors["total"] == before.chunks
+    assert mem2.search("jazz")[0].path == "MEMORY.md"
+    mem2.close()
+    back = HashEmbedder(model="m1")
+    reader = open_index(ws, embedder=back)
+    reader.sync()
+    assert back.texts_embedded == 0
+    assert reader.status().vectors == {"done": before.chunks, "total": before.chunks}
     assert reader.search("jazz")[0].id == old_hit.id
 
 

@@ -2,6 +2,8 @@
 
 After each kill the index must open, pass SQLite's integrity check, answer searches, and hold the
 old state or the new state (whole index for a full reindex; per file for an incremental sync).
+A sync is two-phase: the keyword rows (of a full reindex: built aside and swapped in) come before
+any embedding, so a kill while embedding finds the new keyword rows in place with vectors pending.
 The next sync must remove the orphaned temporary file and must not re-embed what the killed
 process had already embedded (the embedding cache is written to the live index per batch).
 """
@@ -78,6 +80,14 @@ def after_kill_is_old(state: Path, old: dict) -> bool:
     return snapshot(state) == old
 
 
+def pending_vectors(state: Path) -> int:
+    conn = apsw.Connection(str(db_of(state)))
+    try:
+        return conn.execute("SELECT count(*) FROM chunks WHERE pending = 1").fetchall()[0][0]
+    finally:
+        conn.close()
+
+
 NO_AUTO_SYNC = MemoryConfig.from_dict({"sync": {"on_session_start": False, "on_search": False}})
 
 
@@ -130,8 +140,9 @@ def test_sigkill_during_full_reindex(full_case, tmp_path: Path, round_: int) -> 
     args, delay = kill_args(rng, round_, calls)
     proc = start_worker("sync", str(ws), str(state), "--force", *args)
     confirmed = kill_during(proc, delay)
-    if round_ < 2:
-        assert after_kill_is_old(state, old), "the paused reindex must not have swapped yet"
+    if round_ < 2:  # killed while embedding: the keyword phase had swapped the new rows in
+        assert snapshot(state) == new, "the keyword phase must swap in before the vectors"
+        assert pending_vectors(state) > 0
 
     after_kill = snapshot(state)
     assert after_kill in (old, new), "a killed full reindex left a half-built index"
@@ -144,6 +155,24 @@ def test_sigkill_during_full_reindex(full_case, tmp_path: Path, round_: int) -> 
     )
     assert temp_files(state) == [], "an orphaned temporary index was left behind"
     assert tree_digest(ws) == before
+
+
+def test_sigkill_during_the_keyword_phase_of_a_full_reindex(full_case, tmp_path: Path) -> None:
+    """Killed just before the last file of a full reindex (its first write group of 512 chunks
+    written): the half-built keyword index sits in the temporary file, the live index is the old
+    one exactly."""
+    ws, template, old, new, needed, _calls = full_case
+    state = tmp_path / "state"
+    shutil.copytree(template, state)
+    proc = start_worker("sync", str(ws), str(state), "--force", "--pause-at-file", "-1")
+    kill_during(proc)
+    assert after_kill_is_old(state, old), "a killed keyword phase left a half-built index live"
+    assert pending_vectors(state) == 0
+    search_answers(ws, state)
+    emb = sync_in_process(ws, state)
+    assert snapshot(state) == new
+    assert emb.texts_embedded <= needed
+    assert temp_files(state) == []
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +222,7 @@ def test_orphaned_temp_files_do_not_accumulate(full_case, tmp_path: Path) -> Non
     state = tmp_path / "state"
     shutil.copytree(template, state)
     for _ in range(3):
-        proc = start_worker("sync", str(ws), str(state), "--force", "--pause-after", "2")
+        proc = start_worker("sync", str(ws), str(state), "--force", "--pause-at-file", "20")
         kill_during(proc)
         assert len(temp_files(state)) <= 1
     sync_in_process(ws, state)

@@ -4,7 +4,9 @@
 
 prints ``ready`` once the index is open, ``embedding N`` before each embedding batch (N texts
 were embedded, and so cached, before it), and ``done <json report>`` at the end. With
-``--pause-after K`` it prints ``paused N`` before batch K+1 and waits there to be killed.
+``--pause-after K`` it prints ``paused N`` before batch K+1 and waits there to be killed; with
+``--pause-at-file K`` it does so in the keyword phase, once K files were read and chunked (a
+full reindex is then half-built in its temporary index; K < 0 counts from the last file).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import time
 
 from clawmem_core import MemoryIndex
+from clawmem_core.progress import SyncProgress
 from clawmem_core.testing import HashEmbedder
 
 
@@ -43,11 +46,20 @@ def main() -> int:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--pause-after", type=int, default=0, help="stop before batch N+1 (to be killed there)")
+    ap.add_argument("--pause-at-file", type=int, default=0, help="stop in the keyword phase after N files")
     a = ap.parse_args()
     emb = SlowEmbedder(a.sleep, a.pause_after)
+
+    def progress(event: SyncProgress) -> None:
+        # K < 0: |K| files before the end (after the first write groups)
+        at = a.pause_at_file if a.pause_at_file > 0 else event.total + a.pause_at_file
+        if a.pause_at_file and event.phase == "keywords" and 0 < at <= event.done < event.total:
+            print(f"paused {emb.texts_embedded}", flush=True)
+            time.sleep(3600)  # waits here for SIGKILL
+
     with MemoryIndex(a.workspace, embedder=emb, state_dir=a.state) as mem:
         print("ready", flush=True)
-        rep = mem.sync(force=a.force)
+        rep = mem.sync(force=a.force, progress=progress)
         print("done " + json.dumps({"full": rep.full, "files": rep.files_indexed, "computed": rep.embeddings_computed,
                                     "cached": rep.embeddings_cached, "texts": emb.texts_embedded}), flush=True)
     return 0

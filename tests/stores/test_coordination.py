@@ -81,9 +81,10 @@ def test_two_processes_syncing_one_agent(tmp_path: Path, store_config: dict[str,
         assert same(got, fingerprint(ref))
 
 
+@pytest.mark.parametrize("phase", ["keywords", "vectors"])
 @pytest.mark.parametrize("force", [True, False], ids=["full", "incremental"])
 def test_kill_mid_sync_leaves_old_or_new_and_the_next_sync_finishes(tmp_path: Path, store_config: dict[str, Any],
-                                                                    force: bool) -> None:
+                                                                    force: bool, phase: str) -> None:
     ws = notes(tmp_path / "ws", 30)
     state = tmp_path / "state"
     with open_index(ws, state, store_config) as mem:
@@ -93,23 +94,39 @@ def test_kill_mid_sync_leaves_old_or_new_and_the_next_sync_finishes(tmp_path: Pa
         notes(ws, 30, tag="v2")  # every file changes
     # full: a model change rebuilds everything into a new generation; incremental: every file changed
     model = "hash-v2" if force else "hash-v1"
-    proc = worker(ws, state, store_config, "--pause-after", "2", "--model", model)
+    pause = ["--pause-at-file", "-1"] if phase == "keywords" else ["--pause-after", "2"]
+    proc = worker(ws, state, store_config, *pause, "--model", model)
     wait_for(proc, "paused")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    with open_index(ws, state, store_config, model="hash-v1") as mem:
-        if force:
+    if force and phase == "keywords":
+        with open_index(ws, state, store_config, model="hash-v1") as mem:
             assert same(fingerprint(mem), before)  # the new generation never became visible
     with open_index(ws, state, store_config, model=model) as mem:
         files = mem._store.file_states("memory")
         assert len(files) == 31
+        vectors = mem._store.vector_counts()
+        if phase == "vectors":  # the keyword phase had finished (a full one: switched in whole)
+            assert vectors.total == 31 and 0 <= vectors.done < 31
         rep = mem.sync()
-        assert rep.files_indexed > 0 and rep.full == force
+        if phase == "keywords":
+            assert rep.files_indexed > 0 and rep.full == force
+        else:
+            assert rep.files_indexed == 0 and not rep.full and rep.vectors_completed == 31 - vectors.done
         after = fingerprint(mem)
         assert mem._store.remove_leftovers() == 0  # nothing left behind by the killed rebuild
     with open_index(ws, tmp_path / "fresh", {}, model=model) as ref:
         ref.sync()
         assert same(after, fingerprint(ref))
+
+
+def _cut(url: str) -> None:
+    """Drop every other connection of this database from the server side."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 class _Cutter(HashEmbedder):
@@ -137,10 +154,10 @@ def test_connection_loss_mid_sync(tmp_path: Path, pg_url: str) -> None:
     with open_index(ws, state, store) as mem:
         mem.sync()
         before = fingerprint(mem)
-    # a model change: the full reindex loses every connection half-way
-    with MemoryIndex(ws, config={"store": store}, embedder=_Cutter(pg_url, "hash-v2"), state_dir=state) as mem:
+    # a model change: the full reindex loses every connection half-way through its keyword phase
+    with MemoryIndex(ws, config={"store": store}, embedder=HashEmbedder(model="hash-v2"), state_dir=state) as mem:
         with pytest.raises(StoreError):
-            mem.sync()
+            mem.sync(progress=lambda ev: ev.phase == "keywords" and ev.done == 15 and _cut(pg_url))
         with MemoryIndex(ws, config=quiet, embedder=HashEmbedder(), state_dir=state) as reader:
             assert same(fingerprint(reader), before)  # the old generation still answers, whole
             assert reader._store.get_meta()["model"] == "hash-v1"
@@ -148,6 +165,26 @@ def test_connection_loss_mid_sync(tmp_path: Path, pg_url: str) -> None:
         assert rep.full and mem._store.get_meta()["model"] == "hash-v2"
         after = fingerprint(mem)
         assert mem._store.remove_leftovers() == 0
+    with open_index(ws, tmp_path / "fresh", {}, model="hash-v2") as ref:
+        ref.sync()
+        assert same(after, fingerprint(ref))
+
+
+def test_connection_loss_in_the_vector_phase(tmp_path: Path, pg_url: str) -> None:
+    """Connections lost while embedding (after the keyword phase switched the new generation in):
+    the vector phase carries on over new connections and completes."""
+    ws = notes(tmp_path / "ws", 30)
+    state = tmp_path / "state"
+    store = {"url": pg_url}
+    with open_index(ws, state, store) as mem:
+        mem.sync()
+    cutter = _Cutter(pg_url, "hash-v2")
+    with MemoryIndex(ws, config={"store": store}, embedder=cutter, state_dir=state) as mem:
+        rep = mem.sync()
+        assert cutter.calls >= 2 and rep.full and rep.vectors_pending == 0
+        assert mem._store.get_meta()["model"] == "hash-v2"
+        assert mem.status().vectors == {"done": 31, "total": 31}
+        after = fingerprint(mem)
     with open_index(ws, tmp_path / "fresh", {}, model="hash-v2") as ref:
         ref.sync()
         assert same(after, fingerprint(ref))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -103,6 +104,34 @@ def test_window_rows_are_vector_only(store: Store) -> None:
     assert store.keyword_search(["window"], 10) == []
     assert len(store.vector_search(_unit(0, 1), 10)) == 1
     assert store.counts().chunks == 1
+
+
+def test_pending_chunks_get_their_vectors_later(store: Store) -> None:
+    """Two-phase sync: keyword rows written pending, then completed with a vector or with window
+    rows; a chunk replaced meanwhile is skipped; the counts follow."""
+    pend = [dataclasses.replace(chunk("memory/p.md", i, f"pending text {i}"), pending=True) for i in range(1, 5)]
+    store.replace_files([(file("memory/p.md"), pend),
+                         (file("memory/d.md"), [chunk("memory/d.md", 1, "done text", _unit(1, 0))])])
+    counts = store.vector_counts()
+    assert (counts.done, counts.total, counts.pending) == (1, 5, 4)
+    assert counts.pending_chars == sum(len(c.text) for c in pend)
+    assert len(store.keyword_search(["pending"], 10)) == 4
+    first = store.pending_chunks(2)
+    assert [r.id for _, r in first] == [c.id for c in pend[:2]] and all(r.pending for _, r in first)
+    rest = store.pending_chunks(10, after=first[-1][0])
+    assert [r.id for _, r in rest] == [c.id for c in pend[2:]]
+    assert store.pending_chunks(10, paths=["memory/d.md"]) == []
+    window = chunk("memory/p.md", 2, "window of pending text 2", _unit(0, 1), window=True)
+    assert store.set_vectors([(pend[0].id, _unit(1, 1), []), (pend[1].id, None, [window])]) == 2
+    assert store.set_vectors([(pend[0].id, _unit(1, 1), [])]) == 0  # already done
+    assert store.vector_counts().done == 3
+    assert {i for i, _ in store.vector_search(_unit(0, 1), 10)} >= {window.id}
+    assert store.keyword_search(["window"], 10) == []  # window rows stay vector-only
+    # The file changes before its last chunks get their vectors: those are skipped.
+    store.replace_files([(file("memory/p.md", "new"), [chunk("memory/p.md", 1, "new text")])])
+    assert store.set_vectors([(pend[2].id, _unit(1, 0), []), (pend[3].id, _unit(1, 0), [])]) == 0
+    assert store.pending_chunks(10) == []
+    assert (store.vector_counts().done, store.vector_counts().total) == (2, 2)  # not written pending
 
 
 def test_meta_values_and_data_version(make_backend: BackendFactory) -> None:
