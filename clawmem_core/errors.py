@@ -19,6 +19,10 @@ class PathNotAllowedError(ClawmemError, ValueError):
     """``read``/``memory_get`` refused a path outside memory (``..``, absolute, symlink, not ``.md``)."""
 
 
+class MemoryWriteError(ClawmemError, OSError):
+    """A memory file could not be written (full disk, I/O error); nothing of the note was left in it."""
+
+
 class InvalidQueryError(ClawmemError, ValueError):
     """A search argument is invalid (not a string, NaN score, negative max_results...)."""
 

@@ -122,7 +122,8 @@ class DirHandle:
             os.close(self.fd)
             self.fd = None
 
-    def _show(self, name: str) -> str:
+    def show(self, name: str) -> str:
+        """How ``name`` in this directory is named in messages."""
         return f"{self.shown}/{name}" if self.shown else name
 
     def open_regular(self, name: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
@@ -130,7 +131,7 @@ class DirHandle:
         the descriptor returned is a regular file. Raises :class:`UnsafeFileError`, or
         ``FileNotFoundError`` when the file is missing (and ``O_CREAT`` is not given)."""
         flags |= _O_NOFOLLOW | _O_NONBLOCK | _O_BINARY | _O_CLOEXEC
-        shown = self._show(name)
+        shown = self.show(name)
         path = self.path / name
         if self.fd is None and _is_symlink_at(name, None, path):
             raise UnsafeFileError(shown, "symlink")

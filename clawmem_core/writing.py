@@ -23,13 +23,13 @@ import re
 import sys
 import textwrap
 import unicodedata
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
-from .errors import ClawmemError, PathNotAllowedError, WorkspaceError
+from .errors import ClawmemError, MemoryWriteError, PathNotAllowedError, WorkspaceError
 from .safe_fs import DirHandle, UnsafeFileError, bom_encoding, open_dir
 
 __all__ = [
@@ -264,9 +264,15 @@ def append_note(
                     prefix = ""
                 start = lines_before + prefix.count("\n") + 1
                 payload = (prefix + note + "\n").encode(codec)
-                _write_all(fd, payload)
-                if fsync:
-                    os.fsync(fd)
+                try:
+                    _write_all(fd, payload)
+                    if fsync:
+                        os.fsync(fd)
+                except OSError as exc:  # full disk, I/O error: take back what part of the note was written
+                    with suppress(OSError):
+                        os.ftruncate(fd, size)
+                    raise MemoryWriteError(exc.errno, f"cannot append to {directory.show(name)}: "
+                                           f"{exc.strerror or exc}") from None
         finally:
             os.close(fd)
         end = start + note.count("\n")
@@ -342,6 +348,11 @@ def archive_session(
             try:
                 _write_all(fd, content.encode("utf-8"))
                 os.fsync(fd)
+            except OSError as exc:  # the archive is a new file of ours: a partial one is removed
+                with suppress(OSError):
+                    os.unlink(name, dir_fd=directory.fd) if directory.fd is not None else os.unlink(directory.path / name)
+                raise MemoryWriteError(exc.errno, f"cannot write {directory.show(name)}: "
+                                       f"{exc.strerror or exc}") from None
             finally:
                 os.close(fd)
             return WriteResult(path=directory.path / name, start_line=1, end_line=content.count("\n"))

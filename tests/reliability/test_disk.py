@@ -98,3 +98,31 @@ def test_forced_reindex_on_an_already_full_disk_leaves_no_temporary_index(tmp_pa
     with open_index(ws, state, QUIET) as mem:
         hits = mem.search("jazz espresso")
         assert hits and hits[0].path == "MEMORY.md"
+
+
+@pytest.mark.parametrize("target", ["daily", "long_term"])
+def test_memory_write_on_a_full_disk_is_a_typed_error_and_leaves_no_partial_note(
+        tmp_path: Path, mount_point, target: str) -> None:
+    from datetime import datetime
+
+    from clawmem_core.errors import MemoryWriteError
+    from clawmem_core.writing import append_note
+
+    ws = mount_point("tmpfs:1m")
+    (ws / "memory").mkdir()
+    (ws / "MEMORY.md").write_text("# Long term\n\njazz\n")
+    (ws / "memory" / "2026-03-01.md").write_text("# 2026-03-01\n\nmorning\n")
+    before = tree_digest(ws)
+    fd = os.open(ws / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # fill every free byte
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    with pytest.raises(MemoryWriteError, match="No space left") as info:
+        append_note(ws, "a note that does not fit " * 400, target, now=datetime(2026, 3, 1, 9))  # type: ignore[arg-type]
+    assert isinstance(info.value, OSError) and str(ws) not in str(info.value)
+    (ws / "filler").unlink()
+    assert tree_digest(ws) == before  # nothing half-written
