@@ -275,6 +275,9 @@ class MemoryConfig:
     output_dimensionality: int | None = None
     sources: list[str] = field(default_factory=lambda: ["memory"])
     extra_paths: list[str] = field(default_factory=list)
+    #: Shared namespaces (other agent ids in the same PostgreSQL store) this agent also searches,
+    #: read-only; their results show as ``@<namespace>/<path>``.
+    shared: list[str] = field(default_factory=list)
     citations: Literal["auto", "on", "off"] = "auto"
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
@@ -302,6 +305,12 @@ class MemoryConfig:
             # OpenClaw keeps "sessions" only when experimental.sessionMemory is on.
             self.sources = [s for s in self.sources if s != "sessions"]
         self.sources = sorted(dict.fromkeys(self.sources)) or ["memory"]
+        if isinstance(self.shared, str):
+            self.shared = [self.shared]
+        for ns in self.shared:
+            if not isinstance(ns, str) or not ns or any(c in ns for c in "/\\\x00") or ns in (".", ".."):
+                raise ConfigError(f"shared namespaces must be plain agent ids, got {ns!r}")
+        self.shared = list(dict.fromkeys(self.shared))
         if isinstance(self.extra_paths, str):
             self.extra_paths = [self.extra_paths]
         self.extra_paths = list(dict.fromkeys(p.strip() for p in self.extra_paths if p and p.strip()))

@@ -45,3 +45,8 @@ class MissingApiKeyError(EmbeddingError):
 
 class MissingDependencyError(ClawmemError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class ReplicaError(ClawmemError):
+    """This process serves memory from a server store without the workspace (a replica): it can
+    search and read the index's copies of files, not write notes or sync."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from .config import MemoryConfig
 from .discovery import Discovery, list_memory_files, normalize_extra_paths
 from .embeddings.base import Embedder
-from .errors import ConfigError, EmbeddingError, StoreError, WorkspaceError
+from .errors import ConfigError, EmbeddingError, PathNotAllowedError, ReplicaError, StoreError, WorkspaceError
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchHits, SearchResult, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
@@ -101,7 +101,7 @@ class MemoryIndex:
 
     def __init__(
         self,
-        workspace: str | os.PathLike[str],
+        workspace: str | os.PathLike[str] | None,
         agent_id: str = "main",
         config: MemoryConfig | Mapping[str, Any] | None = None,
         embedder: Any = None,
@@ -109,11 +109,13 @@ class MemoryIndex:
         *,
         sessions_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        ws = Path(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
-        if not ws.exists():
-            raise WorkspaceError(f"workspace not found: {ws}")
-        if not ws.is_dir():
-            raise WorkspaceError(f"workspace is not a directory: {ws}")
+        ws: Path | None = None
+        if workspace is not None:
+            ws = Path(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
+            if not ws.exists():
+                raise WorkspaceError(f"workspace not found: {ws}")
+            if not ws.is_dir():
+                raise WorkspaceError(f"workspace is not a directory: {ws}")
         if not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."):
             raise ConfigError(f"agent_id must be a plain name, got {agent_id!r}")
         if config is None:
@@ -122,9 +124,14 @@ class MemoryIndex:
             config = MemoryConfig.from_dict(config)
         elif not isinstance(config, MemoryConfig):
             raise ConfigError(f"config must be a MemoryConfig or a dict, got {type(config).__name__}")
+        #: The Markdown workspace; ``None`` on a replica, which serves a server store's index
+        #: without the files (search, and reads of the index's copies; no writes, no sync).
         self.workspace = ws
         self.agent_id = agent_id
         self.config = config
+        if ws is None and not self._store_url():
+            raise WorkspaceError("a workspace is required (only a replica of a PostgreSQL store, store.url, runs "
+                                 "without one)")
         self.state_dir = Path(os.path.expanduser(os.fspath(state_dir))) if state_dir else default_state_dir()
         #: The SQLite index file (``None`` when the index is in PostgreSQL).
         self.store_path: Path | None = None if self._store_url() else self._resolve_store_path()
@@ -161,7 +168,8 @@ class MemoryIndex:
             last_scan = float(self._store.get_value("last_scan") or 0.0)
         except ValueError:
             last_scan = 0.0
-        self._syncer = Syncer(self.workspace, config, self.sessions_dir, self._sessions, last_scan)
+        self._syncer = Syncer(ws or Path(), config, self.sessions_dir, self._sessions, last_scan)
+        self._shared: dict[str, Store] | None = None
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
@@ -338,6 +346,7 @@ class MemoryIndex:
         (files, then chunks, with an ETA from the throughput measured so far); a callable of
         three arguments gets ``(done, total, label)``. Returns what was done."""
         self._check_open()
+        self._check_workspace("sync")
         listener = as_listener(progress)
         report = self._sync_keywords(force, listener, reason)
         if vectors:
@@ -481,6 +490,7 @@ class MemoryIndex:
     def sync_sessions(self, paths: Sequence[str | os.PathLike[str]]) -> SyncReport:
         """Re-index the named transcripts now, whatever their growth (after a compaction)."""
         self._check_open()
+        self._check_workspace("sync")
         with self._sync_lock:
             with self._process_lock():
                 return self._guarded_sync(False, None, "post-compaction", paths)
@@ -521,8 +531,8 @@ class MemoryIndex:
     def _maybe_background_sync(self, *, vectors_only: bool = False) -> None:
         """Start a background sync when the index may be stale, or has chunks waiting for vectors;
         a search never waits for it."""
-        if self._closing:
-            return
+        if self._closing or self.workspace is None:
+            return  # closing, or a replica (which never syncs)
         if self._synced_here:
             self._session_warmed = True  # this process has synced: the session is warm
         keywords = not vectors_only and (
@@ -670,11 +680,13 @@ class MemoryIndex:
         (:attr:`fresh_max_files`, :attr:`fresh_max_bytes`, within :attr:`fresh_budget` seconds);
         more, and the search answers from the index as it is (stale) while a background sync
         catches up."""
+        if self.workspace is None:  # a replica: the index as the syncing host left it
+            return self._search_store().has_content(), False
         if not self._store.has_content():
             if list_memory_files(self.workspace, self.config.extra_paths).files:
                 self.sync(reason="search", vectors=False)  # first use: keywords before answering
             if not self._store.has_content():
-                return False, False
+                return bool(self.config.shared) and self._search_store().has_content(), False
             self._maybe_background_sync(vectors_only=True)
             return True, False
         stale = self._freshen()
@@ -742,8 +754,38 @@ class MemoryIndex:
               keyword_only: bool | None = None) -> list[SearchResult]:
         if keyword_only is None:
             keyword_only = self._selection_now().embedder is None
-        return rank(self._store, self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
+        hits = rank(self._search_store(), self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
                     mtime_of=self._mtime_of)
+        if not self.config.shared:
+            return hits
+        from .store.shared import split_shared
+
+        return [replace(h, namespace=split_shared(h.path)[0]) if h.path.startswith("@") else h for h in hits]
+
+    def _search_store(self) -> Store:
+        """What search reads: the agent's index, plus its shared namespaces (read-only)."""
+        if not self.config.shared:
+            return self._store
+        from .store.shared import SharedView
+
+        if self._shared is None:
+            with self._state_lock:
+                if self._shared is None:
+                    self._shared = {ns: self._backend.open_namespace(ns) for ns in self.config.shared
+                                    if ns != self.agent_id}
+        return SharedView(self._store, self._shared)
+
+    def _check_workspace(self, what: str) -> None:
+        if self.workspace is None:
+            raise ReplicaError(
+                f"{what} is not available here: this process serves agent {self.agent_id!r} from the memory index "
+                f"without its workspace (a replica); writes and syncs run where the Markdown is"
+            )
+
+    @property
+    def replica(self) -> bool:
+        """Whether this process serves the index without the workspace (search and reads only)."""
+        return self.workspace is None
 
     def _stale_on_disk(self, found: Discovery) -> bool:
         """Whether the Markdown differs from the index (by path, size and mtime) or the index
@@ -768,6 +810,14 @@ class MemoryIndex:
         return False
 
     def _mtime_of(self, path: str, source: str) -> float | None:
+        if self.workspace is None or path.startswith("@"):
+            from .search import is_evergreen
+            from .store.shared import split_shared
+
+            if path.startswith("@") and is_evergreen(split_shared(path)[1], source):
+                return None
+            state = self._search_store().file_states(source).get(path)
+            return state[3] / 1000 if state else None
         try:
             return os.stat(self.workspace / path).st_mtime
         except OSError:
@@ -782,6 +832,7 @@ class MemoryIndex:
         from .writing import append_note
 
         self._check_open()
+        self._check_workspace("memory_write")
         result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
         self.mark_dirty()
         self.sync(reason="write")
@@ -793,6 +844,7 @@ class MemoryIndex:
         from .writing import archive_session
 
         self._check_open()
+        self._check_workspace("memory_write")
         result = archive_session(self.workspace, messages_text, slug, now)
         self.mark_dirty()
         self.sync(reason="write")
@@ -807,6 +859,7 @@ class MemoryIndex:
         from .watcher import MemoryWatcher
 
         self._check_open()
+        self._check_workspace("watch")
 
         def on_change(paths: set[Path]) -> None:
             sessions = [p for p in paths if p.suffix == ".jsonl"]
@@ -870,8 +923,22 @@ class MemoryIndex:
         """Read lines of a memory file (``memory_get``). A path outside memory raises
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
+        if self.workspace is None or (isinstance(path, str) and path.strip().startswith("@") and self.config.shared):
+            return self._read_indexed(path, from_line, lines)
         return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
                                 max_chars=self.config.read.max_chars)
+
+    def _read_indexed(self, path: Any, from_line: Any, lines: Any) -> ReadResult:
+        """``read`` from the index's copy of a file: on a replica, or in a shared namespace."""
+        from .read import check_indexed_path, read_indexed_copy
+        from .store.shared import split_shared
+
+        shown = check_indexed_path(path)
+        ns, rel = split_shared(shown)
+        if ns is not None and ns not in self.config.shared:
+            raise PathNotAllowedError(f"path not allowed: {shown[:200]!r} (not a shared namespace of this agent)")
+        got = self._search_store().file_text("memory", shown)
+        return read_indexed_copy(shown, got[0] if got else None, from_line, lines, max_chars=self.config.read.max_chars)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio
@@ -907,20 +974,24 @@ class MemoryIndex:
             model = meta.get("model", self.config.effective_model)
         requested = sel.requested if sel else ("custom" if self._user_embedder is not None else self.config.provider)
         mode = "fts-only" if provider == "none" else ("vector" if not self.config.query.hybrid.enabled or not store.fts_available else "hybrid")
-        found = list_memory_files(self.workspace, self.config.extra_paths)
         vectors = None
         if provider != "none":
             vc = store.vector_counts()
             vectors = {"done": vc.done, "total": vc.total}
         issues = []
-        if not (self.workspace / "memory").is_dir():
-            issues.append(f"memory directory missing ({self.workspace / 'memory'})")
-        if not found.files:
-            issues.append(f"no memory files found in {self.workspace}")
-        issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
+        if self.workspace is None:
+            found = Discovery([], [])
+            issues.append("replica: no workspace here; serving the index as the syncing process left it")
+        else:
+            found = list_memory_files(self.workspace, self.config.extra_paths)
+            if not (self.workspace / "memory").is_dir():
+                issues.append(f"memory directory missing ({self.workspace / 'memory'})")
+            if not found.files:
+                issues.append(f"no memory files found in {self.workspace}")
+            issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
         return IndexStatus(
             agent_id=self.agent_id,
-            workspace=str(self.workspace),
+            workspace=str(self.workspace) if self.workspace is not None else "",
             store_path=self._backend.location,
             files=counts.files,
             chunks=counts.chunks,
@@ -929,7 +1000,7 @@ class MemoryIndex:
             requested_provider=requested,
             model=model,
             mode=mode,
-            dirty=self._dirty and self._stale_on_disk(found),
+            dirty=self.workspace is not None and self._dirty and self._stale_on_disk(found),
             sources=list(self.config.sources),
             extra_paths=list(self.config.extra_paths),
             vector={
@@ -969,6 +1040,8 @@ class MemoryIndex:
                 t.join()
         self._closed = True
         self._store.close()
+        for store in (self._shared or {}).values():
+            store.close()
         for store in self._retired:
             store.close()
         if self._writer is not None:

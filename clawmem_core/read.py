@@ -169,3 +169,58 @@ def read_memory_file(
         return ReadResult(shown, "", start, start - 1, got.total)
     return ReadResult(shown, got.text, got.first, got.last, got.total, truncated=got.truncated,
                       next_from=got.next_from)
+
+
+def check_indexed_path(path: object) -> str:
+    """A path as the index shows it (``MEMORY.md``, ``memory/x.md``...), checked by its text alone:
+    a relative ``.md`` path without ``..``; the index is then asked for exactly that path."""
+    if not isinstance(path, str):
+        raise PathNotAllowedError(f"path must be a string, got {type(path).__name__}")
+    raw = path.strip()
+    if not raw:
+        raise PathNotAllowedError("path required")
+    if "\x00" in raw:
+        raise _refuse(raw.replace("\x00", "\\0"), "NUL byte")
+    if len(raw) > MAX_PATH_CHARS:
+        raise _refuse(raw, "too long")
+    if not raw.endswith(".md"):
+        raise _refuse(raw, "not a .md file")
+    parts = raw.replace("\\", "/").split("/")
+    if raw.startswith("/") or any(p in ("..",) for p in parts) or (len(raw) > 1 and raw[1] == ":"):
+        raise _refuse(raw, "outside memory")
+    return "/".join(p for p in parts if p not in ("", "."))
+
+
+def read_indexed_copy(shown: str, text: str | None, from_line: object = None, lines: object = None, *,
+                      max_chars: int = DEFAULT_MAX_CHARS) -> ReadResult:
+    """:func:`read_memory_file` over the index's copy of a file (``None``: not indexed), with the
+    same character cap."""
+    start_arg = _line_arg(from_line, "from_line")
+    count_arg = _line_arg(lines, "lines")
+    if text is None:
+        return ReadResult(shown, "", 1, 0, 0, missing=True, from_index=True)
+    got = slice_lines(shown, text, start_arg, count_arg)
+    out, last, truncated = got.text, got.to_line, False
+    if len(out) > max_chars:
+        kept = out[: max(1, int(max_chars))].split("\n")
+        if len(kept) > 1:
+            kept.pop()  # cut at a line boundary
+        out, last, truncated = "\n".join(kept), got.from_line + len(kept) - 1, True
+    return ReadResult(got.path, out, got.from_line, last, got.total_lines, truncated=truncated,
+                      next_from=(last + 1 if truncated and last < got.total_lines else None), from_index=True)
+
+
+def slice_lines(shown: str, text: str, start_arg: int | None, count_arg: int | None) -> ReadResult:
+    """Lines ``start_arg``.. (1-based, ``count_arg`` of them) of ``text``; both unset: all."""
+    all_lines = text.split("\n")
+    if all_lines and all_lines[-1] == "" and len(all_lines) > 1:
+        all_lines.pop()  # a final newline does not start another line
+    total = len(all_lines) if text else 0
+    if not start_arg and not count_arg:
+        return ReadResult(shown, text, 1, total, total)
+    start = max(1, start_arg or 1)
+    count = max(1, count_arg or total or 1)
+    part = all_lines[start - 1 : start - 1 + count]
+    if not part:
+        return ReadResult(shown, "", start, start - 1, total)
+    return ReadResult(shown, "\n".join(part), start, start + len(part) - 1, total)

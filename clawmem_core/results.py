@@ -29,6 +29,9 @@ class SearchResult:
     #: The file lines the snippet shows (0: the chunk's lines).
     snippet_start_line: int = 0
     snippet_end_line: int = 0
+    #: The shared namespace the result comes from (``None``: the agent's own memory); its path
+    #: then starts with ``@<namespace>/``.
+    namespace: str | None = None
 
     @property
     def citation(self) -> str:
@@ -60,6 +63,7 @@ class SearchResult:
             "snippet": self.snippet,
             "source": self.source,
             "citation": self.citation,
+            **({"namespace": self.namespace} if self.namespace else {}),
         }
 
 
@@ -92,6 +96,9 @@ class ReadResult:
     next_from: Optional[int] = None
     #: The file does not exist (the text is empty).
     missing: bool = False
+    #: Read from the index's copy of the file as last indexed (a replica without the workspace,
+    #: or a shared namespace), not from the Markdown on disk.
+    from_index: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -106,6 +113,9 @@ class ReadResult:
             payload["nextFrom"] = self.next_from
         if self.missing:
             payload["missing"] = True
+        if self.from_index:
+            payload["fromIndex"] = True
+            payload["note"] = "read from the memory index's copy of the file as last indexed, not from the workspace"
         return payload
 
 

@@ -132,6 +132,7 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
         "fallback": info["fallback"],
         "citations": mem.config.citations,
         "mode": info["mode"],
+        **({"replica": True} if getattr(mem, "workspace", "") is None else {}),
         # How far the vectors are ({"done", "total"} chunks; null in keyword-only mode), and
         # whether changes on disk were not synced before answering.
         "vectors": getattr(hits, "vectors", None),

@@ -171,6 +171,11 @@ class Store(ABC):
     def has_content(self) -> bool:
         """Whether any chunk is indexed."""
 
+    def file_text(self, source: str, path: str) -> tuple[str, int] | None:
+        """The text of an indexed file as it was indexed, and its mtime in ms; ``None`` when the
+        file is not indexed or the store keeps no copies of texts (SQLite: the Markdown is local)."""
+        return None
+
     # -- vectors after keywords (two-phase sync) --------------------------------------------------
 
     @abstractmethod
@@ -276,6 +281,12 @@ class StoreBackend(ABC):
     def process_lock(self, blocking: bool = True) -> ContextManager[None]:
         """The lock serialising syncs of this index across processes and hosts. Without
         ``blocking``, raises :class:`StoreBusyError` at once when another process holds it."""
+
+    def open_namespace(self, agent_id: str) -> Store:
+        """A read-only handle on another agent's index in the same store (a shared namespace)."""
+        from ..errors import ConfigError
+
+        raise ConfigError("shared namespaces (search.shared) need a PostgreSQL store (store.url)")
 
     @abstractmethod
     def set_aside(self, exc: BaseException) -> str:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawmem")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
@@ -63,9 +63,8 @@ CREATE TABLE IF NOT EXISTS clawmem_meta (
 CREATE TABLE IF NOT EXISTS clawmem_files (
     agent text NOT NULL, generation bigint NOT NULL, source text NOT NULL, path text NOT NULL,
     hash text NOT NULL, mtime bigint NOT NULL, size bigint NOT NULL, content text,
+    ctime bigint NOT NULL DEFAULT 0, ino bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (agent, generation, source, path));
-ALTER TABLE clawmem_files ADD COLUMN IF NOT EXISTS ctime bigint NOT NULL DEFAULT 0;
-ALTER TABLE clawmem_files ADD COLUMN IF NOT EXISTS ino bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS clawmem_chunks (
     rid bigserial PRIMARY KEY,
     agent text NOT NULL, generation bigint NOT NULL, id text NOT NULL,
@@ -73,7 +72,7 @@ CREATE TABLE IF NOT EXISTS clawmem_chunks (
     hash text NOT NULL, model text NOT NULL, text text NOT NULL,
     part smallint NOT NULL DEFAULT 0,
     pending smallint NOT NULL DEFAULT 0,
-    terms tsvector, tf jsonb, doc_len integer NOT NULL DEFAULT 0,
+    terms tsvector, doc_len integer NOT NULL DEFAULT 0,
     dims integer, embedding vector,
     updated_at bigint NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS clawmem_chunks_id ON clawmem_chunks (agent, generation, id);
@@ -163,9 +162,23 @@ class _Terms:
         return [t for t in dict.fromkeys(out) if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES]
 
 
+#: PostgreSQL keeps at most 256 positions per lexeme: a term's count in one chunk is capped there.
+_MAX_POSITIONS = 256
+
+
+def _quote_lexeme(t: str) -> str:
+    return "'" + t.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _tsvector(counts: "Counter[str]") -> str:
+    """A ``tsvector`` literal holding each term with as many positions as occurrences (its tf)."""
+    return " ".join(f"{_quote_lexeme(t)}:{','.join(map(str, range(1, min(n, _MAX_POSITIONS) + 1)))}"
+                    for t, n in counts.items())
+
+
 def _tsquery(tokens: Sequence[str]) -> str:
     """``'a' | 'b'`` with every lexeme quoted (nothing in a term is tsquery syntax)."""
-    return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in tokens)
+    return " | ".join(_quote_lexeme(t) for t in tokens)
 
 
 class PostgresBackend(StoreBackend):
@@ -252,6 +265,10 @@ class PostgresBackend(StoreBackend):
                     with contextlib.suppress(Exception):
                         pool.close(timeout=0)
                     raise self.error("cannot connect to PostgreSQL", exc) from None
+                if not self._pools:
+                    import atexit
+
+                    atexit.register(PostgresBackend.close_pools)
                 self._pools[self._url] = pool
             return pool
 
@@ -273,8 +290,21 @@ class PostgresBackend(StoreBackend):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
 
+    def _schema_version(self, conn: "psycopg.Connection") -> int | None:
+        if not conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+            return None
+        row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
+        return int(row[0]) if row else None
+
     def ensure_schema(self) -> None:
+        """Create the tables on first use. A database that has them is only read: DDL takes table
+        locks that would wait on (and deadlock with) the syncs of other processes."""
         if self._schema_ready:
+            return
+        with self.connection() as conn:
+            version = self._schema_version(conn)
+        if version == SCHEMA_VERSION:
+            self._schema_ready = True
             return
         with self.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -518,18 +548,16 @@ class PostgresStore(Store):
         )
 
     def _chunk_values(self, c: ChunkRow, gen: int, now: int) -> tuple[Any, ...]:
-        terms: list[str] | None = None
-        tf: str | None = None
+        terms: str | None = None
         doc_len = 0
         if not c.window:
             tokens = self.backend.terms.document(c.text)
             doc_len = len(tokens)
             counts = Counter(t for t in tokens if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES)
-            terms = list(counts)
-            tf = json.dumps({t: n for t, n in counts.items() if n > 1}, ensure_ascii=False)
+            terms = _tsvector(counts)
         emb = list(c.embedding) if c.embedding else None
         return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text,
-                int(c.window), terms, tf, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now,
+                int(c.window), terms, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now,
                 int(c.pending))
 
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
@@ -560,8 +588,8 @@ class PostgresStore(Store):
                 if rows:
                     cur.executemany(
                         "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, "
-                        "model, text, part, terms, tf, doc_len, dims, embedding, updated_at, pending) VALUES "
-                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb, %s, "
+                        "model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
+                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, %s, "
                         "%s, %s::vector, %s, %s)",
                         rows,
                     )
@@ -633,8 +661,8 @@ class PostgresStore(Store):
                     with conn.cursor() as cur:
                         cur.executemany(
                             "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
-                            "hash, model, text, part, terms, tf, doc_len, dims, embedding, updated_at, pending) VALUES "
-                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb, "
+                            "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
                             "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
                             [self._chunk_values(w, gen, now) for w in windows],
                         )
@@ -720,23 +748,26 @@ class PostgresStore(Store):
                 return []
             # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
             # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
+            # Each matching row's tsvector is cut down to the query's lexemes once; a lexeme's
+            # positions count its occurrences (tf); the rows per lexeme give its document frequency.
             rows = conn.execute(
                 f"""
-                WITH q AS (SELECT t, tq FROM unnest(%(tokens)s::text[], %(single)s::tsquery[]) AS q (t, tq)),
-                m AS MATERIALIZED (
-                    SELECT rid, id, doc_len, terms, tf FROM clawmem_chunks
+                WITH m AS MATERIALIZED (
+                    SELECT rid, id, doc_len, ts_filter(setweight(terms, 'A', %(tokens)s::text[]), '{{a}}') AS hit
+                    FROM clawmem_chunks
                     WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
                       AND terms @@ %(query)s::tsquery),
+                u AS MATERIALIZED (
+                    SELECT m.rid, m.id, m.doc_len, x.lexeme, array_length(x.positions, 1)::float8 AS f
+                    FROM m CROSS JOIN LATERAL unnest(m.hit) AS x),
                 d AS (
-                    SELECT q.t, q.tq, ln((%(n)s - count(m.rid) + 0.5) / (count(m.rid) + 0.5)) AS idf
-                    FROM q LEFT JOIN m ON m.terms @@ q.tq GROUP BY q.t, q.tq)
-                SELECT m.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
-                                  * (f.f * %(k1p)s) / (f.f + %(k1)s * (1 - %(b)s + %(b)s * m.doc_len / %(avgdl)s))) AS r
-                FROM m JOIN d ON m.terms @@ d.tq
-                CROSS JOIN LATERAL (SELECT coalesce((m.tf ->> d.t)::float8, 1.0) AS f) AS f
-                GROUP BY m.rid, m.id ORDER BY r, m.rid LIMIT %(limit)s
+                    SELECT lexeme, ln((%(n)s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM u GROUP BY lexeme)
+                SELECT u.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
+                                  * (u.f * %(k1p)s) / (u.f + %(k1)s * (1 - %(b)s + %(b)s * u.doc_len / %(avgdl)s))) AS r
+                FROM u JOIN d USING (lexeme)
+                GROUP BY u.rid, u.id ORDER BY r, u.rid LIMIT %(limit)s
                 """,
-                {"tokens": tokens, "single": [_tsquery([t]) for t in tokens], "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
+                {"tokens": tokens, "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
                  "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
             ).fetchall()
         return [(r[0], float(r[1])) for r in rows]
@@ -769,6 +800,8 @@ class PostgresStore(Store):
                 with conn.transaction():
                     conn.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(int(limit), 1000))}")
                     conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    # the agent's rows by the btree, then a sort, can look cheaper on stale statistics
+                    conn.execute("SET LOCAL enable_sort = off")
                     rows = conn.execute(
                         f"WITH c AS MATERIALIZED (SELECT id, rid, embedding::vector({dims}) <=> %(q)s::vector({dims}) AS d "
                         f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "

@@ -170,6 +170,43 @@ def test_connection_loss_mid_sync(tmp_path: Path, pg_url: str) -> None:
         assert same(after, fingerprint(ref))
 
 
+def test_threads_search_while_another_thread_syncs(tmp_path: Path, store_config: dict[str, Any]) -> None:
+    """Readers in other threads see each file group old or new, never half-written, and never fail."""
+    import threading
+
+    ws = notes(tmp_path / "ws", 12)
+    errors: list[BaseException] = []
+    seen_mixed: list[str] = []
+    with open_index(ws, tmp_path / "state", store_config) as mem:
+        mem.sync()
+        stop = threading.Event()
+
+        def reader() -> None:
+            while not stop.is_set():
+                try:
+                    for r in mem.search("fact topic", max_results=20, min_score=0):
+                        tags = {t for t in ("v1", "v2", "v3") if f"{t} fact" in r.snippet}
+                        if len(tags) > 1:  # one chunk holds lines of one version only
+                            seen_mixed.append(r.snippet)
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                    return
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for tag in ("v2", "v3", "v2"):
+            notes(ws, 12, tag=tag)
+            mem.mark_dirty()
+            mem.sync()
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors[:1]
+        assert not seen_mixed
+        assert mem.status().files == 13
+        assert {r.path for r in mem.search("topic3xv2", min_score=0)} >= {"memory/n003.md"}
+
 def test_connection_loss_in_the_vector_phase(tmp_path: Path, pg_url: str) -> None:
     """Connections lost while embedding (after the keyword phase switched the new generation in):
     the vector phase carries on over new connections and completes."""

