@@ -41,8 +41,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default: Any = argparse.SUPPRESS if suppress else None
     parser.add_argument("--workspace", "-w", metavar="DIR", default=argparse.SUPPRESS if suppress else ".",
                         help="the agent workspace holding MEMORY.md and memory/ (default: current directory)")
-    parser.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS if suppress else "main",
-                        help="agent id: one index per agent (default: main)")
+    parser.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS if suppress else None,
+                        help="agent id: the index is <state dir>/memory/<ID>.sqlite (default: one index per "
+                             "workspace, named after its directory and a hash of its real path)")
     parser.add_argument("--config", metavar="FILE", default=default,
                         help="JSON config: a memorySearch object or an OpenClaw config")
     parser.add_argument("--provider", choices=PROVIDERS, default=default,
@@ -57,8 +58,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
 
 INDEX_NOTE = """\
 where the index lives:
-  A SQLite file in $CLAWMEM_STATE_DIR/memory/ (default ~/.clawmem/memory/): set CLAWMEM_STATE_DIR
-  to move it; `clawmem status` prints its path. --store postgresql://... (or $CLAWMEM_STORE_URL)
+  A SQLite file in $CLAWMEM_STATE_DIR/memory/ (default ~/.clawmem/memory/), one per workspace
+  (<workspace name>-<hash of its real path>.sqlite), or <ID>.sqlite with --agent ID: set
+  CLAWMEM_STATE_DIR to move it; `clawmem status` prints its path and the workspace. --store postgresql://... (or $CLAWMEM_STORE_URL)
   keeps it in PostgreSQL instead. The Markdown files stay the source of truth: deleting the index
   loses nothing."""
 
@@ -286,6 +288,9 @@ def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
           f"{report.embeddings_computed} embedded, {report.embeddings_cached} from cache ({report.seconds:.2f}s).")
     for skipped in report.files_skipped:
         print(f"skipped: {skipped}", file=sys.stderr)
+    if report.lines_skipped:
+        print(f"skipped: {report.lines_skipped} transcript line(s) that are not JSON or are nested too deeply",
+              file=sys.stderr)
     return EXIT_OK
 
 
@@ -453,12 +458,17 @@ def _probe(mem: Any) -> tuple[bool, str | None]:
 
 def _cmd_write(mem: Any, args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
+    from .memory_write import write_result_payload
+
     result = mem.write(text, "long_term" if args.long_term else "daily")
-    shown = os.path.relpath(result.path, mem.workspace).replace(os.sep, "/")
+    payload = write_result_payload(result, mem.workspace)
     if args.json:
-        print(json.dumps({"path": shown, "startLine": result.start_line, "endLine": result.end_line}))
+        print(json.dumps(payload, ensure_ascii=False))
     else:
-        print(f"Appended to {shown}#L{result.start_line}-L{result.end_line}")
+        print(f"Appended to {payload['path']}#L{result.start_line}-L{result.end_line}")
+    if not result.indexed:  # the note is saved: success, with a warning (a retry would write it twice)
+        print(f"clawmem: warning: appended, but indexing failed: {result.index_error}; "
+              "it will be indexed on the next sync", file=sys.stderr)
     return EXIT_OK
 
 

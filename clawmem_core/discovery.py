@@ -2,7 +2,9 @@
 
 ``MEMORY.md``, ``memory.md``, ``memory/**/*.md`` and every extra path (a directory walked for
 ``.md`` files, or one ``.md`` file). Symlinks are skipped, ignored directories are not entered,
-files reached twice are listed once (by real path).
+files reached twice are listed once (by real path). A file whose path is not valid UTF-8 (raw bytes
+such as ``memory/bad\xff.md``, which Python holds as lone surrogates) is skipped and reported: such a
+name cannot be stored in the index, shown in a JSON payload or printed.
 """
 
 from __future__ import annotations
@@ -30,10 +32,54 @@ class MemoryFile:
 
 @dataclass
 class Discovery:
-    """The memory files found, and the extra paths that do not exist (reported by ``status``)."""
+    """The memory files found, the extra paths that do not exist, and the files skipped because
+    their path is not valid UTF-8 (shown with ``\\xNN`` escapes; reported by ``status``)."""
 
     files: list[MemoryFile] = field(default_factory=list)
     missing_extra_paths: list[str] = field(default_factory=list)
+    bad_names: list[str] = field(default_factory=list)
+
+
+#: Why a file with such a name is not indexed (in sync reports and status issues).
+BAD_NAME_REASON = "file name is not valid UTF-8"
+
+
+def is_valid_name(path: str) -> bool:
+    """False when ``path`` holds lone surrogates (undecodable bytes of a file name): it cannot be
+    stored in SQLite, serialised to UTF-8 JSON or printed."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_name(path: str) -> str:
+    """``path`` with its undecodable bytes shown as ``\\xNN`` (other lone surrogates as ``\\udNNN``):
+    safe to store, serialise and print, and readable by a person."""
+    try:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def split_bad_names(pairs: list[tuple[str, str]], bad: list[str] | None = None) -> list[tuple[str, str]]:
+    """``(display path, absolute path)`` pairs whose display path is valid UTF-8; the printable
+    form of the others is appended to ``bad``. One encode call for the common all-valid case."""
+    if not pairs:
+        return pairs
+    try:
+        "\n".join(p for p, _ in pairs).encode("utf-8")
+        return pairs
+    except UnicodeEncodeError:
+        pass
+    good = []
+    for pair in pairs:
+        if is_valid_name(pair[0]):
+            good.append(pair)
+        elif bad is not None:
+            bad.append(printable_name(pair[0]))
+    return good
 
 
 def expand_path(raw: str, workspace: Path) -> Path:
@@ -131,13 +177,17 @@ def _same_root(root: str, real_roots: dict[tuple[int, int], str]) -> str:
 
 def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> Discovery:
     """Every memory file of ``workspace`` in a stable order (SPEC 2)."""
-    pairs, missing = memory_paths(workspace, extra_paths)
-    return Discovery([MemoryFile(a, p) for p, a in pairs], missing)
+    bad: list[str] = []
+    pairs, missing = memory_paths(workspace, extra_paths, bad_names=bad)
+    return Discovery([MemoryFile(a, p) for p, a in pairs], missing, bad)
 
 
-def memory_paths(workspace: Path, extra_paths: list[str] | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+def memory_paths(
+    workspace: Path, extra_paths: list[str] | None = None, *, bad_names: list[str] | None = None
+) -> tuple[list[tuple[str, str]], list[str]]:
     """What :func:`list_memory_files` finds, as ``(display path, absolute path)`` pairs (cheap
-    for tens of thousands of files), and the extra paths that do not exist."""
+    for tens of thousands of files), and the extra paths that do not exist. Files whose path is not
+    valid UTF-8 are left out; their printable paths are appended to ``bad_names``."""
     workspace = Path(os.path.abspath(workspace))
     ws = str(workspace)
     missing: list[str] = []
@@ -183,4 +233,4 @@ def memory_paths(workspace: Path, extra_paths: list[str] | None = None) -> tuple
             seen.update(real_root + rel for rel in fresh)
             rels = fresh
         out.extend(zip(map(prefix.__add__, rels), map(base.__add__, rels)))
-    return out, missing
+    return split_bad_names(out, bad_names), missing

@@ -31,6 +31,11 @@ class StoreError(ClawmemError):
     """The index file cannot be opened, is corrupt, or cannot be written."""
 
 
+class IndexingError(ClawmemError):
+    """A sync failed for a reason that is neither the store nor the embedding provider (the message says
+    what failed; the Markdown is untouched and the previous index stays in place)."""
+
+
 class EmbeddingError(ClawmemError):
     """The embedding provider failed (network, HTTP error, malformed response)."""
 

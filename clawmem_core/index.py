@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -17,9 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .config import MemoryConfig
-from .discovery import Discovery, list_memory_files, normalize_extra_paths
+from .discovery import Discovery, list_memory_files, normalize_extra_paths, printable_name
 from .embeddings.base import Embedder
-from .errors import ConfigError, EmbeddingError, PathNotAllowedError, ReplicaError, StoreError, WorkspaceError
+from .errors import (
+    ClawmemError,
+    ConfigError,
+    EmbeddingError,
+    IndexingError,
+    PathNotAllowedError,
+    ReplicaError,
+    StoreError,
+    WorkspaceError,
+)
 from .read import read_memory_file
 from .results import IndexStatus, ReadResult, SearchHits, SearchResult, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
@@ -45,6 +55,19 @@ log = logging.getLogger("clawmem")
 #: under another version is rebuilt in full on the next sync (from the embedding cache, so nothing is
 #: embedded twice), since unchanged files would otherwise keep their old rows.
 INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
+
+
+#: OpenClaw's default agent.
+DEFAULT_AGENT_ID = "main"
+
+
+def workspace_index_name(workspace: str | os.PathLike[str]) -> str:
+    """The index name of a workspace opened without an agent id: its directory name (for people)
+    and a hash of its real path (so that two workspaces, even of the same name, never share an
+    index, and a workspace reached through a symlink keeps its own)."""
+    real = os.path.realpath(os.fspath(workspace))
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", os.path.basename(real)).strip("-_")[:40] or "workspace"
+    return f"{slug}-{hashlib.sha256(os.fsencode(real)).hexdigest()[:12]}"
 
 
 def default_state_dir() -> Path:
@@ -102,7 +125,7 @@ class MemoryIndex:
     def __init__(
         self,
         workspace: str | os.PathLike[str] | None,
-        agent_id: str = "main",
+        agent_id: str | None = None,
         config: MemoryConfig | Mapping[str, Any] | None = None,
         embedder: Any = None,
         state_dir: str | os.PathLike[str] | None = None,
@@ -116,7 +139,9 @@ class MemoryIndex:
                 raise WorkspaceError(f"workspace not found: {ws}")
             if not ws.is_dir():
                 raise WorkspaceError(f"workspace is not a directory: {ws}")
-        if not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."):
+        if agent_id is not None and (
+            not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", "..")
+        ):
             raise ConfigError(f"agent_id must be a plain name, got {agent_id!r}")
         if config is None:
             config = MemoryConfig()
@@ -127,7 +152,12 @@ class MemoryIndex:
         #: The Markdown workspace; ``None`` on a replica, which serves a server store's index
         #: without the files (search, and reads of the index's copies; no writes, no sync).
         self.workspace = ws
-        self.agent_id = agent_id
+        #: The agent (OpenClaw's default ``main`` when none is given): names its sessions directory.
+        self.agent_id = agent_id or DEFAULT_AGENT_ID
+        #: What names the index: the explicit agent id (OpenClaw's ``<agent_id>.sqlite``), else
+        #: one derived from the workspace's real path, so that two workspaces never share an index.
+        #: (A PostgreSQL store keys rows by the agent id: agents there are named, and shared.)
+        self.index_name = agent_id or (workspace_index_name(ws) if ws is not None else DEFAULT_AGENT_ID)
         self.config = config
         if ws is None and not self._store_url():
             raise WorkspaceError("a workspace is required (only a replica of a PostgreSQL store, store.url, runs "
@@ -139,7 +169,7 @@ class MemoryIndex:
         self.sessions_dir = (
             Path(os.path.expanduser(os.fspath(sessions_dir)))
             if sessions_dir
-            else self.state_dir / "agents" / agent_id / "sessions"
+            else self.state_dir / "agents" / self.agent_id / "sessions"
         )
         from .sessions import SessionDeltaTracker
 
@@ -179,10 +209,10 @@ class MemoryIndex:
 
     def _resolve_store_path(self) -> Path:
         if self.config.store.path:
-            raw = self.config.store.path.replace("{agent_id}", self.agent_id).replace("{agentId}", self.agent_id)
+            raw = self.config.store.path.replace("{agent_id}", self.index_name).replace("{agentId}", self.index_name)
             p = Path(os.path.expandvars(os.path.expanduser(raw)))
             return p if p.is_absolute() else self.workspace / p
-        return self.state_dir / "memory" / f"{self.agent_id}.sqlite"
+        return self.state_dir / "memory" / f"{self.index_name}.sqlite"
 
     def _store_url(self) -> str | None:
         return self.config.store.url or os.environ.get("CLAWMEM_STORE_URL") or None
@@ -430,7 +460,15 @@ class MemoryIndex:
             err = store.write_error(exc)
             if err is not None:
                 raise err from None
-            raise
+            if isinstance(exc, (ClawmemError, MemoryError)):  # out of memory is no bug of the files: as it is
+                raise
+            # Say what failed: never let an unexpected error pass for a provider problem or for
+            # invalid tool arguments (a UnicodeError or a RecursionError is a ValueError or a bug here).
+            from .discovery import printable_name
+            from .masking import mask_secrets
+
+            detail = mask_secrets(printable_name(f"{type(exc).__name__}: {exc}"))
+            raise IndexingError(f"indexing the memory files failed: {detail}") from exc
 
     async def async_sync(self, force: bool = False, progress: ProgressCallback | None = None, *,
                          vectors: bool = True) -> SyncReport:
@@ -525,7 +563,10 @@ class MemoryIndex:
         if self._dirty_gen == gen:
             self._dirty = False
         self._synced_here = True
+        from .discovery import BAD_NAME_REASON
+
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
+                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names],
                           seconds=time.perf_counter() - started)
 
     def _maybe_background_sync(self, *, vectors_only: bool = False) -> None:
@@ -818,8 +859,14 @@ class MemoryIndex:
                 return None
             state = self._search_store().file_states(source).get(path)
             return state[3] / 1000 if state else None
+        from .sessions import SESSIONS_PREFIX
+
+        if source == "sessions" and path.startswith(SESSIONS_PREFIX + "/"):
+            target = self.sessions_dir / path[len(SESSIONS_PREFIX) + 1 :]
+        else:
+            target = self.workspace / path
         try:
-            return os.stat(self.workspace / path).st_mtime
+            return os.stat(target).st_mtime
         except OSError:
             return None
 
@@ -834,8 +881,20 @@ class MemoryIndex:
         self._check_open()
         self._check_workspace("memory_write")
         result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
+        return self._index_written(result)
+
+    def _index_written(self, result: "WriteResult") -> "WriteResult":
+        """Sync after an append. The append has happened: an indexing failure (provider down, disk
+        full, ...) is reported in the result, never raised, so a caller does not write twice."""
         self.mark_dirty()
-        self.sync(reason="write")
+        try:
+            self.sync(reason="write")
+        except Exception as exc:  # noqa: BLE001 - the write succeeded; its indexing is what failed
+            from .masking import mask_secrets
+
+            error = mask_secrets(f"{type(exc).__name__}: {exc}" if not isinstance(exc, ClawmemError) else str(exc))
+            log.warning("wrote %s but could not index it yet: %s", result.path, error)
+            return replace(result, indexed=False, index_error=error)
         return result
 
     def archive_session(self, messages_text: str, slug: str | None = None, *, now: datetime | None = None) -> "WriteResult":
@@ -846,9 +905,7 @@ class MemoryIndex:
         self._check_open()
         self._check_workspace("memory_write")
         result = archive_session(self.workspace, messages_text, slug, now)
-        self.mark_dirty()
-        self.sync(reason="write")
-        return result
+        return self._index_written(result)
 
     def watch(self, block: bool = False, on_sync: Callable[[SyncReport], Any] | None = None) -> Any:
         """Watch ``MEMORY.md``, ``memory/``, the extra paths (and transcripts when sessions are on)
@@ -989,10 +1046,11 @@ class MemoryIndex:
             if not found.files:
                 issues.append(f"no memory files found in {self.workspace}")
             issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
+            issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
         return IndexStatus(
             agent_id=self.agent_id,
-            workspace=str(self.workspace) if self.workspace is not None else "",
-            store_path=self._backend.location,
+            workspace=printable_name(str(self.workspace)) if self.workspace is not None else "",
+            store_path=printable_name(self._backend.location),
             files=counts.files,
             chunks=counts.chunks,
             by_source={s: {"files": f, "chunks": c} for s, (f, c) in counts.by_source.items()},
@@ -1002,7 +1060,7 @@ class MemoryIndex:
             mode=mode,
             dirty=self.workspace is not None and self._dirty and self._stale_on_disk(found),
             sources=list(self.config.sources),
-            extra_paths=list(self.config.extra_paths),
+            extra_paths=[printable_name(p) for p in self.config.extra_paths],
             vector={
                 "enabled": self.config.store.vector.enabled,
                 "available": store.vector_extension,
@@ -1014,7 +1072,7 @@ class MemoryIndex:
             fts={"available": store.fts_available, "error": store.fts_error, "tokenizer": self.config.store.fts.tokenizer},
             cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},
             fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
-            issues=issues,
+            issues=[printable_name(i) for i in issues],  # a path with undecodable bytes stays printable
             files_on_disk=len(found.files),
             vectors=vectors,
         )

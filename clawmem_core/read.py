@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from .discovery import ROOT_FILES, display_path, normalize_extra_paths
+from .discovery import BAD_NAME_REASON, ROOT_FILES, display_path, is_valid_name, normalize_extra_paths, printable_name
 from .errors import InvalidQueryError, PathNotAllowedError
 from .results import ReadResult
 from .safe_fs import UnsafeFileError, open_regular, read_lines
@@ -80,6 +80,8 @@ def _locate(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path
         raise _refuse(raw.replace("\x00", "\\0"), "NUL byte")
     if len(raw) > MAX_PATH_CHARS:
         raise _refuse(raw, "too long")
+    if not is_valid_name(raw):  # lone surrogates: such a file is never indexed, nor echoed back
+        raise _refuse(printable_name(raw), BAD_NAME_REASON)
     workspace = Path(os.path.abspath(workspace))
     candidate = Path(raw).expanduser()
     abs_path = Path(os.path.normpath(candidate if candidate.is_absolute() else workspace / candidate))

@@ -130,6 +130,8 @@ class SyncReport:
     files_unchanged: int = 0
     files_deleted: int = 0
     files_skipped: list[str] = field(default_factory=list)
+    #: Transcript lines that are not JSON (or nested too deeply to parse): skipped.
+    lines_skipped: int = 0
     chunks_indexed: int = 0
     embeddings_computed: int = 0
     embeddings_cached: int = 0

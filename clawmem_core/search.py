@@ -290,10 +290,34 @@ def rank(
     """Search ``store``: keyword and vector candidates -> fusion -> temporal decay -> MMR ->
     thresholds. ``qvec`` is the query's embedding (``None`` in keyword-only mode);
     ``mtime_of(path, source)`` dates the files that decay by modification time."""
-    hybrid = cfg.hybrid
-    pool = max(CANDIDATE_POOL, k)
-    keyword_side = keyword_only or (hybrid.enabled and store.fts_available)
     terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+    args = (store, cfg, terms, qvec, min_score, keyword_only, mtime_of)
+    chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL))
+    if k > CANDIDATE_POOL:
+        # More than the fixed pool: the first results stay those the fixed pool gives (so results
+        # are monotonic in max_results), the rest come in order from the widest pool.
+        shown = {(c.source, c.path, c.start_line, c.end_line) for c in chosen}
+        wide = _choose(*args, pool=MAX_RESULTS, k=MAX_RESULTS)
+        chosen += [c for c in wide if (c.source, c.path, c.start_line, c.end_line) not in shown][: k - len(chosen)]
+    return results_with_snippets(store, chosen, terms)
+
+
+def _choose(
+    store: "Store",
+    cfg: "QueryConfig",
+    terms: list[str],
+    qvec: Sequence[float] | None,
+    min_score: float,
+    keyword_only: bool,
+    mtime_of: Callable[[str, str], float | None],
+    *,
+    pool: int,
+    k: int,
+) -> list[Candidate]:
+    """The best ``k`` candidates of ``pool`` drawn from each side, after fusion, decay, MMR and
+    thresholds."""
+    hybrid = cfg.hybrid
+    keyword_side = keyword_only or (hybrid.enabled and store.fts_available)
     kw_hits = store.keyword_search(terms, pool) if keyword_side else []
     vec_hits: list[tuple[str, float]] = []
     if qvec is not None and any(v != 0 for v in qvec):
@@ -325,8 +349,7 @@ def rank(
     # Keyword-only: when nothing reaches min_score, the best keyword hits still answer (a
     # small workspace gives BM25 small scores); hybrid: OpenClaw's floor min(min_score, tw).
     floor = 0.0 if keyword_only else min(min_score, hybrid.text_weight)
-    chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
-    return results_with_snippets(store, chosen, terms)
+    return select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor, strict=cfg.strict)
 
 
 def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:

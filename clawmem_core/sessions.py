@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .discovery import is_valid_name, printable_name
+from .masking import mask_secrets
+
 __all__ = [
     "SessionEntry",
     "SessionDeltaTracker",
@@ -41,99 +44,6 @@ SESSIONS_PREFIX = "sessions"
 _DELTA_READ_CHUNK = 64 * 1024
 
 # --------------------------------------------------------------------------------------------------------------
-# Secret masking (OpenClaw ``redactSensitiveText``, mode "tools")
-# --------------------------------------------------------------------------------------------------------------
-
-_MASK_MIN_LENGTH = 18
-_MASK_KEEP_START = 6
-_MASK_KEEP_END = 4
-
-# OpenClaw compiles every pattern with the "gi" flags, so all of these are case-insensitive. Unlike OpenClaw, PEM
-# blocks are cut out first and the other rules run only between them: otherwise "key:\n-----BEGIN ..." lets the
-# env-style rule eat the armor line and the key body leaks.
-# A key cut before its END line (a truncated paste) is masked to the end of the text.
-_PEM_BLOCK = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*\Z)", re.IGNORECASE
-)
-_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        # Env-style assignments: OPENAI_API_KEY=..., db_password: "...".
-        r"""\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)\b\s*[=:]\s*(["']?)([^\s"'\\]+)\1""",
-        # JSON fields.
-        r'"(?:apiKey|token|secret|password|passwd|accessToken|refreshToken)"\s*:\s*"([^"]+)"',
-        # CLI flags.
-        r"""--(?:api[-_]?key|token|secret|password|passwd)\s+(["']?)([^\s"']+)\1""",
-        # Authorization headers.
-        r"Authorization\s*[:=]\s*Bearer\s+([A-Za-z0-9._\-+=]+)",
-        r"\bBearer\s+([A-Za-z0-9._\-+=]{18,})\b",
-        # Common token prefixes.
-        r"\b(sk-[A-Za-z0-9_-]{8,})\b",
-        r"\b(ghp_[A-Za-z0-9]{20,})\b",
-        r"\b(github_pat_[A-Za-z0-9_]{20,})\b",
-        r"\b(xox[baprs]-[A-Za-z0-9-]{10,})\b",
-        r"\b(xapp-[A-Za-z0-9-]{10,})\b",
-        r"\b(gsk_[A-Za-z0-9_-]{10,})\b",
-        r"\b(AIza[0-9A-Za-z\-_]{20,})\b",
-        r"\b(pplx-[A-Za-z0-9_-]{10,})\b",
-        r"\b(npm_[A-Za-z0-9]{10,})\b",
-        # Telegram bot tokens: <bot id>:<secret>.
-        r"\b(\d{6,}:[A-Za-z0-9_-]{20,})\b",
-    )
-)
-
-
-def _mask_token(token: str) -> str:
-    if len(token) < _MASK_MIN_LENGTH:
-        return "***"
-    return f"{token[:_MASK_KEEP_START]}…{token[-_MASK_KEEP_END:]}"
-
-
-def _mask_pem(block: str) -> str:
-    lines = [line for line in re.split(r"\r?\n", block) if line]
-    if len(lines) < 2 or "-----END" not in lines[-1].upper():
-        head = re.match(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", block, re.IGNORECASE)
-        return f"{head.group(0)}\n…redacted…" if head and len(lines) > 1 else "***"
-    return f"{lines[0]}\n…redacted…\n{lines[-1]}"
-
-
-def _redact_match(match: re.Match[str]) -> str:
-    whole = match.group(0)
-    # The secret is the last non-empty group (the first group of some patterns is a quote).
-    for index in range(match.re.groups, 0, -1):
-        token = match.group(index)
-        if token:
-            start = match.start(index) - match.start(0)
-            end = match.end(index) - match.start(0)
-            return whole[:start] + _mask_token(token) + whole[end:]
-    return _mask_token(whole)
-
-
-def mask_secrets(text: str) -> str:
-    """Mask API keys, bearer tokens, passwords and private keys in ``text`` the way OpenClaw does.
-
-    Tokens of 18 characters or more keep their first 6 and last 4 characters (``sk-pro…wxyz``); shorter ones
-    become ``***``. A PEM private key keeps only its BEGIN and END lines (``***`` when it sits on one line).
-    """
-    if not text:
-        return text
-    pieces: list[str] = []
-    position = 0
-    for block in _PEM_BLOCK.finditer(text):
-        pieces.append(_mask_plain(text[position : block.start()]))
-        pieces.append(_mask_pem(block.group(0)))
-        position = block.end()
-    pieces.append(_mask_plain(text[position:]))
-    return "".join(pieces)
-
-
-def _mask_plain(text: str) -> str:
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(_redact_match, text)
-    return text
-
-
-# --------------------------------------------------------------------------------------------------------------
 # Transcript parsing
 # --------------------------------------------------------------------------------------------------------------
 
@@ -148,6 +58,8 @@ class SessionEntry:
 
     content: str
     line_map: tuple[int, ...]
+    #: Lines that are not JSON (or nested too deeply to parse): skipped, counted here.
+    skipped_lines: int = 0
 
     @property
     def hash(self) -> str:
@@ -184,16 +96,19 @@ def parse_transcript(text: str) -> SessionEntry:
     """Turn OpenClaw JSONL transcript text into a :class:`SessionEntry`.
 
     Blank lines, invalid JSON, non-message records, roles other than user/assistant and non-text blocks are
-    skipped. Secrets are masked with :func:`mask_secrets`.
+    skipped; invalid lines (including JSON nested too deeply for the parser) are counted in
+    ``skipped_lines``. Secrets are masked with :func:`mask_secrets`.
     """
     collected: list[str] = []
     line_map: list[int] = []
+    skipped = 0
     for index, line in enumerate(text.split("\n")):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[" * 1500 + "]" * 1500
+            skipped += 1
             continue
         if not isinstance(record, dict) or record.get("type") != "message":
             continue
@@ -210,7 +125,7 @@ def parse_transcript(text: str) -> SessionEntry:
         safe = _normalize(mask_secrets(extracted))
         collected.append(f"{label}: {safe}")
         line_map.append(index + 1)
-    return SessionEntry(content="\n".join(collected), line_map=tuple(line_map))
+    return SessionEntry(content="\n".join(collected), line_map=tuple(line_map), skipped_lines=skipped)
 
 
 def read_session_file(path: str | os.PathLike[str]) -> SessionEntry:
@@ -241,12 +156,15 @@ def remap_lines(start: int, end: int, line_map: Sequence[int] | None) -> tuple[i
 _ARCHIVE_NAME = re.compile(r"\.jsonl\.(?:reset|deleted)\.[^/\\]+$")
 
 
-def list_session_files(sessions_dir: str | os.PathLike[str], *, include_archives: bool = False) -> list[Path]:
+def list_session_files(
+    sessions_dir: str | os.PathLike[str], *, include_archives: bool = False, bad_names: list[str] | None = None
+) -> list[Path]:
     """Transcript files in ``sessions_dir``, sorted: regular ``*.jsonl`` files, not recursive.
 
     Symlinks, ``.bak.`` archives and ``sessions.json`` are skipped. With ``include_archives`` the
     ``*.jsonl.reset.<ts>`` / ``*.jsonl.deleted.<ts>`` archives of reset sessions are listed too. A missing
-    directory gives ``[]``.
+    directory gives ``[]``. A transcript whose name is not valid UTF-8 is left out and its display path (with
+    ``\\xNN`` escapes) appended to ``bad_names``.
     """
     root = Path(sessions_dir)
     try:
@@ -264,6 +182,10 @@ def list_session_files(sessions_dir: str | os.PathLike[str], *, include_archives
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 continue
         except OSError:
+            continue
+        if not is_valid_name(name):
+            if bad_names is not None:
+                bad_names.append(printable_name(session_display_path(name)))
             continue
         found.append(root / name)
     return sorted(found)
@@ -330,7 +252,9 @@ class SessionDeltaTracker:
 
     @staticmethod
     def _key(path: str | os.PathLike[str]) -> Path:
-        return Path(os.path.abspath(os.fspath(path)))
+        # The real path: a transcript named through a symlinked sessions directory and the same file reported
+        # by its real path are one file.
+        return Path(os.path.realpath(os.fspath(path)))
 
     def state(self, path: str | os.PathLike[str]) -> DeltaState:
         """A copy of the counters for ``path`` (zeros if never seen)."""
@@ -340,9 +264,15 @@ class SessionDeltaTracker:
 
     @property
     def dirty_files(self) -> set[Path]:
-        """Files that crossed a threshold and have not been marked indexed since."""
+        """Files that crossed a threshold and have not been marked indexed since (real paths)."""
         with self._lock:
             return set(self._dirty)
+
+    def is_dirty(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` (by its real path) crossed a threshold and was not marked indexed since."""
+        key = self._key(path)
+        with self._lock:
+            return key in self._dirty
 
     def _should_count_messages(self, state: DeltaState) -> bool:
         return self.delta_messages > 0 and (self.delta_bytes <= 0 or state.pending_bytes < self.delta_bytes)

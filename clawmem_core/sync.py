@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, remap_lines
 from .config import MemoryConfig
-from .discovery import memory_paths, normalize_extra_paths
+from .discovery import BAD_NAME_REASON, memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .errors import StoreError
 from .progress import PhaseMeter, ProgressCallback, SyncProgress
@@ -81,6 +81,11 @@ class Scan:
     version: Hashable
     #: ``time.time()`` before the first stat: what ``last_scan`` may become after this scan.
     started: float
+    #: Files left out because their path is not valid UTF-8 (printable form), reported as skipped.
+    bad_names: list[str] = field(default_factory=list)
+    #: Transcript (absolute path) -> bytes taken as indexed: the size read (or, unchanged, the size
+    #: seen), never the size at the end of the sync (lines appended meanwhile are not indexed yet).
+    session_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -129,10 +134,12 @@ class Syncer:
         meta = writer.get_meta()
         full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
         report = SyncReport(full=full, reason=reason)
-        items = self.memory_items()
+        bad_names: list[str] = []
+        items = self.memory_items(bad_names)
         if self.config.sessions_enabled:
-            items += self.session_items(full, reason, session_files, writer)
+            items += self.session_items(full, reason, session_files, writer, bad_names)
         report.files_scanned = len(items)
+        report.files_skipped.extend(f"{name}: {BAD_NAME_REASON}" for name in bad_names)
         # A scan taken before the locks still holds if no other connection has written since.
         reuse = (
             scan is not None and not full and not self.config.sessions_enabled
@@ -151,7 +158,11 @@ class Syncer:
             self.index_items(writer, scan, len(items), report, listener, emb)
         for _, abs_path, source, deferred in items:
             if source == "sessions" and not deferred:
-                self._sessions.mark_indexed(abs_path)
+                size = scan.session_sizes.get(abs_path)
+                if size is None:
+                    self._sessions.forget(abs_path)  # vanished or unreadable: counted afresh when it returns
+                else:
+                    self._sessions.mark_indexed(abs_path, size)
         self.last_scan = scan.started
         # Persisted, so that the next process can trust size + mtime of files older than this scan.
         writer.set_value("last_scan", repr(scan.started))
@@ -160,26 +171,29 @@ class Syncer:
 
     # -- what to index ----------------------------------------------------------------------------
 
-    def memory_items(self) -> list[Entry]:
-        pairs, _ = memory_paths(self.workspace, self.config.extra_paths)
+    def memory_items(self, bad_names: list[str] | None = None) -> list[Entry]:
+        """Memory files to index; those whose path is not valid UTF-8 go to ``bad_names``."""
+        pairs, _ = memory_paths(self.workspace, self.config.extra_paths, bad_names=bad_names)
         return [(path, abs_path, "memory", False) for path, abs_path in pairs]
 
     def session_items(
-        self, full: bool, reason: str, targets: Sequence[str | os.PathLike[str]], store: Store
+        self, full: bool, reason: str, targets: Sequence[str | os.PathLike[str]], store: Store,
+        bad_names: list[str] | None = None,
     ) -> list[Entry]:
         """Session transcripts to consider. Automatic syncs re-index a grown transcript only once it
         crossed the delta thresholds (or when named, after compaction); manual syncs take all."""
         from .sessions import list_session_files, session_display_path
 
-        named = {os.path.abspath(os.fspath(t)) for t in targets}
+        # By real path: a transcript may be named (or reported dirty) through a symlinked directory.
+        named = {os.path.realpath(os.fspath(t)) for t in targets}
         automatic = reason in ("search", "watch", "interval", "session-start")
         indexed = store.file_hashes("sessions")
-        dirty = {str(p) for p in self._sessions.dirty_files}
         out: list[Entry] = []
-        for p in list_session_files(self.sessions_dir):
+        for p in list_session_files(self.sessions_dir, bad_names=bad_names):
             shown = session_display_path(p)
             deferred = (
-                automatic and not full and shown in indexed and str(p) not in dirty and os.path.abspath(p) not in named
+                automatic and not full and shown in indexed and not self._sessions.is_dirty(p)
+                and os.path.realpath(p) not in named
             )
             out.append(Item(shown, str(p), "sessions", deferred))
         return out
@@ -197,6 +211,7 @@ class Syncer:
         todo: list[tuple[Item, StatKey]] = []
         unchanged = 0
         listed = 0  # indexed files still listed: when all are, none is gone
+        session_sizes: dict[str, int] = {}
         stat = os.stat
         for item in items:
             path, abs_path, source, deferred = item
@@ -212,6 +227,8 @@ class Syncer:
             # (size, mtime, ctime, inode) as indexed, and old enough that a same-size edit within
             # the same mtime tick could not have followed the indexing unseen.
             key = stat_key(st)
+            if source == "sessions":
+                session_sizes[abs_path] = st.st_size
             if prev is not None and prev[2:] == key and st.st_mtime < cutoff:
                 unchanged += 1
             else:
@@ -221,7 +238,7 @@ class Syncer:
             for source, indexed in known.items():
                 present = {path for path, _, src, _ in items if src == source}
                 gone[source] = [p for p in indexed if p not in present]
-        return Scan(todo, len(items), unchanged, gone, known, store, version, started)
+        return Scan(todo, len(items), unchanged, gone, known, store, version, started, session_sizes=session_sizes)
 
     def unlocked_scan(self, store: Store, identity: Callable[[], dict[str, Any]]) -> Scan | None:
         """A scan before taking the locks, so that a sync with nothing to do takes no lock and
@@ -236,7 +253,10 @@ class Syncer:
             want = identity()
             if any(meta.get(k) != v for k, v in want.items()):
                 return None
-            return self.scan(store, self.memory_items(), full=False)
+            bad_names: list[str] = []
+            scan = self.scan(store, self.memory_items(bad_names), full=False)
+            scan.bad_names = bad_names
+            return scan
         except (StoreError, *store.driver_errors):
             return None
 
@@ -281,14 +301,19 @@ class Syncer:
                 skipped.add(item.path)
                 pending.append((FileRow(item.path, item.source, f"too-large:{key[0]}", key[1], key[0],
                                         ctime=key[2], ino=key[3]), []))
+                scan.session_sizes.pop(item.abs_path, None)
                 continue
             except UnsafeFileError as exc:  # swapped for a symlink or FIFO since discovery...
                 report.files_skipped.append(f"{item.path}: {exc.reason}")
+                scan.session_sizes.pop(item.abs_path, None)
                 continue
             except OSError as exc:
                 report.files_skipped.append(f"{item.path}: {exc.strerror or type(exc).__name__}")
+                scan.session_sizes.pop(item.abs_path, None)
                 continue
-            text, line_map, digest = self._load(item, data)
+            if item.source == "sessions":
+                scan.session_sizes[item.abs_path] = len(data)  # what was read, not what is there at the end
+            text, line_map, digest = self._load(item, data, report)
             row = FileRow(item.path, item.source, digest, key[1], key[0], text, ctime=key[2], ino=key[3])
             prev = known[item.source].get(item.path)
             if prev is not None and prev[1] == digest:
@@ -337,13 +362,15 @@ class Syncer:
         return read_listed_file(item.abs_path, roots, limit, shown=item.path)
 
     @staticmethod
-    def _load(item: Item, data: bytes) -> tuple[str | None, list[int] | None, str]:
+    def _load(item: Item, data: bytes, report: SyncReport) -> tuple[str | None, list[int] | None, str]:
         """Text to chunk (``None`` for binary content), the JSONL line map of a transcript (its
-        messages, secrets masked, one line each), and the file hash."""
+        messages, secrets masked, one line each; unparsable lines counted in the report), and the
+        file hash."""
         if item.source == "sessions":
             from .sessions import parse_transcript
 
             entry = parse_transcript(data.decode("utf-8", errors="replace"))
+            report.lines_skipped += entry.skipped_lines
             return entry.content, list(entry.line_map), entry.hash
         return decode(data), None, hashlib.sha256(data).hexdigest()
 

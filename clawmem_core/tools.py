@@ -7,7 +7,9 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
+from .discovery import printable_name
 from .errors import (
+    ClawmemError,
     ConfigError,
     EmbeddingError,
     EmbeddingQuotaError,
@@ -38,6 +40,8 @@ QUOTA_WARNING = "Memory search is unavailable because the embedding provider quo
 QUOTA_ACTION = "Top up or switch embedding provider, then retry memory_search."
 ERROR_WARNING = "Memory search is unavailable due to an embedding/provider error."
 ERROR_ACTION = "Check embedding provider configuration and retry memory_search."
+FAILURE_WARNING = "Memory search is unavailable: the memory index could not be read or updated (not a provider problem)."
+FAILURE_ACTION = "Tell the user memory search failed with this error; `clawmem status` shows the index state."
 ARGS_WARNING = "memory_search was called with invalid arguments."
 ARGS_ACTION = "Fix the arguments (query text, maxResults >= 1, minScore between 0 and 1) and retry memory_search."
 GET_ARGS_ACTION = ("Fix the arguments and retry memory_get: path is a workspace-relative MEMORY.md or memory/....md "
@@ -141,11 +145,17 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
 
 
 def search_error_payload(exc: BaseException) -> dict[str, Any]:
-    """The payload of a failed ``memory_search``: invalid arguments, or an unavailable provider
-    (with OpenClaw's quota warning when the provider's quota is exhausted)."""
-    message = str(exc) or type(exc).__name__
+    """The payload of a failed ``memory_search``: invalid arguments, an unavailable provider
+    (with OpenClaw's quota warning when the provider's quota is exhausted), or another failure
+    (the index, a file), which names what failed and never blames the provider."""
+    message = printable_name(str(exc) or type(exc).__name__)
     if is_argument_error(exc):
         return {"results": [], "error": message, "warning": ARGS_WARNING, "action": ARGS_ACTION}
+    if not isinstance(exc, EmbeddingError):
+        if not isinstance(exc, ClawmemError) and str(exc):
+            message = f"{type(exc).__name__}: {message}"
+        return {"results": [], "disabled": True, "unavailable": True, "error": message,
+                "warning": FAILURE_WARNING, "action": FAILURE_ACTION}
     quota = isinstance(exc, EmbeddingQuotaError) or bool(_QUOTA_RE.search(message))
     return {
         "results": [],
@@ -206,7 +216,7 @@ def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any
     empty text). Invalid arguments (a refused path, ``from`` or ``lines`` below 1, a binary file)
     give ``{path, text: "", error, action}``; ``disabled: true`` only when memory is unavailable
     (the workspace or index cannot be read)."""
-    shown = path if isinstance(path, str) else str(path)
+    shown = printable_name(path) if isinstance(path, str) else str(path)  # never a lone surrogate
     from_line, lines = coerce_numeric(from_line), coerce_numeric(lines)
     problem = _line_error("from", from_line) or _line_error("lines", lines)
     if problem:
@@ -216,6 +226,7 @@ def get_payload(mem: "MemoryIndex", path: Any, from_line: Any = None, lines: Any
     except Exception as exc:  # noqa: BLE001 - the model must see the failure, not a crash
         # an OS error's text names the absolute path: the model gets only its reason
         message = (exc.strerror or type(exc).__name__) if isinstance(exc, OSError) else (str(exc) or type(exc).__name__)
+        message = printable_name(message)  # never a lone surrogate
         if is_argument_error(exc):
             return invalid_arguments_payload(MEMORY_GET_NAME, message, shown)
         return {"path": shown, "text": "", "disabled": True, "error": message}

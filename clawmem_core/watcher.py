@@ -91,7 +91,8 @@ class MemoryWatcher:
     ``paths``: directories (watched recursively for ``.md`` files) and single files (watched through their parent
     directory, filtered to that file). A path that does not exist yet is a file if it ends in ``.md``, else a
     directory, picked up when it appears. Symlinked targets are skipped. ``sessions_dir``: a transcripts directory
-    whose ``*.jsonl`` files are reported too (not recursive). Reported paths are absolute and resolved; they are
+    whose ``*.jsonl`` files are reported too (not recursive), under ``sessions_dir`` as given (it may be a
+    symlink to the real directory). Other reported paths are absolute and resolved; they are
     ``.md`` (or session ``.jsonl``) files that were added, modified or deleted, plus directories moved into or
     out of a watched tree as a whole.
     """
@@ -213,7 +214,9 @@ class MemoryWatcher:
         for root in deep:
             if not any(_inside(root, other) for other in plan.deep):
                 plan.deep.append(root)
-        if self._sessions_dir is not None and self._sessions_dir.is_dir() and not self._sessions_dir.is_symlink():
+        # The sessions directory is the application's, not a workspace file: reached through a symlink, it is
+        # watched at its real place (its transcripts are reported under the configured path, see ``_collect``).
+        if self._sessions_dir is not None and self._sessions_dir.is_dir():
             plan.sessions = Path(os.path.realpath(self._sessions_dir))
             plan.flat.setdefault(plan.sessions, set())
         return plan
@@ -305,6 +308,9 @@ class MemoryWatcher:
             report, changes_layout = self._accept(change, path)
             relayout = relayout or changes_layout
             if report:
+                sessions = self._plan.sessions
+                if sessions is not None and self._sessions_dir is not None and path.parent == sessions:
+                    path = self._sessions_dir / path.name  # as the index lists it, even through a symlink
                 pending.add(path)
                 if change == _ADDED and path.suffix.lower() != ".md" and path.is_dir():
                     # Files written into a new directory before its watch was added raise no event.

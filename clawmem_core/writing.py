@@ -56,11 +56,15 @@ class InvalidNoteError(ClawmemError, ValueError):
 
 @dataclass(frozen=True)
 class WriteResult:
-    """Where a write landed: the absolute file path and the 1-based lines of the written text."""
+    """Where a write landed: the absolute file path and the 1-based lines of the written text. The text is in
+    the file whatever ``indexed`` says: ``indexed`` is False (with ``index_error``) when the index could not be
+    updated afterwards; the next sync picks the note up, so it must not be written again."""
 
     path: Path
     start_line: int
     end_line: int
+    indexed: bool = True
+    index_error: str | None = None
 
     def relative_to(self, workspace: str | os.PathLike[str]) -> str:
         """The path relative to ``workspace`` with ``/`` separators."""

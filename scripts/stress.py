@@ -29,7 +29,7 @@ def _open(ws: str, state: str) -> Any:
     from clawmem_core import MemoryIndex
     from clawmem_core.testing import HashEmbedder
 
-    return MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state)
+    return MemoryIndex(ws, agent_id="main", embedder=HashEmbedder(), state_dir=state)
 
 
 def _writer(i: int, ws: str, state: str, deadline: float, out: Any) -> None:

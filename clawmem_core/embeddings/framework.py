@@ -10,10 +10,10 @@ different models.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, EmbeddingError
 from .base import Embedder, provider_key_of
 
 #: Attributes read, in order, for the model name.
@@ -152,6 +152,12 @@ def _as_vector(result: Any) -> list[float]:
     return list(result.tolist() if hasattr(result, "tolist") else result)
 
 
+def _provider_error(exc: Exception, provider: str) -> EmbeddingError:
+    from .retry import to_embedding_error
+
+    return to_embedding_error(exc, provider)
+
+
 class FrameworkEmbedder(Embedder):
     """Common part of the LangChain and LlamaIndex bridges: identity and key."""
 
@@ -181,6 +187,41 @@ class FrameworkEmbedder(Embedder):
     def _async_method(self, name: str) -> Callable[..., Any] | None:
         fn = getattr(self.inner, name, None)
         return fn if callable(fn) else None
+
+    # The wrapped object is the embedding provider: whatever it raises is a provider failure (an
+    # EmbeddingError, quota errors recognised, secrets masked), not a crash of the index or a bad argument.
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        try:
+            return super().embed_documents(texts)
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _provider_error(exc, self.provider) from exc
+
+    def embed_query(self, text: str) -> list[float]:
+        try:
+            return super().embed_query(text)
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _provider_error(exc, self.provider) from exc
+
+    async def aembed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        try:
+            return await super().aembed_documents(texts)
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _provider_error(exc, self.provider) from exc
+
+    async def aembed_query(self, text: str) -> list[float]:
+        try:
+            return await super().aembed_query(text)
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _provider_error(exc, self.provider) from exc
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(class={self.class_path!r}, model={self.model!r})"

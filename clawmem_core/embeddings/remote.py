@@ -117,6 +117,10 @@ def parse_embedding_data(response: Any, expected: int, provider: str) -> list[li
     return [as_vector(field_of(d, "embedding"), provider, f"data[{i}].embedding") for i, d in enumerate(items)]
 
 
+#: Bound on a provider's error body kept in memory (a cut key's 8+ character prefix is still masked).
+_RAW_DETAIL_LIMIT = 20_000
+
+
 def http_error(provider: str, status: int, body: str) -> ProviderHTTPError:
     """A :class:`ProviderHTTPError` with the provider's own error message when the body has one."""
     detail = body.strip()
@@ -134,7 +138,8 @@ def http_error(provider: str, status: int, body: str) -> ProviderHTTPError:
             detail = data["detail"]
     except (ValueError, AttributeError):
         pass
-    return ProviderHTTPError(f"{status} {' '.join(detail.split())[:500]}", status)
+    # Not cut to a display length here: the message is masked first, then cut (see ``to_embedding_error``).
+    return ProviderHTTPError(f"{status} {' '.join(detail[:_RAW_DETAIL_LIMIT].split())}", status)
 
 
 #: Loggers of the client libraries (and their children) whose records are scrubbed of API keys.

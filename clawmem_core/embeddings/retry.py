@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from ..errors import EmbeddingError, EmbeddingQuotaError
+from ..masking import mask_and_clip, mask_known
 
 T = TypeVar("T")
 
@@ -46,12 +47,14 @@ class ProviderHTTPError(EmbeddingError):
         self.status_code = status_code
 
 
+#: Longest provider error message shown (cut after masking, never before).
+MESSAGE_LIMIT = 1000
+
+
 def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """Replace every occurrence of each secret (4+ characters) in ``text`` with ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """Replace every occurrence of each secret (4+ characters) in ``text`` with ``***``, and every run of 8 or
+    more of its first characters (a key cut short)."""
+    return mask_known(text, secrets)
 
 
 def status_of(exc: BaseException) -> int | None:
@@ -85,7 +88,7 @@ def describe(exc: BaseException) -> str:
         message = f"{message} ({', '.join(dict.fromkeys(extras))})"
     if status is not None and str(status) not in message[:24]:
         message = f"{status} {message}"
-    return message[:2000]
+    return message
 
 
 def is_quota_error(message: str) -> bool:
@@ -107,13 +110,17 @@ def is_retryable(exc: BaseException, message: str | None = None) -> bool:
 
 def to_embedding_error(exc: BaseException, provider: str, secrets: Iterable[str | None] = ()) -> EmbeddingError:
     """Wrap any provider failure into :class:`EmbeddingError` (quota → :class:`EmbeddingQuotaError`),
-    with the API key removed from the message."""
+    with the API key and anything shaped like a secret masked, then cut to :data:`MESSAGE_LIMIT`."""
+    secrets = tuple(secrets)
     if isinstance(exc, EmbeddingError) and not isinstance(exc, ProviderHTTPError):
-        text = redact(str(exc), secrets)
+        text = mask_and_clip(str(exc), MESSAGE_LIMIT, secrets)
         if text == str(exc):
             return exc
-        return type(exc)(text)
-    message = redact(describe(exc), secrets)
+        try:
+            return type(exc)(text)
+        except TypeError:  # a subclass with another constructor
+            return EmbeddingError(text)
+    message = mask_and_clip(describe(exc), MESSAGE_LIMIT, secrets)
     prefix = f"{provider} embeddings failed: "
     if message.startswith(f"{provider} embeddings"):
         prefix = ""

@@ -231,6 +231,11 @@ class SQLiteStore(Store):
         return self._conn
 
     def _open(self) -> None:
+        from ..discovery import is_valid_name, printable_name
+
+        if not is_valid_name(str(self.path)):  # SQLite takes file names as UTF-8 text only
+            raise StoreError(f"cannot open the index {printable_name(str(self.path))}: its path is not valid UTF-8; "
+                             "set store.path or CLAWMEM_STATE_DIR to a directory whose name is")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -732,7 +737,7 @@ class SQLiteStore(Store):
                 for row in self.conn.execute(
                     # bm25() spelled out is faster than the ``rank`` column alias (same values).
                     "SELECT c.id, f.r FROM (SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts "
-                    "MATCH ? ORDER BY r LIMIT ?) AS f JOIN chunks AS c ON c.rid = f.rowid ORDER BY f.r",
+                    "MATCH ? ORDER BY r, rowid LIMIT ?) AS f JOIN chunks AS c ON c.rid = f.rowid ORDER BY f.r, f.rowid",
                     (match, int(limit)),
                 )
             ]

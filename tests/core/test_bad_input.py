@@ -176,7 +176,7 @@ def test_corrupt_index_file_is_set_aside_and_rebuilt(tmp_path: Path) -> None:
     store.parent.mkdir(parents=True)
     garbage = b"this is not a database" * 100
     store.write_bytes(garbage)
-    with MemoryIndex(ws, state_dir=tmp_path / "s", embedder=HashEmbedder()) as mem:
+    with MemoryIndex(ws, agent_id="main", state_dir=tmp_path / "s", embedder=HashEmbedder()) as mem:
         mem.sync()
         assert mem.search("jazz espresso", min_score=0)
     kept = list(store.parent.glob("main.sqlite.corrupt-*"))
@@ -185,7 +185,7 @@ def test_corrupt_index_file_is_set_aside_and_rebuilt(tmp_path: Path) -> None:
 
 def test_closed_index_refuses_calls(tmp_path: Path) -> None:
     ws = write_files(tmp_path / "ws", SAMPLE_FILES)
-    mem = MemoryIndex(ws, state_dir=tmp_path / "s", embedder=HashEmbedder())
+    mem = MemoryIndex(ws, agent_id="main", state_dir=tmp_path / "s", embedder=HashEmbedder())
     mem.close()
     mem.close()  # twice is fine
     with pytest.raises(ClawmemError):

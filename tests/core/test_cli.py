@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clawmem_core import MemoryIndex
+from clawmem_core.index import workspace_index_name
 from clawmem_core.cli import main
 from clawmem_core.testing import HashEmbedder
 
@@ -41,7 +42,7 @@ def one_error_line(err: str) -> str:
 def test_index_then_search(ws: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(capsys, "--workspace", str(ws), "index")
     assert code == 0 and "Memory index rebuilt (main)" in out and "3 files indexed" in out
-    assert (tmp_path / "cli-state" / "memory" / "main.sqlite").is_file()
+    assert (tmp_path / "cli-state" / "memory" / f"{workspace_index_name(ws)}.sqlite").is_file()
     code, out, _ = run(capsys, "search", "kubernetes", "--workspace", str(ws))
     assert code == 0
     first = out.splitlines()[0]
@@ -254,7 +255,7 @@ def test_installed_command_in_a_subprocess(ws: Path, tmp_path: Path) -> None:
     done = clawmem("search", "espresso", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["results"][0]["path"] == "MEMORY.md"
-    assert (tmp_path / "sub-state" / "memory" / "main.sqlite").is_file()
+    assert (tmp_path / "sub-state" / "memory" / f"{workspace_index_name(ws)}.sqlite").is_file()
     bad = clawmem("get", "NOTES.md")
     assert bad.returncode != 0 and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr

@@ -472,3 +472,56 @@ def test_async_twins_match_the_sync_api(make_workspace: WorkspaceFactory, open_i
     hits, text = asyncio.run(go())
     assert [h.id for h in hits] == [h.id for h in mem.search("kubernetes billing")]
     assert text == "I like jazz music and espresso."
+
+
+def test_temporal_decay_applies_to_session_transcripts(make_workspace: WorkspaceFactory, state_dir: Path,
+                                                       tmp_path: Path) -> None:
+    """A transcript's age is its file's mtime in the sessions directory (not under the workspace)."""
+    import json
+    import os
+    import time
+
+    from clawmem_core import MemoryIndex
+
+    ws = make_workspace({"memory/notes.md": "unrelated\n"})
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    line = json.dumps({"type": "message", "message": {"role": "user", "content": "the quarterly budget review"}})
+    for name, age_days in (("old.jsonl", 365), ("new.jsonl", 0)):
+        (sessions / name).write_text(line + "\n", encoding="utf-8")
+        ts = time.time() - age_days * 86400
+        os.utime(sessions / name, (ts, ts))
+    cfg = MemoryConfig.from_dict({"provider": "none", "sources": ["memory", "sessions"],
+                                  "experimental": {"sessionMemory": True},
+                                  "query": {"hybrid": {"temporalDecay": {"enabled": True}}}})
+    with MemoryIndex(ws, config=cfg, state_dir=state_dir, sessions_dir=sessions) as mem:
+        mem.sync()
+        hits = {h.path: h.score for h in mem.search("quarterly budget review", min_score=0)}
+    assert set(hits) == {"sessions/old.jsonl", "sessions/new.jsonl"}
+    assert hits["sessions/old.jsonl"] < hits["sessions/new.jsonl"] / 1000  # a year is 12 half-lives
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword-only"])
+def test_results_stay_monotonic_beyond_the_candidate_pool(make_workspace: WorkspaceFactory,
+                                                          open_index: IndexFactory, mode: str) -> None:
+    """Asking for more than the fixed candidate pool (200 per side) never reorders the first
+    results: a chunk just past a side's 200th candidate must not join the top when more are asked."""
+    import random
+
+    rng = random.Random(19)
+    words = [f"w{i}" for i in range(40)]
+    files = {f"memory/n{i:03d}.md": "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(3)) + "\n"
+             for i in range(700)}
+    ws = make_workspace(files)
+    mem = open_index(ws, embedder=None if mode == "keyword-only" else "hash",
+                     config=MemoryConfig(provider="none") if mode == "keyword-only" else None)
+    mem.sync()
+    ks = [10, 150, 199, 200, 201, 230, 300, 450, 700]
+    for query in ("w1 w2 w3", "w7 w30 w31 w32 w33"):
+        for _ in range(3):  # past the first queries, which sqlite-vec and FTS5 answer (ties ordered otherwise)
+            mem.search(query)
+        tops = [[h.id for h in mem.search(query, max_results=k, min_score=0)] for k in ks]
+        for small, big, k in zip(tops, tops[1:], ks):
+            assert small == big[: len(small)], (query, k)
+        assert len(tops[-1]) > 400  # results past the pool were really compared
+        assert len(set(tops[-1])) == len(tops[-1])

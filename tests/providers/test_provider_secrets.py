@@ -81,3 +81,44 @@ def test_key_absent_from_selection_reason_and_batch_errors(server: FakeServer, c
     assert runner.failures == 1 and "Incorrect API key" in runner.last_error
     assert API_KEY not in runner.last_error
     assert API_KEY not in caplog.text and "falling back" in caplog.text
+
+
+def echo_key_after(pad: int) -> Any:
+    def handler(req: Request) -> Reply:
+        sent = req.header("Authorization") or req.header("x-goog-api-key") or ""
+        text = "x" * pad + f" Incorrect API key provided: {sent} (check your settings)"
+        return Reply(401, {"error": {"message": text, "code": "invalid_api_key"}, "detail": text, "message": text})
+    return handler
+
+
+def _key_prefixes(text: str) -> list[str]:
+    return [API_KEY[:n] for n in range(8, len(API_KEY) + 1) if API_KEY[:n] in text]
+
+
+@pytest.mark.parametrize("name", sorted(WIRES))
+def test_no_key_prefix_survives_the_message_length_limit(name: str, server: FakeServer, fast_retry: Any) -> None:
+    """The message is masked first and cut after: a key echoed across the old cut points (500 characters of
+    a provider's error body, 2000 of a described error) leaves no 8+ character prefix behind."""
+    pytest.importorskip(SDK[name])
+    wire: Wire = WIRES[name]
+    emb = wire.make(server, fast_retry)
+    seen = []
+    for pad in [*range(430, 520, 9), *range(1900, 2010, 11)]:
+        server.route("POST", wire.docs_path, echo_key_after(pad))
+        with pytest.raises(EmbeddingError) as info:
+            emb.embed_documents(["x"])
+        message = str(info.value)
+        seen.append(message)
+        assert not _key_prefixes(message), (pad, message[-200:])
+    assert any("Incorrect API key" in m for m in seen)
+
+
+def test_known_key_prefixes_of_eight_characters_are_masked() -> None:
+    from clawmem_core.masking import mask_and_clip, mask_known
+
+    key = "sk-test-SECRET1234567890abcdef"
+    assert mask_known(f"got Bearer {key[:12]}… (truncated)", [key]) == "got Bearer ***… (truncated)"
+    assert mask_known(f"a {key[:7]} b", [key]) == f"a {key[:7]} b"  # 7 characters: not a key
+    text = "y" * 480 + f" Bearer {key} end"
+    assert key[:8] not in mask_and_clip(text, 500, [key])
+    assert key[:8] in text[:500]  # what cutting first leaves behind

@@ -24,12 +24,12 @@ def db_of(state: Path) -> Path:
 
 
 def build(ws: Path, state: Path) -> None:
-    with MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state) as mem:
+    with MemoryIndex(ws, agent_id="main", embedder=HashEmbedder(), state_dir=state) as mem:
         mem.sync()
 
 
 def answers(ws: Path, state: Path) -> list:
-    with MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state) as mem:
+    with MemoryIndex(ws, agent_id="main", embedder=HashEmbedder(), state_dir=state) as mem:
         hits = mem.search("jazz espresso", max_results=3)
         assert mem.status().files == len(list((ws / "memory").glob("*.md"))) + 1
     assert hits and hits[0].path == "MEMORY.md"
@@ -116,7 +116,7 @@ def test_newer_schema_version_is_a_clear_error_and_left_alone(ws: Path, tmp_path
     conn.close()
     digest = db_of(state).read_bytes()
     with pytest.raises(StoreError, match="schema version 99"):
-        MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state)
+        MemoryIndex(ws, agent_id="main", embedder=HashEmbedder(), state_dir=state)
     assert db_of(state).read_bytes() == digest
     assert corrupt_copies(state) == []
 
@@ -127,7 +127,7 @@ def test_state_path_blocked_by_a_file(ws: Path, tmp_path: Path) -> None:
     state.mkdir()
     (state / "memory").write_text("not a directory")
     with pytest.raises(StoreError, match="cannot create the index directory"):
-        MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state)
+        MemoryIndex(ws, agent_id="main", embedder=HashEmbedder(), state_dir=state)
     assert (state / "memory").read_text() == "not a directory"
 
 
@@ -135,7 +135,7 @@ def test_index_path_is_a_directory(ws: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     db_of(state).mkdir(parents=True)
     with pytest.raises(StoreError, match="main.sqlite"):
-        MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state)
+        MemoryIndex(ws, agent_id="main", embedder=HashEmbedder(), state_dir=state)
     assert db_of(state).is_dir()
 
 

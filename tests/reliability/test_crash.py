@@ -51,7 +51,7 @@ def temp_files(state: Path) -> list[str]:
 
 def sync_in_process(ws: Path, state: Path, force: bool = False) -> HashEmbedder:
     emb = HashEmbedder()
-    with MemoryIndex(ws, embedder=emb, state_dir=state) as mem:
+    with MemoryIndex(ws, agent_id="main", embedder=emb, state_dir=state) as mem:
         mem.sync(force=force)
     return emb
 
@@ -94,7 +94,7 @@ NO_AUTO_SYNC = MemoryConfig.from_dict({"sync": {"on_session_start": False, "on_s
 def search_answers(ws: Path, state: Path) -> None:
     """The index opens and answers as the kill left it (no background sync repairs it first)."""
     emb = HashEmbedder()
-    with MemoryIndex(ws, embedder=emb, state_dir=state, config=NO_AUTO_SYNC) as mem:
+    with MemoryIndex(ws, agent_id="main", embedder=emb, state_dir=state, config=NO_AUTO_SYNC) as mem:
         hits = mem.search("jazz espresso", max_results=3)
         assert hits and hits[0].path == "MEMORY.md"
     assert emb.texts_embedded == 0

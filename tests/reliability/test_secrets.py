@@ -124,3 +124,76 @@ def test_truncated_private_key_is_masked(tmp_path: Path) -> None:
     rec = {"type": "message", "message": {"role": "user", "content": [
         {"type": "text", "text": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7TESTKEYxyz"}]}}
     assert "MIIEowIBAAKCAQEA7TESTKEYxyz" not in parse_transcript(json.dumps(rec) + "\n").content
+
+
+# Secret shapes that OpenClaw's short list let through (each: the text, the secret that must not survive).
+_SHAPES = [
+    ('{"api_key": "AbC123dEf456GhI789jKl0"}', "AbC123dEf456GhI789jKl0"),
+    ('{"client_secret": "cs-9f8e7d6c5b4a3f2e1d0c"}', "cs-9f8e7d6c5b4a3f2e1d0c"),
+    ("password = 'correct horse battery staple'", "correct horse battery staple"),
+    ("db_password: 'hunter2 with spaces'", "hunter2 with spaces"),
+    ("stripe " + "sk_live_" + "51HqLyjWDarjtT1zdp7dcAbCdEf", "51HqLyjWDarjtT1zdp7dcAbCdEf"),
+    ("hugging face " + "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "AbCdEfGhIjKlMnOpQrStUvWxYz012345"),
+    ("DATABASE_URL is postgres://admin:S3cr3tPw0rd@db.example.com:5432/app", "S3cr3tPw0rd"),
+    ("mysql://root:toor-pass@127.0.0.1/db and redis://:r3disPass@cache:6379", "toor-pass"),
+    ("mysql://root:toor-pass@127.0.0.1/db and redis://:r3disPass@cache:6379", "r3disPass"),
+    ("aws " + "AKIA" + "IOSFODNN7EXAMPLE" + " key", "IOSFODNN7EXAMPLE"),
+    ("token eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+     "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+    ("token eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+     "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
+    ("remember: my password is Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("the wifi passphrase was: 'purple monkey dishwasher'", "purple monkey dishwasher"),
+    ("我的密码是 mima2026xyz，别告诉别人", "mima2026xyz"),
+    ("gh token ghp_" + "A" * 36, "A" * 36),
+    ("slack xoxb-123456789012-abcdefghijklmnop", "abcdefghijklmnop"),
+]
+
+_ORDINARY = [
+    "We met on 2026-03-01 and agreed the skeleton plan; sk-short stays; the price is 123456:12.",
+    "I like jazz, my favourite colour is blue, and the key to the shed is under the mat.",
+    "I forgot my password yesterday and reset it through the website.",
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b fixed the flaky test; see https://example.com/docs:intro",
+    "Call Alice at +1 415 555 0100 or email alice@example.com about the API design review.",
+    "我喜欢爵士乐，住在上海。周末我们去了杭州西湖，密切关注天气。",
+    "关键是要先写测试，然后再修复问题；秘密花园这本书很好看。",
+    "The token economy chapter, the secret of good coffee, and a keyboard shortcut list.",
+]
+
+
+@pytest.mark.parametrize("text, secret", _SHAPES)
+def test_common_secret_shapes_are_masked(text: str, secret: str) -> None:
+    from clawmem_core.masking import mask_secrets
+
+    out = mask_secrets(text)
+    assert secret not in out, out
+    assert out != text
+
+
+@pytest.mark.parametrize("text", _ORDINARY)
+def test_ordinary_text_is_not_masked(text: str) -> None:
+    from clawmem_core.masking import mask_secrets
+
+    assert mask_secrets(text) == text
+
+
+def test_secret_shapes_never_reach_the_index(tmp_path: Path) -> None:
+    """Every shape above, spoken in a session transcript, is masked in the SQLite file and in search results."""
+    ws = make_workspace(tmp_path / "ws", 1, "m")
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    lines = [{"type": "message", "message": {"role": "user", "content": f"note {i}: {text}"}}
+             for i, (text, _) in enumerate(_SHAPES)]
+    (sessions / "a.jsonl").write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
+    state = tmp_path / "state"
+    cfg = MemoryConfig.from_dict({"sources": ["memory", "sessions"], "experimental": {"session_memory": True},
+                                  "provider": "none"})
+    with MemoryIndex(ws, config=cfg, state_dir=state, sessions_dir=sessions) as mem:
+        mem.sync()
+        hits = mem.search("note password token", max_results=50, min_score=0)
+        shown = " ".join(h.snippet for h in hits)
+    assert any(h.source == "sessions" for h in hits)
+    raw = written_bytes(state)
+    for _, secret in _SHAPES:
+        assert secret.encode() not in raw, f"{secret[:12]}... reached the index"
+        assert secret not in shown

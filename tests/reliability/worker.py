@@ -57,7 +57,7 @@ def main() -> int:
             print(f"paused {emb.texts_embedded}", flush=True)
             time.sleep(3600)  # waits here for SIGKILL
 
-    with MemoryIndex(a.workspace, embedder=emb, state_dir=a.state) as mem:
+    with MemoryIndex(a.workspace, agent_id="main", embedder=emb, state_dir=a.state) as mem:
         print("ready", flush=True)
         rep = mem.sync(force=a.force, progress=progress)
         print("done " + json.dumps({"full": rep.full, "files": rep.files_indexed, "computed": rep.embeddings_computed,

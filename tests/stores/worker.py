@@ -39,7 +39,7 @@ def main() -> int:
     ap.add_argument("workspace")
     ap.add_argument("state")
     ap.add_argument("--store", default=None)
-    ap.add_argument("--agent", default="main")
+    ap.add_argument("--agent", default=None)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--pause-after", type=int, default=0)
