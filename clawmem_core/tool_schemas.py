@@ -18,10 +18,10 @@ class MemorySearchInput(BaseModel):
 
     query: str = Field(description="What to recall: a question or keywords.")
     max_results: int | None = Field(
-        default=None, alias="maxResults", description="Maximum number of snippets to return (default 6)."
+        default=None, ge=1, alias="maxResults", description="Maximum number of snippets to return (default 6)."
     )
     min_score: float | None = Field(
-        default=None, alias="minScore", description="Minimum relevance score from 0 to 1 (default 0.35)."
+        default=None, ge=0, le=1, alias="minScore", description="Minimum relevance score from 0 to 1 (default 0.35)."
     )
 
 

@@ -38,6 +38,8 @@ __all__ = [
     "append_note",
     "archive_session",
     "daily_note_path",
+    "remove_file",
+    "replace_file",
     "sanitize_slug",
 ]
 
@@ -359,3 +361,87 @@ def archive_session(
                 os.close(fd)
             return WriteResult(path=directory.path / name, start_line=1, end_line=content.count("\n"))
     raise FileExistsError(f"no free archive name for {base}")  # pragma: no cover
+
+
+def _relative_parts(relpath: str) -> tuple[str, ...]:
+    parts = tuple(relpath.split("/"))
+    if not parts or parts[0] != MEMORY_DIR or len(parts) < 2:
+        raise PathNotAllowedError(f"refusing to write outside memory/: {relpath!r}")
+    for part in parts:
+        if part in ("", ".", "..") or "\\" in part or "\x00" in part:
+            raise PathNotAllowedError(f"refusing an unsafe path component {part!r} in {relpath!r}")
+    if not parts[-1].endswith(".md"):
+        raise PathNotAllowedError(f"refusing to write a file that is not .md: {relpath!r}")
+    return parts
+
+
+def replace_file(workspace: str | os.PathLike[str], relpath: str, content: str) -> Path:
+    """Write ``content`` to ``<workspace>/<relpath>`` (a ``memory/**/*.md`` path with ``/`` separators), creating
+    missing folders and replacing the file if it exists. The write is atomic (a temporary file in the same folder,
+    then a rename), and no symlink is followed: a symlinked folder raises :class:`PathNotAllowedError`, a symlink at
+    the file's name is replaced by the file rather than written through."""
+    parts = _relative_parts(relpath)
+    root = _workspace_root(workspace)
+    data = content.encode("utf-8")
+    with _open_dir(root, parts[:-1]) as directory:
+        name = parts[-1]
+        for attempt in range(100):
+            temp = f".{name[:80]}.{os.getpid()}.{attempt}.tmp"
+            try:
+                fd = _open_target(directory, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                continue
+            break
+        else:  # pragma: no cover
+            raise FileExistsError(f"no free temporary name next to {relpath}")
+        try:
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if directory.fd is not None:
+                os.replace(temp, name, src_dir_fd=directory.fd, dst_dir_fd=directory.fd)
+            else:
+                if os.path.islink(directory.path / name):
+                    raise PathNotAllowedError(f"refusing to replace a symlink: {relpath}")
+                os.replace(directory.path / temp, directory.path / name)
+        except BaseException:
+            try:
+                if directory.fd is not None:
+                    os.unlink(temp, dir_fd=directory.fd)
+                else:
+                    os.unlink(directory.path / temp)
+            except OSError:
+                pass
+            raise
+        return directory.path / name
+
+
+def remove_file(workspace: str | os.PathLike[str], relpath: str) -> bool:
+    """Delete the regular file ``<workspace>/<relpath>`` (a ``memory/**/*.md`` path); ``False`` when it does not
+    exist. Never follows a symlink: a symlinked folder raises :class:`PathNotAllowedError`, and a name that is not
+    a regular file (a symlink, a FIFO, a folder) is left alone and raises it too."""
+    import stat as _stat
+
+    parts = _relative_parts(relpath)
+    root = _workspace_root(workspace)
+    try:
+        with open_dir(root, parts[:-1]) as directory:
+            name = parts[-1]
+            try:
+                if directory.fd is not None:
+                    st = os.stat(name, dir_fd=directory.fd, follow_symlinks=False)
+                else:
+                    st = os.lstat(directory.path / name)
+            except FileNotFoundError:
+                return False
+            if not _stat.S_ISREG(st.st_mode):
+                raise PathNotAllowedError(f"refusing to delete something that is not a regular file: {relpath}")
+            if directory.fd is not None:
+                os.unlink(name, dir_fd=directory.fd)
+            else:
+                os.unlink(directory.path / name)
+            return True
+    except FileNotFoundError:
+        return False

@@ -3,10 +3,12 @@
 .. code-block:: python
 
     from clawmem_core import MemoryIndex
-    from langchain_clawmem import ClawmemToolkit
+    from langchain_clawmem import ClawmemMiddleware
 
-    kit = ClawmemToolkit(memory=MemoryIndex("~/agent-workspace"))
-    agent = create_agent(model, kit.get_tools(), system_prompt=kit.get_prompt())
+    mem = MemoryIndex("~/agent-workspace")
+    agent = create_agent(model, tools, system_prompt="You are Dana's assistant.", middleware=[ClawmemMiddleware(mem)])
+
+``ClawmemStore`` puts LangGraph's long-term memory store (``create_agent(store=...)``) on the same Markdown files.
 
 A LangChain ``Embeddings`` can be given to ``MemoryIndex(..., embedder=...)`` directly.
 """
@@ -24,7 +26,10 @@ from .tools import (
 )
 
 __all__ = [
+    "ClawmemMiddleware",
     "ClawmemRetriever",
+    "ClawmemAgentsStore",
+    "ClawmemStore",
     "ClawmemToolkit",
     "MemoryFlushMiddleware",
     "MemoryGetInput",
@@ -39,9 +44,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The middleware needs the ``langchain`` package (agents), not only langchain-core: import on use.
-    if name == "MemoryFlushMiddleware":
-        from .middleware import MemoryFlushMiddleware
+    # The middleware needs ``langchain`` and the store ``langgraph``, not only langchain-core: import on use.
+    if name in ("MemoryFlushMiddleware", "ClawmemMiddleware"):
+        from . import middleware
 
-        return MemoryFlushMiddleware
+        return getattr(middleware, name)
+    if name in ("ClawmemStore", "ClawmemAgentsStore"):
+        from . import store
+
+        return getattr(store, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

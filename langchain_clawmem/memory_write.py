@@ -1,8 +1,9 @@
 """``memory_write`` as a LangChain tool: append a durable note to the Markdown memory.
 
 The message content is the payload as JSON and the payload itself the tool message's ``artifact``:
-``{path, startLine, endLine}``; ``{error, action}`` for invalid arguments, ``{error, disabled: true}`` when memory
-cannot be written (never an exception).
+``{path, startLine, endLine}``; a payload with an ``error`` (``{error, action}`` for invalid arguments, ``{error,
+disabled: true}`` when memory cannot be written) otherwise, never an exception; with a tool call that is a
+``ToolMessage`` with ``status="error"``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.tools import StructuredTool
 from pydantic import ValidationError
 
 from clawmem_core import MemoryIndex
@@ -22,6 +22,8 @@ from clawmem_core.memory_write import (
 )
 from clawmem_core.tools import invalid_arguments_payload
 from clawmem_core.tool_schemas import MemoryWriteInput
+
+from .tools import MemoryStructuredTool, _error_content, tool_result
 
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
 
@@ -35,19 +37,19 @@ def _invalid(exc: ValidationError) -> str:
     return _dumps(invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc))))
 
 
-def create_memory_write_tool(memory: MemoryIndex) -> StructuredTool:
+def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:
     """The ``memory_write`` tool over ``memory``: appends to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` and
     indexes the note at once, so a later ``memory_search`` finds it."""
 
     def _write(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
         payload = write_payload(memory, text, target)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     async def _awrite(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
         payload = await awrite_payload(memory, text, target)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
-    return StructuredTool.from_function(
+    tool = MemoryStructuredTool.from_function(
         func=_write,
         coroutine=_awrite,
         name=MEMORY_WRITE_NAME,
@@ -55,4 +57,6 @@ def create_memory_write_tool(memory: MemoryIndex) -> StructuredTool:
         args_schema=MemoryWriteInput,
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
+        handle_tool_error=_error_content,
     )
+    return tool  # type: ignore[return-value]

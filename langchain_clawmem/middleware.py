@@ -1,37 +1,59 @@
-"""Pre-compaction memory flush for LangChain agents (``langchain.agents.create_agent`` middleware).
+"""Memory middleware for ``langchain.agents.create_agent``: the memory tools and prompt, and the pre-compaction
+memory flush.
 
 .. code-block:: python
 
     from langchain.agents import create_agent
-    from langchain_clawmem.middleware import MemoryFlushMiddleware
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_clawmem.middleware import ClawmemMiddleware, MemoryFlushMiddleware
 
-    flush = MemoryFlushMiddleware(mem, context_window=128_000)
-    agent = create_agent(model, tools, middleware=[flush])
+    agent = create_agent(
+        model,
+        tools,
+        system_prompt="You are Dana's assistant.",
+        middleware=[
+            ClawmemMiddleware(mem),                                  # memory_search / memory_get + Memory Recall
+            MemoryFlushMiddleware(mem, model=model, context_window=128_000),
+            SummarizationMiddleware(model, trigger=("tokens", 110_000)),
+        ],
+        checkpointer=checkpointer,
+    )
 
-Before each model call the middleware estimates the conversation size. When it reaches
-``context_window - reserve_tokens - soft_threshold_tokens`` it first runs one silent turn: the model is asked
-to store durable memories with the ``memory_write`` tool (which the middleware registers), the tool calls are
-executed, and none of these messages enter the conversation. This happens at most once per compaction cycle
-(per ``thread_id``); a new cycle starts when the conversation falls back below the threshold (a summarisation
-compacted it) or when :meth:`MemoryFlushMiddleware.mark_compacted` is called. Nothing runs when the workspace
-is read-only.
+**Order.** ``before_model`` hooks run in the order the middleware is listed, and all of them before any
+``wrap_model_call``. List :class:`MemoryFlushMiddleware` *before* ``SummarizationMiddleware`` so the flush sees
+the conversation before it is summarised; listed after, it only sees the summary and the kept messages.
 
-:meth:`MemoryFlushMiddleware.archive` saves a conversation to ``memory/YYYY-MM-DD-<slug>.md`` on request
-(e.g. when the user starts a new session), with a slug from ``slug_model`` when one is given.
+**The flush.** Before a model call, when the estimated conversation size reaches ``context_window -
+reserve_tokens - soft_threshold_tokens``, :class:`MemoryFlushMiddleware` runs one silent turn: the model is asked
+to store durable memories with ``memory_write``; its tool calls are executed and none of these messages enter the
+conversation. The call is tagged like ``SummarizationMiddleware``'s internal call (``metadata["lc_source"] ==
+"memory_flush"`` plus LangChain's internal-call marker), so ``stream_mode="messages"`` consumers can drop it and
+``stream_events(version="v3")``'s ``run.messages`` leaves it out. It runs at most once per compaction cycle; the
+cycle counters live in the agent state (``memory_flush``), so they follow the thread through the checkpointer:
+another worker or a restarted process on the same thread does not flush twice. A new cycle starts when the
+conversation falls back below the flush point (it was compacted). Nothing runs when the workspace is read-only.
+
+**Flush writes and tool middleware.** The flush executes ``memory_write`` itself, inside its ``before_model``
+node, not through the agent's tool node: ``wrap_tool_call`` middleware (``HumanInTheLoopMiddleware``,
+``ToolCallLimitMiddleware``, ``ToolRetryMiddleware``…) does not see these writes, and they are not counted
+against tool-call limits. The flush can only append to today's ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` (no
+other tool is executed during the flush). To review every write, pass ``read_only=True`` (no flush) and let the
+model call ``memory_write`` in normal turns, where tool middleware applies.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from typing_extensions import NotRequired, TypedDict
 
 from clawmem_core import MemoryIndex
 from clawmem_core.flush import (
@@ -46,50 +68,192 @@ from clawmem_core.flush import (
     slug_prompt,
 )
 from clawmem_core.memory_write import MEMORY_WRITE_NAME
+from clawmem_core.tools import MEMORY_GET_NAME, MEMORY_SEARCH_NAME, citations_enabled
 
 from .memory_write import create_memory_write_tool
+from .tools import ALL_TOOLS, ToolName, create_memory_tools, memory_recall_prompt
 
-__all__ = ["MemoryFlushMiddleware"]
+try:  # recent langchain 1.x: tag internal model calls so streams can leave them out
+    from langchain.agents.middleware.internal_call_transformer import (
+        InternalCallTransformer,
+        internal_call_metadata,
+    )
+
+    _TRANSFORMERS: tuple[Any, ...] = (InternalCallTransformer,)
+except ImportError:  # pragma: no cover - older langchain 1.x: the lc_source tag only
+
+    def internal_call_metadata() -> dict[str, Any]:
+        return {}
+
+    _TRANSFORMERS = ()
+
+__all__ = ["FLUSH_SOURCE", "ClawmemMiddleware", "FlushCounters", "MemoryFlushMiddleware", "MemoryFlushState"]
 
 log = logging.getLogger("clawmem")
 
-DEFAULT_THREAD = "default"
+#: ``metadata["lc_source"]`` of the flush's model calls (``SummarizationMiddleware`` uses ``"summarization"``).
+FLUSH_SOURCE = "memory_flush"
+#: The agent-state key holding the flush counters.
+STATE_KEY = "memory_flush"
 
 
-def _thread_id(request: ModelRequest) -> str:
-    try:
-        from langgraph.config import get_config
-
-        configurable = get_config().get("configurable") or {}
-        thread = configurable.get("thread_id")
-    except Exception:  # outside a graph run
-        thread = None
-    return str(thread) if thread is not None else DEFAULT_THREAD
+# ----------------------------------------------------------------------------------------------------------------
+# ClawmemMiddleware: tools, prompt, auto-recall
+# ----------------------------------------------------------------------------------------------------------------
 
 
-def _last_ai(response: Any) -> AIMessage | None:
-    if isinstance(response, AIMessage):
-        return response
-    result = getattr(response, "result", None)
-    if result is None:  # an extended response wrapping a ModelResponse
-        inner = getattr(response, "model_response", None)
-        result = getattr(inner, "result", None) or []
-    return next((m for m in reversed(result) if isinstance(m, AIMessage)), None)
+def _text(message: BaseMessage) -> str:
+    text = message.text
+    return text if isinstance(text, str) else str(text)
 
 
-class MemoryFlushMiddleware(AgentMiddleware):
-    """Runs the pre-compaction memory flush and archives sessions (SPEC 9).
+def append_to_system_message(system: SystemMessage | None, section: str) -> SystemMessage:
+    """``system`` with ``section`` appended: after a blank line for string content, as a new text block for
+    content blocks (existing blocks, e.g. with ``cache_control``, are kept as they are)."""
+    if system is None:
+        return SystemMessage(content=section)
+    content = system.content
+    if isinstance(content, str):
+        new_content: Any = f"{content}\n\n{section}" if content.strip() else section
+    else:
+        new_content = [*content, {"type": "text", "text": section}]
+    return system.model_copy(update={"content": new_content})
 
-    ``context_window`` is the model's context size in tokens; ``reserve_tokens`` (default 20000) and
-    ``soft_threshold_tokens`` (default 4000) place the flush point below it. ``max_flush_steps`` bounds the
-    model calls of one flush turn. ``expose_tool=False`` keeps ``memory_write`` out of the normal turns (it is
-    still registered, for the flush turn). ``prompt`` / ``system_prompt`` replace the flush texts.
+
+class ClawmemMiddleware(AgentMiddleware):
+    """Gives an agent clawmem memory: registers ``memory_search`` and ``memory_get`` (and ``memory_write`` with
+    ``write=True``) and appends the Memory Recall section to the system message the agent already has.
+
+    ``auto_recall=True`` also searches memory for the latest user message before each model call and appends the
+    top ``recall_max_results`` snippets (a "Recalled memory" section, with citations unless citations are off).
+    Nothing is added to the conversation state: the additions are made to each model request only.
     """
 
     def __init__(
         self,
         memory: MemoryIndex,
         *,
+        include: Iterable[ToolName] = ALL_TOOLS,
+        write: bool = False,
+        auto_recall: bool = False,
+        recall_max_results: int = 3,
+        recall_min_score: float | None = None,
+        session_key: str | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(recall_max_results, bool) or recall_max_results < 1:
+            raise ValueError(f"recall_max_results must be at least 1, got {recall_max_results!r}")
+        self.memory = memory
+        self.auto_recall = auto_recall
+        self.recall_max_results = recall_max_results
+        self.recall_min_score = recall_min_score
+        self.session_key = session_key
+        tools: list[BaseTool] = create_memory_tools(memory, include=include, session_key=session_key)
+        if write:
+            tools.append(create_memory_write_tool(memory))
+        self.tools = tools
+
+    def _section(self, request: ModelRequest) -> str:
+        names = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)
+        offered = [t for t in request.tools if isinstance(t, BaseTool) and t.name in names]
+        if not offered:
+            return ""
+        return memory_recall_prompt(offered, citations=self.memory.config.citations).rstrip("\n")
+
+    def _query(self, request: ModelRequest) -> str:
+        if not self.auto_recall:
+            return ""
+        last = next((m for m in reversed(request.messages) if isinstance(m, HumanMessage)), None)
+        return _text(last).strip() if last is not None else ""
+
+    def format_recall(self, hits: Sequence[Any]) -> str:
+        """The "Recalled memory" section for search hits (``""`` when there are none)."""
+        if not hits:
+            return ""
+        cite = citations_enabled(self.memory.config.citations, self.session_key)
+        parts = [f"{h.snippet.strip()}\nSource: {h.citation}" if cite else h.snippet.strip() for h in hits]
+        return "## Recalled memory\nNotes from memory that may be relevant to the latest message:\n\n" + "\n\n".join(parts)
+
+    def _with_sections(self, request: ModelRequest, recalled: str) -> ModelRequest:
+        sections = [s for s in (self._section(request), recalled) if s]
+        if not sections:
+            return request
+        return request.override(system_message=append_to_system_message(request.system_message, "\n\n".join(sections)))
+
+    def _recall(self, request: ModelRequest) -> str:
+        query = self._query(request)
+        if not query:
+            return ""
+        try:
+            hits = self.memory.search(query, max_results=self.recall_max_results, min_score=self.recall_min_score)
+        except Exception as exc:  # recall is best effort: never break the agent's turn
+            log.warning("memory recall failed: %s", exc)
+            return ""
+        return self.format_recall(hits)
+
+    async def _arecall(self, request: ModelRequest) -> str:
+        query = self._query(request)
+        if not query:
+            return ""
+        try:
+            hits = await self.memory.asearch(query, max_results=self.recall_max_results, min_score=self.recall_min_score)
+        except Exception as exc:
+            log.warning("memory recall failed: %s", exc)
+            return ""
+        return self.format_recall(hits)
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+        return handler(self._with_sections(request, self._recall(request)))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> Any:
+        return await handler(self._with_sections(request, await self._arecall(request)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# MemoryFlushMiddleware
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class FlushCounters(TypedDict):
+    """The flush bookkeeping of one conversation: compactions seen and the compaction at which the last flush
+    ran (``None``: never)."""
+
+    compaction_count: int
+    flushed_at_compaction: int | None
+
+
+class MemoryFlushState(AgentState):
+    """Agent state with the flush counters (``memory_flush``), checkpointed with the thread. A caller without a
+    checkpointer continues a conversation's cycle by passing the returned state back in."""
+
+    memory_flush: NotRequired[FlushCounters]
+
+
+def _flush_config() -> RunnableConfig:
+    return {"metadata": {"lc_source": FLUSH_SOURCE, **internal_call_metadata()}, "tags": [FLUSH_SOURCE]}
+
+
+class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
+    """Runs the pre-compaction memory flush (SPEC 9) as a ``before_model`` hook and archives sessions.
+
+    ``model`` (a chat model or a ``provider:model`` string) runs the flush turn, normally the agent's own model.
+    ``context_window`` is the model's context size in tokens; ``reserve_tokens`` (default 20000) and
+    ``soft_threshold_tokens`` (default 4000) place the flush point below it. ``max_flush_steps`` bounds the
+    model calls of one flush turn. ``expose_tool=False`` keeps ``memory_write`` out of the normal turns (the
+    flush uses it all the same). ``prompt`` / ``system_prompt`` replace the flush texts. See the module
+    documentation for the order relative to ``SummarizationMiddleware`` and for tool middleware.
+    """
+
+    state_schema = MemoryFlushState
+    transformers = _TRANSFORMERS
+
+    def __init__(
+        self,
+        memory: MemoryIndex,
+        *,
+        model: str | BaseChatModel,
         context_window: int,
         reserve_tokens: int = DEFAULT_RESERVE_TOKENS,
         soft_threshold_tokens: int = DEFAULT_SOFT_THRESHOLD_TOKENS,
@@ -101,7 +265,12 @@ class MemoryFlushMiddleware(AgentMiddleware):
         read_only: bool | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(model, str):
+            from langchain.chat_models import init_chat_model
+
+            model = init_chat_model(model)
         self.memory = memory
+        self.model = model
         self.policy = FlushPolicy(
             context_window,
             reserve_tokens=reserve_tokens,
@@ -110,124 +279,115 @@ class MemoryFlushMiddleware(AgentMiddleware):
             read_only=read_only,
         )
         self.max_flush_steps = max(1, int(max_flush_steps))
-        self.expose_tool = expose_tool
         self.prompt = prompt
         self.system_prompt = system_prompt
         self.slug_model = slug_model
         self.write_tool: BaseTool = create_memory_write_tool(memory)
-        self.tools = [self.write_tool]
-        self._cycles: dict[str, FlushCycleState] = {}
-        self._lock = threading.Lock()
-        #: Number of flush turns run (all threads).
-        self.flush_count = 0
+        self.tools = [self.write_tool] if expose_tool else []
 
-    # -- cycles -------------------------------------------------------------------------------
+    # -- state --------------------------------------------------------------------------------
 
-    def cycle(self, thread_id: str = DEFAULT_THREAD) -> FlushCycleState:
-        """The compaction-cycle state of a thread."""
-        with self._lock:
-            return self._cycles.setdefault(str(thread_id), FlushCycleState())
+    @staticmethod
+    def counters(state: Any) -> FlushCycleState:
+        """The compaction cycle recorded in an agent state."""
+        return FlushCycleState.from_dict(dict(state).get(STATE_KEY))
 
-    def mark_compacted(self, thread_id: str = DEFAULT_THREAD) -> None:
-        """Start a new compaction cycle for a thread (after the conversation was compacted)."""
-        self.cycle(thread_id).mark_compacted()
+    @staticmethod
+    def compacted(state: Any) -> dict[str, Any]:
+        """The state update that starts a new compaction cycle (e.g. after trimming the history yourself):
+        ``agent.update_state(config, MemoryFlushMiddleware.compacted(agent.get_state(config).values))``."""
+        cycle = MemoryFlushMiddleware.counters(state)
+        cycle.mark_compacted()
+        return {STATE_KEY: cycle.to_dict()}
 
-    # -- the flush ----------------------------------------------------------------------------
-
-    def _due(self, request: ModelRequest) -> tuple[bool, FlushCycleState]:
-        messages: list[Any] = list(request.messages)
-        if request.system_message is not None:
-            messages.insert(0, request.system_message)
-        used = estimate_messages_tokens(messages)
-        cycle = self.cycle(_thread_id(request))
+    def _decide(self, state: dict[str, Any]) -> tuple[bool, FlushCycleState, bool]:
+        cycle = self.counters(state)
+        used = estimate_messages_tokens(state.get("messages") or [])
+        changed = False
         if cycle.flushed_this_cycle and used < self.policy.threshold:
             cycle.mark_compacted()  # the conversation shrank below the flush point: it was compacted
-        return self.policy.should_flush(used, cycle), cycle
-
-    def _flush_request(self, request: ModelRequest) -> ModelRequest:
-        now = datetime.now()
-        extra = self.system_prompt or flush_system_prompt(now)
-        base = request.system_message.text if request.system_message is not None else ""
-        system = SystemMessage(content=f"{base}\n\n{extra}" if base else extra)
-        messages = [*request.messages, HumanMessage(content=self.prompt or flush_prompt(now))]
-        return request.override(
-            messages=messages, system_message=system, tools=[self.write_tool], tool_choice=None, response_format=None
-        )
-
-    def _call_tool(self, call: dict[str, Any]) -> ToolMessage:
-        if call.get("name") != MEMORY_WRITE_NAME:
-            error = {"error": f"only {MEMORY_WRITE_NAME} is available during the memory flush", "disabled": True}
-            return ToolMessage(content=json.dumps(error), tool_call_id=call.get("id") or "", name=call.get("name"))
-        return self.write_tool.invoke({**call, "type": "tool_call"})
-
-    async def _acall_tool(self, call: dict[str, Any]) -> ToolMessage:
-        if call.get("name") != MEMORY_WRITE_NAME:
-            return self._call_tool(call)
-        return await self.write_tool.ainvoke({**call, "type": "tool_call"})
-
-    def _normal_request(self, request: ModelRequest) -> ModelRequest:
-        if self.expose_tool:
-            return request
-        tools = [t for t in request.tools if t is not self.write_tool]
-        return request.override(tools=tools) if len(tools) != len(request.tools) else request
-
-    def run_flush(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> list[BaseMessage]:
-        """Run one silent flush turn through ``handler``; returns the turn's messages (not added anywhere)."""
-        flush = self._flush_request(request)
-        produced: list[BaseMessage] = []
-        for _ in range(self.max_flush_steps):
-            ai = _last_ai(handler(flush))
-            if ai is None:
-                break
-            produced.append(ai)
-            if not ai.tool_calls:
-                break
-            results = [self._call_tool(call) for call in ai.tool_calls]
-            produced += results
-            flush = flush.override(messages=[*flush.messages, ai, *results])
-        self.flush_count += 1
-        return produced
-
-    async def arun_flush(
-        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
-    ) -> list[BaseMessage]:
-        """Async twin of :meth:`run_flush`."""
-        flush = self._flush_request(request)
-        produced: list[BaseMessage] = []
-        for _ in range(self.max_flush_steps):
-            ai = _last_ai(await handler(flush))
-            if ai is None:
-                break
-            produced.append(ai)
-            if not ai.tool_calls:
-                break
-            results = [await self._acall_tool(call) for call in ai.tool_calls]
-            produced += results
-            flush = flush.override(messages=[*flush.messages, ai, *results])
-        self.flush_count += 1
-        return produced
-
-    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
-        due, cycle = self._due(request)
+            changed = True
+        due = self.policy.should_flush(used, cycle)
         if due:
             cycle.mark_flushed()  # once per cycle, even if the flush fails
+        return due, cycle, changed or due
+
+    # -- the flush turn -----------------------------------------------------------------------
+
+    def _flush_messages(self, state: dict[str, Any]) -> list[BaseMessage]:
+        now = datetime.now()
+        system = self.system_prompt or flush_system_prompt(now)
+        history = [m for m in state.get("messages") or [] if not isinstance(m, SystemMessage)]
+        return [SystemMessage(content=system), *history, HumanMessage(content=self.prompt or flush_prompt(now))]
+
+    @staticmethod
+    def _refused(call: dict[str, Any]) -> ToolMessage:
+        error = {"error": f"only {MEMORY_WRITE_NAME} is available during the memory flush"}
+        return ToolMessage(
+            content=json.dumps(error), tool_call_id=call.get("id") or "", name=call.get("name"), status="error", artifact=error
+        )
+
+    def run_flush(self, state: dict[str, Any]) -> list[BaseMessage]:
+        """Run one silent flush turn over the state's messages; returns the turn's messages (added nowhere)."""
+        model, config = self.model.bind_tools([self.write_tool]), _flush_config()
+        messages = self._flush_messages(state)
+        produced: list[BaseMessage] = []
+        for _ in range(self.max_flush_steps):
+            ai = model.invoke(messages, config=config)
+            if not isinstance(ai, AIMessage):
+                break
+            produced.append(ai)
+            if not ai.tool_calls:
+                break
+            results = [
+                self.write_tool.invoke({**c, "type": "tool_call"}, config=config)
+                if c.get("name") == MEMORY_WRITE_NAME
+                else self._refused(c)
+                for c in ai.tool_calls
+            ]
+            produced += results
+            messages = [*messages, ai, *results]
+        return produced
+
+    async def arun_flush(self, state: dict[str, Any]) -> list[BaseMessage]:
+        """Async twin of :meth:`run_flush`."""
+        model, config = self.model.bind_tools([self.write_tool]), _flush_config()
+        messages = self._flush_messages(state)
+        produced: list[BaseMessage] = []
+        for _ in range(self.max_flush_steps):
+            ai = await model.ainvoke(messages, config=config)
+            if not isinstance(ai, AIMessage):
+                break
+            produced.append(ai)
+            if not ai.tool_calls:
+                break
+            results = [
+                await self.write_tool.ainvoke({**c, "type": "tool_call"}, config=config)
+                if c.get("name") == MEMORY_WRITE_NAME
+                else self._refused(c)
+                for c in ai.tool_calls
+            ]
+            produced += results
+            messages = [*messages, ai, *results]
+        return produced
+
+    def before_model(self, state: MemoryFlushState, runtime: Any) -> dict[str, Any] | None:
+        due, cycle, changed = self._decide(dict(state))
+        if due:
             try:
-                self.run_flush(request, handler)
+                self.run_flush(dict(state))
             except Exception as exc:  # the flush must never break the user's turn
                 log.warning("memory flush failed: %s", exc)
-        return handler(self._normal_request(request))
+        return {STATE_KEY: cycle.to_dict()} if changed else None
 
-    async def awrap_model_call(
-        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
-    ) -> Any:
-        due, cycle = self._due(request)
+    async def abefore_model(self, state: MemoryFlushState, runtime: Any) -> dict[str, Any] | None:
+        due, cycle, changed = self._decide(dict(state))
         if due:
-            cycle.mark_flushed()
             try:
-                await self.arun_flush(request, handler)
+                await self.arun_flush(dict(state))
             except Exception as exc:
                 log.warning("memory flush failed: %s", exc)
-        return await handler(self._normal_request(request))
+        return {STATE_KEY: cycle.to_dict()} if changed else None
 
     # -- session archive ----------------------------------------------------------------------
 
@@ -236,7 +396,7 @@ class MemoryFlushMiddleware(AgentMiddleware):
             return None
 
         def ask(conversation: str) -> str | None:
-            reply = model.invoke([HumanMessage(content=slug_prompt(conversation))])
+            reply = model.invoke([HumanMessage(content=slug_prompt(conversation))], config=_flush_config())
             text = reply.text if isinstance(reply, BaseMessage) else str(reply)
             return text if isinstance(text, str) else None
 

@@ -14,12 +14,21 @@ from clawmem_core import MemoryIndex, SearchResult
 _IGNORED_KWARGS = frozenset({"verbose"})
 
 
+def document_metadata(hit: SearchResult) -> dict[str, Any]:
+    """A hit's metadata in LangChain's convention: ``source`` is the file path (as citation prompts expect);
+    clawmem's source kind (``memory`` / ``sessions``) is ``memory_source``."""
+    metadata = hit.metadata()
+    metadata["memory_source"] = metadata.pop("source")
+    metadata["source"] = hit.path
+    return metadata
+
+
 def result_to_document(hit: SearchResult) -> Document:
     """One search hit as a ``Document``: the snippet as content, the chunk id as ``id``."""
     return Document(
         id=hit.id or None,
         page_content=hit.snippet,
-        metadata=hit.metadata(),
+        metadata=document_metadata(hit),
     )
 
 
@@ -42,8 +51,9 @@ class ClawmemRetriever(BaseRetriever):
             docs[0].metadata["citation"]                         # "MEMORY.md#L8-L10"
 
     ``k`` and ``min_score`` default to the index configuration (6 and 0.35). Each ``Document``
-    has the chunk id as ``id`` and ``path``, ``start_line``, ``end_line``, ``score``,
-    ``vector_score``, ``text_score``, ``source`` and ``citation`` as metadata.
+    has the chunk id as ``id`` and ``source`` (the file path, as for LangChain's loaders), ``path``,
+    ``start_line``, ``end_line``, ``score``, ``vector_score``, ``text_score``, ``memory_source``
+    (``memory`` or ``sessions``) and ``citation`` as metadata.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

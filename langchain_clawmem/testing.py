@@ -94,7 +94,7 @@ class ScriptedRecallChatModel(BaseChatModel):
                 start, end = int(top["startLine"]), int(top["endLine"])
                 return self._call(self.get_tool, {"path": top["path"], "from": start, "lines": end - start + 1}, turn)
             return self._answer(str(top.get("snippet", "")), question, top["path"], int(top["startLine"]))
-        if "text" in payload and not payload.get("disabled"):  # a memory_get result
+        if "text" in payload and not payload.get("error"):  # a memory_get result
             return self._answer(str(payload["text"]), question, str(payload.get("path", "")), int(payload.get("from") or 1))
         return AIMessage(content=NOTHING_FOUND)
 

@@ -2,7 +2,9 @@
 
 The tools return the SPEC payloads: the message content is the payload as JSON, the payload
 itself is the tool message's ``artifact``. Failures (provider errors, refused paths, invalid
-arguments) come back as payloads the model can read, never as exceptions.
+arguments) come back as payloads the model can read, never as exceptions: called with a tool call,
+such a payload (one with an ``error``) is a ``ToolMessage`` with ``status="error"``, the payload
+still its artifact.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Literal, Sequence, cast
 
-from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool, ToolException
 from pydantic import ConfigDict, ValidationError
 
 from clawmem_core import InvalidQueryError, MemoryIndex
@@ -36,14 +39,66 @@ ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type:
 CITATIONS_METADATA_KEY = "clawmem_citations"
 
 
+def _loads(content: Any) -> dict[str, Any] | None:
+    if not isinstance(content, str):
+        return None
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class PayloadError(ToolException):
+    """A tool payload carrying an ``error``: raised inside the tool so that LangChain itself makes the result a
+    ``ToolMessage`` with ``status="error"`` (callbacks see it so too); its content is the payload as JSON."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__(json.dumps(payload, ensure_ascii=False))
+        self.payload = payload
+
+
+def tool_result(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(content, artifact)`` of a payload; an error payload raises :class:`PayloadError`."""
+    if payload.get("error"):
+        raise PayloadError(payload)
+    return json.dumps(payload, ensure_ascii=False), payload
+
+
+def _error_content(exc: ToolException) -> str:
+    return str(exc)
+
+
+def error_status(output: Any) -> Any:
+    """Keep the payload of an error tool message as its artifact (LangChain's error paths leave the artifact
+    empty; the status is already ``"error"``)."""
+    if not isinstance(output, ToolMessage):
+        return output
+    payload = output.artifact if isinstance(output.artifact, dict) else _loads(output.content)
+    if payload is None or not payload.get("error"):
+        return output
+    output.status = "error"
+    output.artifact = payload
+    return output
+
+
 class MemoryStructuredTool(StructuredTool):
     """A ``StructuredTool`` whose schema for the model is its ``args_schema`` as is, so the
     SPEC argument names (``maxResults``, ``minScore``, ``from``) reach the model; LangChain's
-    default subset schema would use the Python field names (``from`` is a Python keyword)."""
+    default subset schema would use the Python field names (``from`` is a Python keyword).
+
+    Called with a tool call, a payload with an ``error`` (a failed search, a refused path, invalid
+    arguments) comes back as a ``ToolMessage`` with ``status="error"`` and the payload as artifact."""
 
     @property
     def tool_call_schema(self) -> Any:  # type: ignore[override]
         return self.args_schema
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return error_status(super().run(*args, **kwargs))
+
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        return error_status(await super().arun(*args, **kwargs))
 
 
 def _dumps(payload: dict[str, Any]) -> str:
@@ -70,13 +125,13 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
 
     def _search(query: str, max_results: int | None = None, min_score: float | None = None) -> tuple[str, dict[str, Any]]:
         payload = search_payload(memory, query, max_results, min_score, session_key=session_key)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     async def _asearch(
         query: str, max_results: int | None = None, min_score: float | None = None
     ) -> tuple[str, dict[str, Any]]:
         payload = await asearch_payload(memory, query, max_results, min_score, session_key=session_key)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
         return _dumps(search_error_payload(InvalidQueryError(_first_line(exc))))
@@ -89,6 +144,7 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
         args_schema=MemorySearchInput,
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
+        handle_tool_error=_error_content,
         metadata={CITATIONS_METADATA_KEY: memory.config.citations},
     )
     return cast(MemoryStructuredTool, tool)
@@ -99,13 +155,13 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
 
     def _get(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
         payload = get_payload(memory, path, from_line, lines)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     async def _aget(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
         import asyncio
 
         payload = await asyncio.to_thread(get_payload, memory, path, from_line, lines)
-        return _dumps(payload), payload
+        return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
         return _dumps(invalid_arguments_payload(MEMORY_GET_NAME, _first_line(exc)))
@@ -118,6 +174,7 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
         args_schema=MemoryGetInput,
         response_format="content_and_artifact",
         handle_validation_error=_invalid,
+        handle_tool_error=_error_content,
         metadata={CITATIONS_METADATA_KEY: memory.config.citations},
     )
     return cast(MemoryStructuredTool, tool)
@@ -167,14 +224,15 @@ def memory_recall_prompt(
 
 
 class ClawmemToolkit(BaseToolkit):
-    """The memory tools and their system-prompt section, for an agent.
+    """The memory tools and their system-prompt section, for an agent built by hand.
+
+    With ``create_agent``, prefer :class:`~langchain_clawmem.middleware.ClawmemMiddleware`: it registers the same
+    tools and appends the section to the system prompt the agent already has.
 
     .. code-block:: python
 
-        from langchain.agents import create_agent
-
         kit = ClawmemToolkit(memory=MemoryIndex("~/agent-workspace"))
-        agent = create_agent(model, kit.get_tools(), system_prompt=kit.get_prompt())
+        tools, section = kit.get_tools(), kit.get_prompt()
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

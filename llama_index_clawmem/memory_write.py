@@ -1,17 +1,16 @@
 """``memory_write`` as a LlamaIndex ``FunctionTool``: append a durable note to the Markdown memory.
 
 The tool output's ``content`` is the payload as JSON and ``raw_output`` the payload dict:
-``{path, startLine, endLine}``; ``{error, action}`` for invalid arguments, ``{error, disabled: true}`` when memory
-cannot be written (never an exception).
+``{path, startLine, endLine}``; a payload with an ``error`` (``{error, action}`` for invalid arguments, ``{error,
+disabled: true}`` when memory cannot be written) otherwise, never an exception; ``ToolOutput.is_error`` is then set.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from llama_index.core.bridge.pydantic import ValidationError
-from llama_index.core.tools import FunctionTool, ToolMetadata
+from llama_index.core.tools import ToolMetadata
 
 from clawmem_core import MemoryIndex
 from clawmem_core.memory_write import (
@@ -23,15 +22,9 @@ from clawmem_core.memory_write import (
 from clawmem_core.tools import invalid_arguments_payload
 from clawmem_core.tool_schemas import MemoryWriteInput
 
+from .tools import MemoryFunctionTool
+
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
-
-
-def _dumps(payload: Any) -> str:
-    return json.dumps(payload, ensure_ascii=False)
-
-
-async def _adumps(payload: Any) -> str:
-    return _dumps(payload)
 
 
 def _validated(kwargs: dict[str, Any]) -> MemoryWriteInput | dict[str, Any]:
@@ -42,7 +35,7 @@ def _validated(kwargs: dict[str, Any]) -> MemoryWriteInput | dict[str, Any]:
         return invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc)))
 
 
-def create_memory_write_tool(memory: MemoryIndex) -> FunctionTool:
+def create_memory_write_tool(memory: MemoryIndex) -> MemoryFunctionTool:
     """The ``memory_write`` tool over ``memory``: appends to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` and
     indexes the note at once, so a later ``memory_search`` finds it."""
 
@@ -58,10 +51,8 @@ def create_memory_write_tool(memory: MemoryIndex) -> FunctionTool:
             return args
         return await awrite_payload(memory, args.text, args.target)
 
-    return FunctionTool(
+    return MemoryFunctionTool(
         fn=memory_write,
         async_fn=amemory_write,
         metadata=ToolMetadata(name=MEMORY_WRITE_NAME, description=MEMORY_WRITE_DESCRIPTION, fn_schema=MemoryWriteInput),
-        callback=_dumps,
-        async_callback=_adumps,
     )

@@ -2,27 +2,56 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 
 from clawmem_core import MemoryIndex, SearchResult
 
 #: Metadata kept out of the text an LLM sees (path and citation stay in).
-LLM_EXCLUDED_METADATA = ["start_line", "end_line", "score", "vector_score", "text_score", "source"]
-METADATA_KEYS = ["path", "start_line", "end_line", "score", "vector_score", "text_score", "source", "citation"]  # SearchResult.metadata()
+LLM_EXCLUDED_METADATA = [
+    "file_path", "file_name", "start_line", "end_line", "score", "vector_score", "text_score", "memory_source"
+]
+METADATA_KEYS = [
+    "path", "file_path", "file_name", "start_line", "end_line", "score", "vector_score", "text_score",
+    "memory_source", "citation",
+]
 
 
-def result_to_node(hit: SearchResult) -> NodeWithScore:
-    """One search hit as a scored ``TextNode``: the snippet as text, the chunk id as ``id_``."""
+def _file_path(hit: SearchResult, memory: MemoryIndex | None) -> Path:
+    path = Path(hit.path)
+    if memory is None or path.is_absolute():
+        return path
+    if hit.source == "sessions" and getattr(memory, "sessions_dir", None) is not None:
+        return Path(memory.sessions_dir) / path.name
+    return Path(memory.workspace) / path
+
+
+def node_metadata(hit: SearchResult, memory: MemoryIndex | None = None) -> dict[str, Any]:
+    """A hit's metadata in LlamaIndex's convention: ``file_path`` (absolute, when the index is given) and
+    ``file_name`` as file readers set them, clawmem's source kind (``memory`` / ``sessions``) as
+    ``memory_source``, and the path, lines, scores and citation."""
+    metadata = hit.metadata()
+    metadata["memory_source"] = metadata.pop("source", None)
+    file_path = _file_path(hit, memory)
+    metadata["file_path"] = str(file_path)
+    metadata["file_name"] = file_path.name
+    return metadata
+
+
+def result_to_node(hit: SearchResult, memory: MemoryIndex | None = None) -> NodeWithScore:
+    """One search hit as a scored ``TextNode``: the snippet as text, the chunk id as ``id_``, the file (its
+    workspace-relative path) as the ``SOURCE`` relationship, so ``node.ref_doc_id`` names the file."""
     node = TextNode(
         id_=hit.id or hit.citation,
         text=hit.snippet,
-        metadata=hit.metadata(),
+        metadata=node_metadata(hit, memory),
         excluded_llm_metadata_keys=list(LLM_EXCLUDED_METADATA),
         excluded_embed_metadata_keys=list(METADATA_KEYS),
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.path, metadata={"file_path": hit.path})},
     )
     return NodeWithScore(node=node, score=hit.score)
 
@@ -70,10 +99,10 @@ class ClawmemRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = self._memory.search(query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score)
-        return [result_to_node(h) for h in hits]
+        return [result_to_node(h, self._memory) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = await self._memory.asearch(
             query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score
         )
-        return [result_to_node(h) for h in hits]
+        return [result_to_node(h, self._memory) for h in hits]

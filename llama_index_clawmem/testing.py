@@ -77,7 +77,7 @@ class ScriptedRecallLLM(MockFunctionCallingLLM):
                 start, end = int(top["startLine"]), int(top["endLine"])
                 return _call(self.get_tool, {"path": top["path"], "from": start, "lines": end - start + 1})
             return _answer(str(top.get("snippet", "")), question, top["path"], int(top["startLine"]))
-        if "text" in payload and not payload.get("disabled"):  # a memory_get result
+        if "text" in payload and not payload.get("error"):  # a memory_get result
             return _answer(str(payload["text"]), question, str(payload.get("path", "")), int(payload.get("from") or 1))
         return _say(NOTHING_FOUND)
 

@@ -81,7 +81,8 @@ def test_retriever_documents_carry_chunk_id_and_metadata(keyword_memory: MemoryI
         assert isinstance(doc, Document)
         assert doc.page_content == hit.snippet
         md = doc.metadata
-        assert (md["path"], md["start_line"], md["end_line"], md["source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
+        assert (md["path"], md["start_line"], md["end_line"], md["memory_source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
+        assert md["source"] == hit.path  # LangChain's convention: the file
         assert md["score"] == pytest.approx(hit.score)
         assert md["citation"] == hit.citation
     scores = [d.metadata["score"] for d in docs]
@@ -208,8 +209,9 @@ def test_invalid_arguments_become_payloads(keyword_memory: MemoryIndex) -> None:
     bad_type = _call(search, {"query": "Porto", "maxResults": "lots"})
     payload = json.loads(bad_type.content)
     assert payload["results"] == [] and "disabled" not in payload and "maxResults" in payload["error"]
+    assert bad_type.status == "error" and bad_type.artifact == payload
     bad_value = json.loads(_call(search, {"query": "Porto", "maxResults": 0}).content)
-    assert "disabled" not in bad_value and "max_results" in bad_value["error"] and bad_value["action"]
+    assert "disabled" not in bad_value and "maxResults" in bad_value["error"] and bad_value["action"]
     missing = json.loads(_call(get, {"from": 3}).content)
     assert "disabled" not in missing and "path" in missing["error"] and missing["action"]
 

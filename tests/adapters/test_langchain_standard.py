@@ -13,7 +13,14 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests, ToolsI
 from langchain_tests.unit_tests import ToolsUnitTests  # noqa: E402
 
 from clawmem_core import MemoryIndex  # noqa: E402
-from langchain_clawmem import ClawmemRetriever, create_memory_get_tool, create_memory_search_tool  # noqa: E402
+from langchain_clawmem import (  # noqa: E402
+    ClawmemRetriever,
+    create_memory_get_tool,
+    create_memory_search_tool,
+    create_memory_write_tool,
+)
+
+from .conftest import open_index  # noqa: E402
 
 
 class _WithMemory:
@@ -95,4 +102,35 @@ class TestMemoryGetToolUnit(_GetTool, ToolsUnitTests):
 
 
 class TestMemoryGetToolIntegration(_GetTool, ToolsIntegrationTests):
+    pass
+
+
+@pytest.fixture(scope="module")
+def writable_memory(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    mem = open_index(tmp_path_factory.mktemp("write"))
+    yield mem
+    mem.close()
+
+
+class _WriteTool:
+    memory: MemoryIndex
+
+    @pytest.fixture(autouse=True)
+    def _bind_memory(self, request: pytest.FixtureRequest, writable_memory: MemoryIndex) -> None:
+        type(self).memory = writable_memory
+
+    @property
+    def tool_constructor(self) -> BaseTool:
+        return create_memory_write_tool(self.memory)
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return {"text": "- Dana switched the team standup to 9:30", "target": "daily"}
+
+
+class TestMemoryWriteToolUnit(_WriteTool, ToolsUnitTests):
+    pass
+
+
+class TestMemoryWriteToolIntegration(_WriteTool, ToolsIntegrationTests):
     pass

@@ -92,7 +92,7 @@ def test_retriever_nodes_carry_chunk_id_score_and_metadata(keyword_memory: Memor
         assert n.node.node_id == hit.id and n.score == pytest.approx(hit.score)
         assert n.node.get_content() == hit.snippet
         md = n.node.metadata
-        assert (md["path"], md["start_line"], md["end_line"], md["source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
+        assert (md["path"], md["start_line"], md["end_line"], md["memory_source"]) == (hit.path, hit.start_line, hit.end_line, "memory")
         assert md["citation"] == hit.citation and md["score"] == pytest.approx(hit.score)
         llm_text = n.node.get_content(metadata_mode=MetadataMode.LLM)
         assert f"citation: {hit.citation}" in llm_text and "vector_score" not in llm_text
@@ -184,8 +184,9 @@ async def test_tool_call_async_and_errors_as_payloads(keyword_memory: MemoryInde
 
     async def call(name: str, **kwargs: Any) -> dict[str, Any]:
         out = await acall_tool_with_selection(ToolSelection(tool_id="x", tool_name=name, tool_kwargs=kwargs), tools)
-        assert not out.is_error  # the model reads a payload, never an exception
-        return json.loads(out.content)
+        payload = json.loads(out.content)  # the model reads a payload, never an exception
+        assert out.is_error == ("error" in payload) and out.raw_output == payload
+        return payload
 
     ok = await call("memory_search", query="Porto")
     assert [r["path"] for r in ok["results"]][:1] == ["memory/2026-11-05.md"]

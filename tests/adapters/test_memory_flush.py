@@ -15,9 +15,11 @@ pytest.importorskip("langchain")
 pytest.importorskip("llama_index.core")
 
 from langchain.agents import create_agent  # noqa: E402
+from langchain.agents.middleware import HumanInTheLoopMiddleware, SummarizationMiddleware  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage  # noqa: E402
+from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
@@ -29,7 +31,7 @@ from clawmem_core import MemoryConfig, MemoryIndex  # noqa: E402
 from clawmem_core.flush import SILENT_REPLY_TOKEN  # noqa: E402
 from clawmem_core.tools import WRITE_ARGS_ACTION  # noqa: E402
 from langchain_clawmem.memory_write import create_memory_write_tool as lc_write_tool  # noqa: E402
-from langchain_clawmem.middleware import MemoryFlushMiddleware  # noqa: E402
+from langchain_clawmem.middleware import FLUSH_SOURCE, MemoryFlushMiddleware  # noqa: E402
 from llama_index_clawmem.flush import ClawmemFlushBlock, archive_chat  # noqa: E402
 from llama_index_clawmem.memory_write import create_memory_write_tool as li_write_tool  # noqa: E402
 
@@ -63,6 +65,7 @@ class FlushingChatModel(BaseChatModel):
     flush_turns: int = 0
     normal_turns: int = 0
     seen_tools: list = []
+    flush_inputs: list = []
 
     @property
     def _llm_type(self) -> str:
@@ -78,6 +81,7 @@ class FlushingChatModel(BaseChatModel):
         if "Pre-compaction memory flush" in _text(messages[last_user]):
             if not any(isinstance(m, ToolMessage) for m in messages[last_user + 1 :]):
                 self.flush_turns += 1
+                self.flush_inputs.append(list(messages))
                 facts = [
                     "- " + line.split("remember:", 1)[1].strip()
                     for m in messages
@@ -92,26 +96,33 @@ class FlushingChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=f"Noted, turn {self.normal_turns}."))])
 
 
-def _middleware(mem: MemoryIndex, **kwargs: Any) -> MemoryFlushMiddleware:
+def _middleware(mem: MemoryIndex, model: BaseChatModel, **kwargs: Any) -> MemoryFlushMiddleware:
     # threshold = 3000 - 1000 - 1000 = 1000 tokens (about 4000 characters)
-    return MemoryFlushMiddleware(mem, context_window=3000, reserve_tokens=1000, soft_threshold_tokens=1000, **kwargs)
+    return MemoryFlushMiddleware(
+        mem, model=model, context_window=3000, reserve_tokens=1000, soft_threshold_tokens=1000, **kwargs
+    )
 
 
-# ------------------------------------------------------------------------------------------------------------
-# LangChain
-# ------------------------------------------------------------------------------------------------------------
+LONG_HISTORY = [HumanMessage(f"{FACT}\n{FILLER}"), AIMessage("ok"), HumanMessage(FILLER), AIMessage("ok"), HumanMessage(FILLER * 3)]
+
+
+def _lisbon_lines(mem: MemoryIndex) -> list[str]:
+    path = mem.workspace / _today()
+    if not path.exists():
+        return []
+    return [ln for ln in path.read_text(encoding="utf-8").splitlines() if "Lisbon" in ln]
 
 
 def test_langchain_agent_flushes_once_and_the_note_is_searchable(mem: MemoryIndex) -> None:
     model = FlushingChatModel()
-    flush = _middleware(mem)
+    flush = _middleware(mem, model)
     agent = create_agent(model, [], middleware=[flush], checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t1"}}
     agent.invoke({"messages": [HumanMessage(f"{FACT}\n{FILLER}")]}, config)
-    assert flush.flush_count == 0 and not (mem.workspace / _today()).exists()
+    assert model.flush_turns == 0 and not (mem.workspace / _today()).exists()
     for _ in range(6):
         state = agent.invoke({"messages": [HumanMessage(FILLER)]}, config)
-    assert flush.flush_count == 1 and model.flush_turns == 1  # once per cycle
+    assert model.flush_turns == 1  # once per cycle
     note = (mem.workspace / _today()).read_text(encoding="utf-8")
     assert "Lisbon offsite is booked at Hotel Avenida" in note
     hits = mem.search("Lisbon offsite Hotel Avenida")
@@ -122,39 +133,110 @@ def test_langchain_agent_flushes_once_and_the_note_is_searchable(mem: MemoryInde
     assert not any(isinstance(m, ToolMessage) for m in state["messages"])
     assert ("memory_write",) in model.seen_tools
     assert all("memory_write" in names for names in model.seen_tools)  # exposed in normal turns too
+    # The bookkeeping is agent state, checkpointed with the thread.
+    assert state["memory_flush"] == {"compaction_count": 0, "flushed_at_compaction": 0}
 
 
-def test_langchain_new_cycle_after_compaction_and_per_thread(mem: MemoryIndex) -> None:
+def test_langchain_flush_bookkeeping_follows_the_thread_not_the_instance(mem: MemoryIndex) -> None:
+    saver = InMemorySaver()
+    config = {"configurable": {"thread_id": "shared"}}
+    first_model = FlushingChatModel()
+    first = create_agent(first_model, [], middleware=[_middleware(mem, first_model)], checkpointer=saver)
+    first.invoke({"messages": LONG_HISTORY}, config)
+    assert first_model.flush_turns == 1 and len(_lisbon_lines(mem)) == 1
+    # A second worker (or the same service after a restart): new middleware and agent, same checkpointer.
+    second_model = FlushingChatModel()
+    second = create_agent(second_model, [], middleware=[_middleware(mem, second_model)], checkpointer=saver)
+    second.invoke({"messages": [HumanMessage(FILLER)]}, config)
+    assert second_model.flush_turns == 0 and len(_lisbon_lines(mem)) == 1  # no duplicate note
+    # Another thread has its own cycle.
+    second.invoke({"messages": LONG_HISTORY}, {"configurable": {"thread_id": "other"}})
+    assert second_model.flush_turns == 1 and len(_lisbon_lines(mem)) == 2
+
+
+def test_langchain_runs_without_checkpointer_do_not_share_a_cycle(mem: MemoryIndex) -> None:
     model = FlushingChatModel()
-    flush = _middleware(mem)
-    agent = create_agent(model, [], middleware=[flush])
-    long_history = [HumanMessage(f"{FACT}\n{FILLER}"), AIMessage("ok"), HumanMessage(FILLER), AIMessage("ok"), HumanMessage(FILLER * 2)]
-    agent.invoke({"messages": long_history})
-    agent.invoke({"messages": long_history})
-    assert flush.flush_count == 1
+    agent = create_agent(model, [], middleware=[_middleware(mem, model)])
+    agent.invoke({"messages": LONG_HISTORY})
+    agent.invoke({"messages": LONG_HISTORY})  # an unrelated conversation: its own state, its own flush
+    assert model.flush_turns == 2
+    # The caller passing the returned state back continues that conversation's cycle.
+    state = agent.invoke({"messages": LONG_HISTORY})
+    state = agent.invoke({**state, "messages": [*state["messages"], HumanMessage(FILLER)]})
+    assert model.flush_turns == 3
+
+
+def test_langchain_new_cycle_after_compaction(mem: MemoryIndex) -> None:
+    model = FlushingChatModel()
+    agent = create_agent(model, [], middleware=[_middleware(mem, model)], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "c"}}
+    agent.invoke({"messages": LONG_HISTORY}, config)
+    agent.invoke({"messages": [HumanMessage(FILLER)]}, config)
+    assert model.flush_turns == 1
     # The history was compacted (it falls back below the flush point): a new cycle begins.
-    agent.invoke({"messages": [HumanMessage("short summary of before")]})
-    agent.invoke({"messages": long_history})
-    assert flush.flush_count == 2
-    # Explicit compaction also starts a new cycle; another thread has its own.
-    flush.mark_compacted()
-    agent.invoke({"messages": long_history})
-    assert flush.flush_count == 3
-    agent.invoke({"messages": long_history}, {"configurable": {"thread_id": "other"}})
-    assert flush.flush_count == 4
-    lines = [ln for ln in (mem.workspace / _today()).read_text(encoding="utf-8").splitlines() if "Lisbon" in ln]
-    assert len(lines) == 4  # appended, never overwritten
+    agent.update_state(config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("short summary")]})
+    state = agent.invoke({"messages": [HumanMessage("hi")]}, config)
+    assert state["memory_flush"]["compaction_count"] == 1
+    agent.invoke({"messages": LONG_HISTORY}, config)
+    assert model.flush_turns == 2
+    # Explicit compaction also starts a new cycle.
+    agent.update_state(config, MemoryFlushMiddleware.compacted(agent.get_state(config).values))
+    agent.invoke({"messages": [HumanMessage(FILLER)]}, config)
+    assert model.flush_turns == 3
+    assert len(_lisbon_lines(mem)) == 3  # appended, never overwritten
+
+
+def test_langchain_flush_listed_before_summarization_sees_the_uncompacted_history(mem: MemoryIndex) -> None:
+    model = FlushingChatModel()
+    summarizer = GenericFakeChatModel(messages=iter([AIMessage("The user talked about plans.")] * 3))
+    summarize = SummarizationMiddleware(summarizer, trigger=("tokens", 1200), keep=("messages", 2))
+    agent = create_agent(model, [], middleware=[_middleware(mem, model), summarize], checkpointer=InMemorySaver())
+    state = agent.invoke({"messages": LONG_HISTORY}, {"configurable": {"thread_id": "s"}})
+    assert model.flush_turns == 1 and len(_lisbon_lines(mem)) == 1  # the fact from the first message
+    assert not any(FACT in _text(m) for m in state["messages"])  # ...which the summary then replaced
+    # Listed after SummarizationMiddleware, the flush only gets the summary and the kept messages.
+    other = FlushingChatModel()
+    summarizer2 = GenericFakeChatModel(messages=iter([AIMessage("The user talked about plans.")] * 3))
+    late = create_agent(
+        other, [], middleware=[SummarizationMiddleware(summarizer2, trigger=("tokens", 1200), keep=("messages", 2)), _middleware(mem, other)]
+    )
+    late.invoke({"messages": LONG_HISTORY})
+    assert not any(FACT in _text(m) for seen in other.flush_inputs for m in seen)
+
+
+def test_langchain_flush_is_an_internal_call_streams_can_filter(mem: MemoryIndex) -> None:
+    model = FlushingChatModel()
+    agent = create_agent(model, [], middleware=[_middleware(mem, model)], checkpointer=InMemorySaver())
+    events = list(agent.stream({"messages": LONG_HISTORY}, {"configurable": {"thread_id": "st"}}, stream_mode="messages"))
+    assert model.flush_turns == 1
+    flush_events = [(m, meta) for m, meta in events if getattr(m, "tool_calls", None) or _text(m) == SILENT_REPLY_TOKEN]
+    assert flush_events, "the flush turn's model calls are visible to callbacks"
+    assert all(meta.get("lc_source") == FLUSH_SOURCE for _, meta in flush_events)
+    answers = [m for m, meta in events if meta.get("lc_source") != FLUSH_SOURCE and isinstance(m, AIMessage)]
+    assert [_text(m) for m in answers] == ["Noted, turn 1."]
+    # LangChain's event stream (v3) leaves the tagged internal call out of run.messages.
+    model2 = FlushingChatModel()
+    agent2 = create_agent(model2, [], middleware=[_middleware(mem, model2)])
+    streams = list(agent2.stream_events({"messages": LONG_HISTORY}, version="v3").messages)
+    assert model2.flush_turns == 1
+    assert [s.output_message.text for s in streams] == ["Noted, turn 1."]
+
+
+def test_langchain_flush_writes_bypass_tool_middleware_as_documented(mem: MemoryIndex) -> None:
+    model = FlushingChatModel()
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"memory_write": True})
+    agent = create_agent(model, [], middleware=[_middleware(mem, model), hitl], checkpointer=InMemorySaver())
+    state = agent.invoke({"messages": LONG_HISTORY}, {"configurable": {"thread_id": "h"}})
+    assert "__interrupt__" not in state and len(_lisbon_lines(mem)) == 1
 
 
 def test_langchain_no_flush_when_read_only_or_below_threshold(mem: MemoryIndex) -> None:
     model = FlushingChatModel()
-    read_only = _middleware(mem, read_only=True)
-    agent = create_agent(model, [], middleware=[read_only])
+    agent = create_agent(model, [], middleware=[_middleware(mem, model, read_only=True)])
     agent.invoke({"messages": [HumanMessage(f"{FACT}\n{FILLER * 5}")]})
-    assert read_only.flush_count == 0 and model.flush_turns == 0
-    small = _middleware(mem)
-    create_agent(model, [], middleware=[small]).invoke({"messages": [HumanMessage(FACT)]})
-    assert small.flush_count == 0
+    assert model.flush_turns == 0
+    create_agent(model, [], middleware=[_middleware(mem, model)]).invoke({"messages": [HumanMessage(FACT)]})
+    assert model.flush_turns == 0
     assert not (mem.workspace / _today()).exists()
 
 
@@ -162,17 +244,16 @@ def test_langchain_hidden_tool_and_async_agent(mem: MemoryIndex) -> None:
     import asyncio
 
     model = FlushingChatModel()
-    flush = _middleware(mem, expose_tool=False)
-    agent = create_agent(model, [], middleware=[flush])
-    asyncio.run(agent.ainvoke({"messages": [HumanMessage(f"{FACT}\n{FILLER * 5}")]}))
-    assert flush.flush_count == 1
+    agent = create_agent(model, [], middleware=[_middleware(mem, model, expose_tool=False)])
+    state = asyncio.run(agent.ainvoke({"messages": [HumanMessage(f"{FACT}\n{FILLER * 5}")]}))
+    assert model.flush_turns == 1 and state["memory_flush"]["flushed_at_compaction"] == 0
     assert ("memory_write",) in model.seen_tools and () in model.seen_tools  # normal turn: no memory_write
     assert mem.search("Lisbon Avenida")[0].path == _today()
 
 
 def test_langchain_archive_with_model_slug(mem: MemoryIndex) -> None:
     slugger = GenericFakeChatModel(messages=iter([AIMessage("Lisbon Offsite Planning")]))
-    flush = _middleware(mem, slug_model=slugger)
+    flush = _middleware(mem, FlushingChatModel(), slug_model=slugger)
     messages = [HumanMessage("Where is the offsite?"), AIMessage("Hotel Avenida in Lisbon, 14 May."), ToolMessage("x", tool_call_id="1")]
     out = flush.archive({"messages": messages})
     assert out is not None and re.fullmatch(r"memory/\d{4}-\d{2}-\d{2}-lisbon-offsite-planning\.md", out["path"])
@@ -180,9 +261,9 @@ def test_langchain_archive_with_model_slug(mem: MemoryIndex) -> None:
     assert "User: Where is the offsite?" in text and "Assistant: Hotel Avenida in Lisbon, 14 May." in text
     assert mem.search("offsite Avenida Lisbon")[0].path == out["path"]
     # Without a slug model: a timestamp; nothing to archive gives None.
-    plain = _middleware(mem).archive([HumanMessage("Dana likes green tea")])
+    plain = _middleware(mem, FlushingChatModel()).archive([HumanMessage("Dana likes green tea")])
     assert plain is not None and re.fullmatch(r"memory/\d{4}-\d{2}-\d{2}-\d{6}(-\d+)?\.md", plain["path"])
-    assert _middleware(mem).archive([]) is None
+    assert _middleware(mem, FlushingChatModel()).archive([]) is None
 
 
 def test_langchain_memory_write_tool(mem: MemoryIndex) -> None:

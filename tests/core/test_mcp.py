@@ -84,7 +84,7 @@ async def test_search_get_write_in_process_have_the_tool_payloads(mem: MemoryInd
 @pytest.mark.parametrize("name, arguments, named", [
     ("memory_search", {"query": "jazz", "maxResults": "lots"}, "maxResults"),
     ("memory_search", {"maxResults": 2}, "query"),
-    ("memory_search", {"query": "jazz", "maxResults": 0}, "max_results"),
+    ("memory_search", {"query": "jazz", "maxResults": 0}, "maxResults"),  # the schema bounds it (minimum 1), so the error names the wire argument
     ("memory_get", {"path": "MEMORY.md", "from": 0}, "from"),
     ("memory_get", {"lines": 2}, "path"),
     ("memory_get", {"path": "../outside.md"}, "outside"),
