@@ -231,7 +231,7 @@ class SQLiteStore(Store):
             raise StoreError(f"index {self.path} is closed")
         return self._conn
 
-    def _open(self) -> None:
+    def _open(self, attempt: int = 0) -> None:
         from ..discovery import is_valid_name, printable_name
 
         if not is_valid_name(str(self.path)):  # SQLite takes file names as UTF-8 text only
@@ -271,6 +271,14 @@ class SQLiteStore(Store):
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.close()
             raise CorruptIndexError(f"index {self.path} is corrupt: {exc}") from None
+        except apsw.BusyError:
+            # Another process is creating or converting the same file (its first open): SQLite
+            # can answer BUSY here without waiting on the busy handler. Try again for a while.
+            self.close()
+            if attempt >= _OPEN_ATTEMPTS:
+                raise StoreError(f"cannot open index {self.path}: another process keeps it locked") from None
+            time.sleep(min(0.05 * 2 ** attempt, 1.0))
+            self._open(attempt + 1)
         except apsw.Error as exc:
             self.close()
             if not os.access(self.path.parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
@@ -368,8 +376,8 @@ class SQLiteStore(Store):
                     f'contentless_delete=1, tokenize="{tokenize}")'
                 )
             self.fts_available = True
-        except (apsw.CorruptError, apsw.NotADBError):
-            raise  # damaged (its config page, say): set aside and rebuilt, not "FTS5 missing"
+        except (apsw.CorruptError, apsw.NotADBError, apsw.BusyError):
+            raise  # damaged (its config page, say) or locked: not "FTS5 missing"
         except apsw.Error as exc:
             self.fts_available = False
             self.fts_error = str(exc)
@@ -1020,6 +1028,9 @@ class SQLiteStore(Store):
             finally:
                 remove_index_files(tmp_path)
 
+
+#: How many times opening retries an index that another process holds locked (about 10 s in all).
+_OPEN_ATTEMPTS = 14
 
 def remove_index_files(path: Path) -> None:
     """Delete an index file and its journal / WAL / shared-memory companions."""
