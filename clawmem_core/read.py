@@ -68,9 +68,9 @@ def _symlink_between(root: Path, target: Path) -> str | None:
     return None
 
 
-def _locate(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path, Path, str]:
-    """Check ``path`` against the memory rules; return ``(root, absolute path, display path)``:
-    nothing below ``root`` may be a symlink."""
+def _path_text(path: object) -> str:
+    """``path`` stripped, after the checks every path argument gets: a non-empty string with no
+    NUL byte and at most :data:`MAX_PATH_CHARS` characters."""
     if not isinstance(path, str):
         raise PathNotAllowedError(f"path must be a string, got {type(path).__name__}")
     raw = path.strip()
@@ -80,6 +80,13 @@ def _locate(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path
         raise _refuse(raw.replace("\x00", "\\0"), "NUL byte")
     if len(raw) > MAX_PATH_CHARS:
         raise _refuse(raw, "too long")
+    return raw
+
+
+def _locate(workspace: Path, extra_paths: list[str], path: object) -> tuple[Path, Path, str]:
+    """Check ``path`` against the memory rules; return ``(root, absolute path, display path)``:
+    nothing below ``root`` may be a symlink."""
+    raw = _path_text(path)
     if not is_valid_name(raw):  # lone surrogates: such a file is never indexed, nor echoed back
         raise _refuse(printable_name(raw), BAD_NAME_REASON)
     workspace = Path(os.path.abspath(workspace))
@@ -176,15 +183,7 @@ def read_memory_file(
 def check_indexed_path(path: object) -> str:
     """A path as the index shows it (``MEMORY.md``, ``memory/x.md``...), checked by its text alone:
     a relative ``.md`` path without ``..``; the index is then asked for exactly that path."""
-    if not isinstance(path, str):
-        raise PathNotAllowedError(f"path must be a string, got {type(path).__name__}")
-    raw = path.strip()
-    if not raw:
-        raise PathNotAllowedError("path required")
-    if "\x00" in raw:
-        raise _refuse(raw.replace("\x00", "\\0"), "NUL byte")
-    if len(raw) > MAX_PATH_CHARS:
-        raise _refuse(raw, "too long")
+    raw = _path_text(path)
     if not raw.endswith(".md"):
         raise _refuse(raw, "not a .md file")
     parts = raw.replace("\\", "/").split("/")
