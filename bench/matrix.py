@@ -287,6 +287,10 @@ def markdown(res: dict[str, Any]) -> str:
     ]
     if res.get("rerank_note"):
         lines += [res["rerank_note"], ""]
+    elif all(r["rerank"] == "off" for r in rows):
+        lines += ["Reranking on: not measured. No cross-encoder installs from the package registry with its weights "
+                  "and runs offline (what was tried: `bench/README.md`, \"Reranking\"); with a CrossEncoder "
+                  "directory, `python -m bench.matrix --rerank local:DIR` adds the rows.", ""]
     for d in ds_order:
         beir = d == "scifact"
         head = f"#### {d} ({n_of.get(d, '?')} questions)"
