@@ -272,7 +272,8 @@ def markdown(res: dict[str, Any]) -> str:
     reranks = list(dict.fromkeys(r["rerank"] for r in rows))
     n_of = {r["dataset"]: r["n"] for r in rows}
     lines = [
-        f"Commit `{env['commit']}` · {env['when']} · load average {env['load_start']} at start, {env['load_end']} at end "
+        f"Commit `{env['commit']}`" + (f" (rows from runs at {', '.join(f'`{c}`' for c in env['commits'])})"
+                                       if len(env.get("commits") or []) > 1 else "") + f" · {env['when']} · load average {env['load_start']} at start, {env['load_end']} at end "
         f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix` (indexes cached under `bench/results/raw/matrix`).",
         "",
         "Every figure comes from `MemoryIndex.search()` on a real index built by `sync()` with the embedder passed as a "
@@ -345,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     a.work.mkdir(parents=True, exist_ok=True)
     load_start = round(os.getloadavg()[0], 1)
+    commit = _git_commit()
     dss = datasets(a.data, a.work, a.datasets.split(","))
     names = a.embedders.split(",")
     stub_url = None
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             setup.embedder.release()
     sci = next((d for d in dss if d.name == "scifact"), None)
     res = {
-        "env": {"commit": _git_commit(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "env": {"commit": commit, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "load_start": load_start, "load_end": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()},
         "rows": rows, "index": index,
         "scifact_docs": len(list((sci.workspaces[0] / "memory").glob("*.md"))) if sci else None,
@@ -388,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         idone = {(i["embedder"], i["dataset"]) for i in index}
         res["index"] = [i for i in old.get("index", []) if (i["embedder"], i["dataset"]) not in idone] + index
         res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
+        res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
         if old.get("rerank_note"):
             res["rerank_note"] = old["rerank_note"]
     a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
