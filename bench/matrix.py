@@ -361,6 +361,29 @@ def main(argv: list[str] | None = None) -> int:
         rerank_modes.append((f"on ({a.rerank.split('/')[-1]})", reranker, rerank_over))
     rows: list[dict[str, Any]] = []
     index: list[dict[str, Any]] = []
+    sci = next((d for d in dss if d.name == "scifact"), None)
+
+    def save() -> None:
+        """Write what is done so far (after each data set: a long run that is stopped keeps its rows)."""
+        res: dict[str, Any] = {
+            "env": {"commit": commit, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load_start": load_start, "load_end": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()},
+            "rows": rows, "index": index,
+            "scifact_docs": len(list((sci.workspaces[0] / "memory").glob("*.md"))) if sci else None,
+        }
+        if a.merge and a.out.exists():
+            old = json.loads(a.out.read_text())
+            done = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]) for r in rows}
+            res["rows"] = [r for r in old["rows"] if (r["embedder"], r["dataset"], r["fusion"], r["rerank"]) not in done] + rows
+            idone = {(i["embedder"], i["dataset"]) for i in index}
+            res["index"] = [i for i in old.get("index", []) if (i["embedder"], i["dataset"]) not in idone] + index
+            res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
+            res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
+            if old.get("rerank_note"):
+                res["rerank_note"] = old["rerank_note"]
+        a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+        md_path.write_text(markdown(res) + "\n", encoding="utf-8")
+
     for name in names:
         log(f"embedder {name}")
         setup = make_setup(name, stub_url)
@@ -374,27 +397,10 @@ def main(argv: list[str] | None = None) -> int:
                     nd = f" nDCG@10 {row['ndcg@10']:.3f}" if row["ndcg@10"] is not None else ""
                     log(f"  {name} {ds.name} {fusion} rerank {label}: hit@1 {row['hit@1']:.3f} hit@5 {row['hit@5']:.3f}"
                         f"{nd} default hit@5 {row['hit@5 default']:.3f} degraded {row['degraded']} ({row['seconds']} s)")
+            save()
         if setup.embedder is not None and hasattr(setup.embedder, "release"):
             setup.embedder.release()
-    sci = next((d for d in dss if d.name == "scifact"), None)
-    res = {
-        "env": {"commit": commit, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "load_start": load_start, "load_end": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()},
-        "rows": rows, "index": index,
-        "scifact_docs": len(list((sci.workspaces[0] / "memory").glob("*.md"))) if sci else None,
-    }
-    if a.merge and a.out.exists():
-        old = json.loads(a.out.read_text())
-        done = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]) for r in rows}
-        res["rows"] = [r for r in old["rows"] if (r["embedder"], r["dataset"], r["fusion"], r["rerank"]) not in done] + rows
-        idone = {(i["embedder"], i["dataset"]) for i in index}
-        res["index"] = [i for i in old.get("index", []) if (i["embedder"], i["dataset"]) not in idone] + index
-        res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
-        res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
-        if old.get("rerank_note"):
-            res["rerank_note"] = old["rerank_note"]
-    a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-    md_path.write_text(markdown(res) + "\n", encoding="utf-8")
+    save()
     log(f"wrote {a.out} and {md_path}")
     return 0
 
