@@ -54,7 +54,7 @@ class SharedView(Store):
     def _store(self, ns: str | None) -> Store:
         return self.own if ns is None else _Guarded(ns, self.shared[ns])  # type: ignore[return-value]
 
-    def _parts(self) -> list[tuple[str | None, Store]]:  # type: ignore[no-redef]
+    def _parts(self) -> list[tuple[str | None, Store]]:
         return [(None, self.own), *((ns, _Guarded(ns, s)) for ns, s in self.shared.items())]  # type: ignore[misc]
 
     # -- what search uses -------------------------------------------------------------------------
