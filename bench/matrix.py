@@ -286,6 +286,10 @@ def markdown(res: dict[str, Any]) -> str:
         "`bench.stub_embeddings` (the `openai` SDK over HTTP, whole chunks, all-MiniLM-L6-v2 vectors).",
         "",
     ]
+    for note in res.get("notes") or []:
+        lines += [f"- {note}"]
+    if res.get("notes"):
+        lines.append("")
     if res.get("rerank_note"):
         lines += [res["rerank_note"], ""]
     elif all(r["rerank"] == "off" for r in rows):
@@ -379,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             res["index"] = [i for i in old.get("index", []) if (i["embedder"], i["dataset"]) not in idone] + index
             res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
             res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
-            if old.get("rerank_note"):
-                res["rerank_note"] = old["rerank_note"]
+            for key in ("rerank_note", "notes"):
+                if old.get(key):
+                    res[key] = old[key]
         a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
         md_path.write_text(markdown(res) + "\n", encoding="utf-8")
 
