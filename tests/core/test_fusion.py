@@ -132,6 +132,52 @@ def test_small_workspace_scores_are_not_zero(make_workspace: WorkspaceFactory, o
     assert jazz and jazz[0].path == "MEMORY.md" and jazz[0].score > 0.5
 
 
+EXAMPLE_WORKSPACE = Path(__file__).resolve().parents[2] / "examples" / "workspace"
+
+
+@pytest.mark.parametrize("query", ["Dana", "Priya", "Marco", "李伟"])
+def test_the_file_that_names_the_thing_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                   keyword_only: MemoryConfig, query: str) -> None:
+    # MEMORY.md's one long chunk names them (e.g. "Name: Dana Whitfield", "李伟 (Li Wei): data engineer");
+    # short daily notes mention them in passing, and BM25's length normalisation favoured those.
+    files = {str(p.relative_to(EXAMPLE_WORKSPACE)): p.read_text(encoding="utf-8")
+             for p in EXAMPLE_WORKSPACE.rglob("*.md")}
+    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem.sync()
+    hits = mem.search(query)
+    assert len(hits) >= 2 and hits[0].path == "MEMORY.md", [(h.path, h.score) for h in hits]
+    assert hits[0].score == 1.0 and all(h.score < 1.0 for h in hits[1:])
+
+
+def test_a_note_titled_by_the_query_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                keyword_only: MemoryConfig) -> None:
+    files = {
+        "memory/2026-11-09.md": "# 2026-11-09\n\n- Renew the TLS certificate of billing.example.com.\n",
+        "memory/projects/billing.md": "# Billing service\n\n- Stack: Python 3.12, FastAPI, PostgreSQL 16, Celery with "
+                                      "Redis as the broker.\n- Invoices are generated on the 1st of each month.\n",
+        "memory/2026-11-10.md": "# 2026-11-10\n\n- Lunch with Marco.\n",
+        "memory/2026-11-11.md": "# 周会\n\n- 账单服务迁移到新的集群，下周验收。\n- 其他事项：团建。\n",
+        "memory/2026-11-12.md": "# 2026-11-12\n\n- 账单金额核对完毕。\n",
+    }
+    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem.sync()
+    assert mem.search("billing", min_score=0)[0].path == "memory/projects/billing.md"
+    assert mem.search("周会 账单", min_score=0)[0].path == "memory/2026-11-11.md"
+
+
+def test_heading_share_counts_the_query_in_headings_by_idf() -> None:
+    from clawmem_core.search import heading_share
+
+    text = "# Billing service\n\nbilling runs on postgres\n# 周会 纪要 2026\nno heading # here\n## Session Dana\n"
+    assert heading_share(text, {"billing": 1.0, "postgres": 3.0}) == pytest.approx(0.25)
+    assert heading_share(text, {"周会": 2.0, "postgres": 2.0}) == pytest.approx(0.5)
+    assert heading_share(text, {"here": 1.0}) == 0.0  # not a heading line
+    assert heading_share(text, {"dana": 1.0}) == 0.0  # a section heading, not a title
+    assert heading_share(text, {"2026": 1.0}) == 0.0  # a number (a dated note's title is its date)
+    assert heading_share("#hashtag billing", {"billing": 1.0}) == 0.0  # no space: not a heading
+    assert heading_share(text, {}) == 0.0
+
+
 def test_explicit_min_score_is_a_floor(make_workspace: WorkspaceFactory, open_index: IndexFactory,
                                        keyword_only: MemoryConfig, state_dir: Path) -> None:
     mem = open_index(make_workspace(SMALL), embedder=None, config=keyword_only)
