@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 from .errors import InvalidQueryError
 from .results import SearchHits, SearchResult
 from .snippets import SNIPPET_MAX_CHARS, build_snippet
-from .text import index_terms, search_terms, similarity_tokens
+from .text import search_terms, similarity_tokens
 
 if TYPE_CHECKING:
     from .config import QueryConfig
@@ -112,18 +112,11 @@ def text_relevance(ranks: Sequence[float], idf_mass: float) -> list[float]:
     return [m / scale if scale > 0 else 0.0 for m in mags]
 
 
-#: How much more a chunk's keyword score counts when its title (a level-1 Markdown heading in the
-#: chunk) holds the query, scaled by the share of the query's IDF mass the title holds: a note
-#: titled by the thing is about it (BM25F's title field). Numbers do not count: a dated note's
-#: title is its date.
-HEADING_WEIGHT = 0.5
 #: The keyword score of a chunk of ``MEMORY.md`` counts this many times a note's: the curated
 #: long-term memory holds one fact a line, and BM25's length normalisation would otherwise rank its
-#: long chunk below every passing mention in a short daily note.
+#: long chunk below every passing mention in a short daily note (the file that names a person or a
+#: decision comes first).
 CURATED_PRIOR = 2.0
-#: Keyword candidates (best first) whose headings are read.
-NAMING_CANDIDATES = 40
-_HEADING = re.compile(r"^ {0,3}#[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
 
 
 def is_curated(path: str, source: str) -> bool:
@@ -131,39 +124,12 @@ def is_curated(path: str, source: str) -> bool:
     return source == "memory" and path in ("MEMORY.md", "memory.md")
 
 
-def heading_share(text: str, idf: dict[str, float]) -> float:
-    """The share of the query's IDF mass (``idf``: term -> IDF) that the chunk's titles (level-1
-    Markdown headings) hold, numbers left out."""
-    total = sum(idf.values())
-    if total <= 0:
-        return 0.0
-    found: set[str] = set()
-    for m in _HEADING.finditer(text):
-        found.update(t for t in index_terms(m.group(1)) if not t.isdigit())
-    return sum(w for t, w in idf.items() if t in found) / total
-
-
-def naming_factors(
-    store: "Store", kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]],
-    terms: Sequence[str], hits: Sequence[int] | None, rows: int,
-) -> list[float]:
-    """Per keyword hit, how much more its BM25 counts because the chunk names what the query asks
-    for: ``1 + HEADING_WEIGHT * share of the query in its headings``, times
-    :data:`CURATED_PRIOR` for ``MEMORY.md`` (the best :data:`NAMING_CANDIDATES` are looked at)."""
-    out = [1.0] * len(kw_hits)
-    head = [cid for cid, _ in kw_hits[:NAMING_CANDIDATES]]
-    if hits is not None and HEADING_WEIGHT > 0:
-        idf = {t: fts_idf(rows, max(0, int(n))) for t, n in zip(terms, hits) if n > 0}
-        texts = store.get_chunks(head)
-        for i, cid in enumerate(head):
-            row = texts.get(cid)
-            if row is not None and "#" in row.text:
-                out[i] = 1.0 + HEADING_WEIGHT * heading_share(row.text, idf)
-    if CURATED_PRIOR != 1.0:
-        for i, (cid, _) in enumerate(kw_hits):
-            m = meta.get(cid)
-            if m is not None and is_curated(m[0], m[1]):
-                out[i] *= CURATED_PRIOR
+def curated_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]]) -> list[float]:
+    """The keyword hits' BM25 ranks with those of ``MEMORY.md`` chunks times :data:`CURATED_PRIOR`."""
+    out = []
+    for cid, r in kw_hits:
+        m = meta.get(cid)
+        out.append(r * CURATED_PRIOR if m is not None and is_curated(m[0], m[1]) else r)
     return out
 
 
@@ -540,11 +506,7 @@ def _choose(
         vec_scores = [s for _, s in vec_hits]
     else:
         hits = store.term_hits(terms) if kw_hits else None
-        ranks = [r for _, r in kw_hits]
-        if kw_hits:
-            factors = naming_factors(store, kw_hits, meta, terms, None if hits is None else hits[1],
-                                     0 if hits is None else hits[0])
-            ranks = [r * f for r, f in zip(ranks, factors)]
+        ranks = curated_ranks(kw_hits, meta)
         if hits is None:
             scores = keyword_scores(ranks, "normalize")
         else:

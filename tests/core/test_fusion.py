@@ -149,33 +149,22 @@ def test_the_file_that_names_the_thing_ranks_first(make_workspace: WorkspaceFact
     assert hits[0].score == 1.0 and all(h.score < 1.0 for h in hits[1:])
 
 
-def test_a_note_titled_by_the_query_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
-                                                keyword_only: MemoryConfig) -> None:
-    files = {
-        "memory/2026-11-09.md": "# 2026-11-09\n\n- Renew the TLS certificate of billing.example.com.\n",
-        "memory/projects/billing.md": "# Billing service\n\n- Stack: Python 3.12, FastAPI, PostgreSQL 16, Celery with "
-                                      "Redis as the broker.\n- Invoices are generated on the 1st of each month.\n",
-        "memory/2026-11-10.md": "# 2026-11-10\n\n- Lunch with Marco.\n",
-        "memory/2026-11-11.md": "# 周会\n\n- 账单服务迁移到新的集群，下周验收。\n- 其他事项：团建。\n",
-        "memory/2026-11-12.md": "# 2026-11-12\n\n- 账单金额核对完毕。\n",
-    }
+def test_the_curated_prior_only_reorders_memory_md(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                  keyword_only: MemoryConfig) -> None:
+    from clawmem_core.search import curated_ranks
+
+    meta = {"a": ("MEMORY.md", "memory", 1, 9), "b": ("memory/2026-01-01.md", "memory", 1, 3),
+            "c": ("notes/MEMORY.md", "memory", 1, 3), "d": ("MEMORY.md", "sessions", 1, 3)}
+    assert curated_ranks([("a", -1.0), ("b", -1.5), ("c", -1.0), ("d", -1.0), ("gone", -1.0)], meta) == [
+        -2.0, -1.5, -1.0, -1.0, -1.0]
+    files = {"MEMORY.md": "# Memory\n\n- 账单服务由李伟负责。\n" + "- 其他事项。\n" * 30,
+             "memory/2026-11-12.md": "# 2026-11-12\n\n- 李伟请假一天。\n- 账单金额核对完毕。\n- 周会改到周四。\n"}
     mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
     mem.sync()
-    assert mem.search("billing", min_score=0)[0].path == "memory/projects/billing.md"
-    assert mem.search("周会 账单", min_score=0)[0].path == "memory/2026-11-11.md"
-
-
-def test_heading_share_counts_the_query_in_headings_by_idf() -> None:
-    from clawmem_core.search import heading_share
-
-    text = "# Billing service\n\nbilling runs on postgres\n# 周会 纪要 2026\nno heading # here\n## Session Dana\n"
-    assert heading_share(text, {"billing": 1.0, "postgres": 3.0}) == pytest.approx(0.25)
-    assert heading_share(text, {"周会": 2.0, "postgres": 2.0}) == pytest.approx(0.5)
-    assert heading_share(text, {"here": 1.0}) == 0.0  # not a heading line
-    assert heading_share(text, {"dana": 1.0}) == 0.0  # a section heading, not a title
-    assert heading_share(text, {"2026": 1.0}) == 0.0  # a number (a dated note's title is its date)
-    assert heading_share("#hashtag billing", {"billing": 1.0}) == 0.0  # no space: not a heading
-    assert heading_share(text, {}) == 0.0
+    # Both hold both terms: MEMORY.md's long chunk comes first (BM25 alone put the short note first).
+    assert mem.search("账单 李伟", min_score=0)[0].path == "MEMORY.md"
+    # A query term MEMORY.md lacks keeps the note that holds the whole query first.
+    assert mem.search("李伟 请假", min_score=0)[0].path == "memory/2026-11-12.md"
 
 
 def test_explicit_min_score_is_a_floor(make_workspace: WorkspaceFactory, open_index: IndexFactory,
@@ -403,7 +392,7 @@ def test_reranker_fails_open(make_workspace: WorkspaceFactory, open_index: Index
     cfg = {"provider": "none", "query": {"timeoutMs": 60_000, "rerank": {"enabled": True, "timeoutMs": 200}}}
     sleeping = SleepingReranker()
     for name, rr in (("broken", BrokenReranker()), ("sleeping", sleeping)):
-        mem = open_index(ws, embedder=None, config=MemoryConfig.from_dict(cfg), reranker=rr, state=name)
+        mem = open_index(ws, embedder=None, config=MemoryConfig.from_dict(cfg), reranker=rr, state=ws.parent / name)
         mem.sync()
         hits = mem.search("billing report", min_score=0)
         assert [h.path for h in hits] == fused
