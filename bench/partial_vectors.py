@@ -91,6 +91,25 @@ def _rule(name: str, coverage: Callable[[], float]) -> Callable[..., Any]:
             return S.merge_hybrid(vector, keyword, vw, tw)
         if name == "scaled":
             return S.merge_hybrid(vector, keyword, vw * coverage(), tw)
+        if name.startswith("impute-top") or name.startswith("impute-knn"):
+            merged = S.merge_hybrid(vector, keyword, vw, tw)
+            n = int(name[len("impute-top"):] or 10)
+            emb = sorted((c for c in merged if c.from_keyword and c.id not in pending), key=lambda c: -c.text_score)
+            if name.startswith("impute-top"):
+                top = emb[:n]
+                fill = sum(c.vector_score for c in top) / len(top) if top else 0.0
+                return [c._replace(vector_score=fill, score=vw * fill + tw * c.text_score) if c.id in pending else c
+                        for c in merged]
+            out = []
+            for c in merged:
+                if c.id in pending and emb:
+                    near = sorted(emb, key=lambda e: abs(e.text_score - c.text_score))[:n]
+                    fill = sum(e.vector_score for e in near) / len(near)
+                    c = c._replace(vector_score=fill, score=vw * fill + tw * c.text_score)
+                elif c.id in pending:
+                    c = c._replace(score=tw * c.text_score)
+                out.append(c)
+            return out
         if name == "impute-ts":
             merged = S.merge_hybrid(vector, keyword, vw, tw)
             return [c._replace(vector_score=c.text_score, score=(vw + tw) * c.text_score) if c.id in pending else c
