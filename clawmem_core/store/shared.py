@@ -110,9 +110,9 @@ class SharedView(Store):
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
         out: set[str] = set()
-        for ns, raw in self._route(ids).items():
+        for ns, _, got in self._each(lambda store, raw: store.pending_ids(raw), self._routed(ids)):
             pre = "" if ns is None else shared_prefix(ns)
-            out.update(pre + i for i in self._store(ns).pending_ids(raw))
+            out.update(pre + i for i in got)
         return out
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
