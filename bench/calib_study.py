@@ -2,7 +2,7 @@
 frequencies) from the keyword-only index, the best-window cosine of every chunk from the model's index, and the
 query's cosines to the calibration passages, for the real questions and the foreign ones, pickled.
 
-``python -m bench.calib_study CACHE LABEL[,LABEL] OUT.pkl`` (LoCoMo EN and ZH; vectors from ``bench.fusion``'s
+``python -m bench.calib_study CACHE LABEL[,LABEL] OUT.pkl [WORKSPACE,...]`` (LoCoMo EN and ZH; vectors from ``bench.fusion``'s
 cache ``CACHE``); :func:`main_scifact` does the same on a SciFact subset (``bench.scifact_subset``)."""
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Q:
     ncos_all: np.ndarray | None = None
     terms: list | None = None
     n_docs: int = 0
+    matched: list | None = None  # per candidate: the query terms its chunk holds (keyword candidates)
 
 
 def term_stats(view_mem, q: str):
@@ -59,6 +60,24 @@ def term_stats(view_mem, q: str):
         if n:
             present += idf
     return mass, present, stats, n_docs
+
+
+def matched_terms(store, terms: list[str], text: str) -> frozenset:
+    """The query terms ``text`` holds, by the FTS5 tokenizer's own tokens (stemmed)."""
+    import apsw
+
+    from clawmem_core.store.sqlite import FTS_TOKENIZERS
+    from clawmem_core.text import index_document
+
+    name, *args = [a.strip("'") for a in FTS_TOKENIZERS[store.fts_tokenizer].split()]
+    tok = store.conn.fts5_tokenizer(name, args)
+    doc = {t for toks in tok(index_document(text).encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False) for t in toks}
+    out = set()
+    for term in terms:
+        got = tok(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False)
+        if got and all(any(t in doc for t in toks) for toks in got):
+            out.add(term)
+    return frozenset(out)
 
 
 def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign: list[str]):
@@ -96,7 +115,12 @@ def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign:
             for i, k in enumerate(vorder):
                 cs[keys[k]] = best[k]; vp[keys[k]] = i + 1
             mass, present, stats, nd = term_stats(mem0, qtext)
-            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd))
+            matched: list = [frozenset()] * n
+            for r, _ in kw:
+                j = keys[(kview.paths[r], kview.starts[r], kview.ends[r])]
+                if not matched[j]:
+                    matched[j] = matched_terms(mem0._store, [t for t, _ in stats], kview.texts[r])
+            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd, matched))
         return out
     finally:
         mem0.close(); mem1.close()
@@ -108,6 +132,7 @@ def main():
     labels = sys.argv[2].split(",")
     out = Path(sys.argv[3])
     mdl = F.Models(cache)
+    only = {w for w in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if w}  # workspaces to run (all when empty)
     en = load_locomo(data / "locomo", "locomo-en", "en")
     zh = load_locomo(data / "locomo-zh", "locomo-zh", "zh")
     sci = load_scifact(data / "scifact", limit=100)
@@ -119,6 +144,8 @@ def main():
             for q in ds.queries:
                 by_ws.setdefault(q.workspace, []).append(q)
             for ws, qs in sorted(by_ws.items()):
+                if only and ws.name not in only:
+                    continue
                 if ds is en:
                     foreign = sci_q + ([q.text for q in zh.queries] if ws.name != "conv-26" else [])
                 else:
