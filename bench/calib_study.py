@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clawmem_core.calibration import BACKGROUND_TEXTS
+from clawmem_core.calibration import BACKGROUND_TEXTS, blind_scripts
 
 from . import fusion as F
 from .data import default_data_dir, load_locomo, load_scifact
@@ -40,6 +40,8 @@ class Q:
     terms: list | None = None
     n_docs: int = 0
     matched: list | None = None  # per candidate: the query terms its chunk holds (keyword candidates)
+    text: str = ""  # the query
+    blind: frozenset | None = None  # scripts the embedder cannot tell apart (calibration.blind_scripts)
 
 
 def term_stats(view_mem, q: str):
@@ -90,6 +92,7 @@ def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign:
         qv = mdl.vectors(label, "query", texts) if texts else np.zeros((0, dvecs.shape[1]))
         fv = mdl.vectors(label, "query", foreign) if foreign else np.zeros((0, dvecs.shape[1]))
         bgv = mdl.vectors(label, "doc", list(BACKGROUND_TEXTS))
+        blind = blind_scripts([list(map(float, v)) for v in bgv])
         vkeys = [(p, s, e) for p, s, e in zip(vview.paths, vview.starts, vview.ends)]
         out = []
         for qtext, qvec, gold in [(q.text, qv[i], q.gold_lines or ("beir", frozenset(q.relevant_paths))) for i, q in enumerate(real)] + [(t, fv[i], None) for i, t in enumerate(foreign)]:
@@ -120,7 +123,8 @@ def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign:
                 j = keys[(kview.paths[r], kview.starts[r], kview.ends[r])]
                 if not matched[j]:
                     matched[j] = matched_terms(mem0._store, [t for t, _ in stats], kview.texts[r])
-            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd, matched))
+            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd, matched, qtext,
+                         blind))
         return out
     finally:
         mem0.close(); mem1.close()
