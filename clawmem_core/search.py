@@ -121,7 +121,7 @@ VOCABULARY_FULL = 0.6
 VECTOR_FULL = 0.25
 #: The vector side alone at most scales a query's scores down to this share: it confirms or doubts,
 #: the keyword evidence keeps a say.
-VECTOR_DOUBT_FLOOR = 0.5
+VECTOR_DOUBT_FLOOR = 0.7
 #: A best calibrated vector score this high vouches for the query whatever its words (a paraphrase,
 #: another language): the vocabulary factor is then at least ``best / VECTOR_VOUCHES``.
 VECTOR_VOUCHES = 0.5

@@ -98,7 +98,7 @@ def test_query_confidence_bounds_and_factors() -> None:
     assert query_confidence(1.0, 1.0) == 1.0
     assert query_confidence(0.0, None) == 0.0
     assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.5)
-    assert query_confidence(1.0, VECTOR_FULL * 0.8) == pytest.approx(0.8)
+    assert query_confidence(1.0, VECTOR_FULL * 0.8) == pytest.approx(max(0.8, VECTOR_DOUBT_FLOOR))
     assert query_confidence(1.0, 0.0) == VECTOR_DOUBT_FLOOR
     # A strong vector match vouches for a query whose words the index does not know (a paraphrase).
     assert query_confidence(0.0, VECTOR_VOUCHES) == 1.0
@@ -256,14 +256,13 @@ def test_payload_of_an_abstained_search(tmp_path: Path) -> None:
 
 
 class CJKBlindEmbedder(HashEmbedder):
-    """Feature hashing for Latin text; every text with CJK characters gets nearly one vector (as an
-    English-only model embeds Chinese)."""
+    """Feature hashing for Latin text; every text with CJK characters gets nearly one vector, whatever
+    it says (as an English-only model embeds Chinese)."""
 
     def _vector(self, text: str) -> list[float]:
         if query_script(text) == "cjk":
-            base = [1.0] + [0.0] * (self.dims - 1)
-            noise = super()._vector(text)
-            vec = [a + 0.05 * b for a, b in zip(base, noise)]
+            noise = _unit(random.Random(text), self.dims)
+            vec = [(1.0 if i == 0 else 0.0) + 0.05 * b for i, b in enumerate(noise)]
             norm = math.sqrt(sum(v * v for v in vec))
             return [v / norm for v in vec]
         return super()._vector(text)
@@ -291,6 +290,10 @@ def test_hybrid_vector_side_has_no_say_in_a_script_the_embedder_cannot_read(tmp_
         hits = mem.search("每天什么时候给番茄浇水？")
         assert hits and hits[0].path == "MEMORY.md"
         assert hits.info["confidence"] == 1.0  # the keyword side alone decides
+        # Half of this question's words are known and its keyword score is modest: answered on the
+        # keyword side's word; the blind vector side would have scaled it below min_score.
+        [hit] = mem.search("草莓和蓝莓哪个先熟", max_results=1)
+        assert hit.path == "memory/2026-03-08.md"
         assert mem.search(OFF_TOPIC[1]) == []
         _abstains_where_the_match_alone_answered(mem, FOREIGN_ZH[0])
     finally:
