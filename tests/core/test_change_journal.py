@@ -139,10 +139,13 @@ def test_an_overflowed_journal_falls_back_to_a_walk(make_workspace: WorkspaceFac
         pytest.skip("inotify queue too long to overflow in a unit test")
     ws = make_workspace(SAMPLE_FILES)
     mem, walks = trusting(ws, open_index)
-    noise = ws / "memory" / "noise.txt"
-    noise.write_text("x", encoding="utf-8")
-    for i in range(limit + 10):  # fill the kernel's queue: the edit below gets no event of its own
-        os.utime(noise, ns=(i, i))
+    noise = [ws / "memory" / "noise-a.txt", ws / "memory" / "noise-b.txt"]
+    for p in noise:
+        p.write_text("x", encoding="utf-8")
+    # Fill the kernel's queue (alternating names: the kernel merges an event repeating the last
+    # one): the edit below gets no event of its own, only the overflow marker.
+    for i in range(limit + 10):
+        os.utime(noise[i % 2], ns=(i, i))
     with open(ws / "memory" / "2026-01-05.md", "a", encoding="utf-8") as fh:
         fh.write("Quokka day.\n")
     n = walks.count
