@@ -14,7 +14,9 @@ ignored directories and symlinks) and, through their parents, the targets themse
 (``MEMORY.md``, ``memory.md``, ``memory/``, each extra path). A directory created, deleted or
 moved, a watch lost, or an overflowed queue re-plans the watches before the caller walks.
 Changes it cannot see: edits through a hard link from outside the watched directories, and edits
-made by another machine on a network file system. Unavailable (not Linux, no instances or watches
+made by another machine or a virtual machine's host on a shared file system (NFS, SMB, FUSE, 9p,
+virtiofs...): it only starts where every watched path is on a local file system
+(:data:`LOCAL_FILE_SYSTEMS`). Unavailable (not Linux, a shared file system, no instances or watches
 left, a forked child): :meth:`ChangeJournal.start` returns ``None`` and searches walk.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,36 @@ _UNMOUNT, _Q_OVERFLOW, _IGNORED = 0x2000, 0x4000, 0x8000
 _ONLYDIR, _DONT_FOLLOW, _ISDIR = 0x01000000, 0x02000000, 0x40000000
 _CHANGES = _MODIFY | _ATTRIB | _CLOSE_WRITE | _MOVED_FROM | _MOVED_TO | _CREATE | _DELETE | _DELETE_SELF | _MOVE_SELF
 _SELF = _DELETE_SELF | _MOVE_SELF | _UNMOUNT | _IGNORED
+
+
+#: File systems whose every change is made through this kernel, so that inotify reports it (on a
+#: network or FUSE file system, another machine's or process's edits may raise no event here).
+LOCAL_FILE_SYSTEMS = frozenset({
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "jfs", "reiserfs", "ramfs",
+    "bcachefs", "nilfs2", "hfsplus", "vfat", "exfat", "ntfs3",
+})
+
+
+def file_system_type(path: str | os.PathLike[str], mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The type of the file system holding ``path`` (its mount with the longest matching mount
+    point), or ``None`` when it cannot be told."""
+    real = os.path.realpath(path)
+    best, fstype = -1, None
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == point or point == "/" or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best:  # a later mount over the same point hides the earlier one
+            best, fstype = len(point), right.split()[0]
+    return fstype
 
 
 class _Watch:
@@ -82,6 +115,13 @@ class ChangeJournal:
             from inotify_simple import INotify
         except (ImportError, OSError, AttributeError):  # not Linux, or no inotify in this libc
             return None
+        for path in [workspace, *normalize_extra_paths(workspace, extra_paths)]:
+            while not os.path.exists(path) and os.path.dirname(path) != str(path):
+                path = Path(os.path.dirname(path))  # a missing target: where it would be created
+            kind = file_system_type(path)
+            if kind not in LOCAL_FILE_SYSTEMS:
+                log.debug("change journal not used: %s is on a %s file system", path, kind or "unknown")
+                return None
         try:
             inotify = INotify(nonblocking=True)
         except (OSError, AttributeError) as exc:  # e.g. fs.inotify.max_user_instances reached

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, remap_lines
 from .config import MemoryConfig
-from .discovery import BAD_NAME_REASON, memory_paths, normalize_extra_paths
+from .discovery import BAD_NAME_REASON, Listings, memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .errors import StoreError
 from .progress import PhaseMeter, ProgressCallback, SyncProgress
@@ -113,6 +113,8 @@ class Syncer:
         #: id(store) -> (store, data version, source -> its file states): what the index held at that
         #: version, so that a scan of an unchanged index does not fetch every file's state again.
         self._states: dict[int, tuple[Store, Hashable, dict[str, dict[str, FileState]]]] = {}
+        #: Directory listings reused while a directory is unchanged (see ``discovery._walk``).
+        self._listings: Listings = {}
 
     # -- one sync ---------------------------------------------------------------------------------
 
@@ -176,7 +178,7 @@ class Syncer:
 
     def memory_items(self, bad_names: list[str] | None = None) -> list[Entry]:
         """Memory files to index; those whose path is not valid UTF-8 go to ``bad_names``."""
-        pairs, _ = memory_paths(self.workspace, self.config.extra_paths, bad_names=bad_names)
+        pairs, _ = memory_paths(self.workspace, self.config.extra_paths, bad_names=bad_names, listings=self._listings)
         return [(path, abs_path, "memory", False) for path, abs_path in pairs]
 
     def session_items(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import sys
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,83 @@ def test_closing_the_index_closes_the_journal(make_workspace: WorkspaceFactory, 
     assert journal is not None
     mem.close()
     assert not journal.healthy and journal._inotify.closed
+
+
+def test_file_system_type_reads_the_mount_holding_a_path(tmp_path: Path) -> None:
+    from clawmem_core.journal import file_system_type
+
+    info = tmp_path / "mountinfo"
+    info.write_text("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+                    "40 27 0:50 / /mnt/team\\040notes rw,relatime shared:1 - nfs4 srv:/notes rw\n"
+                    "41 27 0:51 / /mnt/fuse rw - fuse.sshfs host:/ rw\n", encoding="utf-8")
+    assert file_system_type("/mnt/team notes/ws/memory", str(info)) == "nfs4"
+    assert file_system_type("/mnt/team notesX", str(info)) == "ext4"
+    assert file_system_type("/mnt/fuse", str(info)) == "fuse.sshfs"
+    assert file_system_type("/home/me", str(tmp_path / "missing")) is None
+
+
+def test_no_journal_on_a_shared_file_system(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another machine's edits on NFS raise no inotify event here: such a workspace is walked."""
+    import clawmem_core.journal as journal
+
+    monkeypatch.setattr(journal, "file_system_type", lambda path: "nfs4")
+    ws = make_workspace(SAMPLE_FILES)
+    mem = open_index(ws, embedder=None, config=MemoryConfig(provider="none"))
+    mem.sync()
+    walks = Walks(mem)
+    for _ in range(3):
+        assert paths(mem, "espresso") == {"MEMORY.md"}
+    assert mem._journal is None and walks.count == 3
+
+
+def _age(ws: Path, seconds: float = 3600.0) -> None:
+    """Make every file and directory of ``ws`` look last modified ``seconds`` ago (their ctimes
+    become now: the listings' racy margin is shortened to 50 ms below, and waited for)."""
+    old = time.time() - seconds
+    for dirpath, _dirs, names in os.walk(ws):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (old, old))
+        os.utime(dirpath, (old, old))
+    time.sleep(0.1)
+
+
+def test_walk_reuses_unchanged_directory_listings_and_sees_every_change(make_workspace: WorkspaceFactory,
+                                                                        open_index: IndexFactory,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the journal a search stats every file but lists a directory again only when its
+    mtime or ctime moved: created, deleted and renamed files are seen, even with the directory's
+    old mtime put back."""
+    import clawmem_core.discovery as discovery
+
+    listed: list[str] = []
+    real = discovery._list_dir
+    monkeypatch.setattr(discovery, "_list_dir", lambda d: listed.append(d) or real(d))
+    monkeypatch.setattr(discovery, "_RACY_LISTING_NS", 50_000_000)
+    ws = make_workspace(SAMPLE_FILES)
+    _age(ws)
+    mem = open_index(ws, embedder=None, config=MemoryConfig(provider="none"))
+    mem.change_journal = False
+    mem.fresh_budget = 60.0
+    mem.sync()
+    assert paths(mem, "kubernetes") == {"memory/2026-01-05.md"}
+    listed.clear()
+    assert paths(mem, "kubernetes") == {"memory/2026-01-05.md"}
+    assert listed == []  # memory/ and memory/projects/ were not listed again
+    day = ws / "memory"
+    old = day.stat()
+    (day / "2026-01-06.md").write_text("今天和小明玩成语接龙游戏。\n", encoding="utf-8")
+    os.utime(day, ns=(old.st_atime_ns, old.st_mtime_ns))  # the directory's mtime put back
+    assert paths(mem, "成语") == {"memory/2026-01-06.md"}
+    _age(ws)
+    mem.sync()
+    assert paths(mem, "成语") == {"memory/2026-01-06.md"}
+    (day / "2026-01-06.md").rename(day / "projects" / "idioms.md")
+    assert paths(mem, "成语") == {"memory/projects/idioms.md"}
+    _age(ws)
+    mem.sync()
+    (day / "projects" / "idioms.md").unlink()
+    assert paths(mem, "成语") == set()
+    listed.clear()
+    (day / "projects" / "roadmap.md").write_text("# Roadmap\n\nShip the quokka feature.\n", encoding="utf-8")
+    assert paths(mem, "quokka") == {"memory/projects/roadmap.md"}  # an edit in place: per-file stats
