@@ -13,9 +13,10 @@ It watches the directories discovery lists (``memory/`` and extra directories, r
 ignored directories and symlinks) and, through their parents, the targets themselves
 (``MEMORY.md``, ``memory.md``, ``memory/``, each extra path). A directory created, deleted or
 moved, a watch lost, or an overflowed queue re-plans the watches before the caller walks.
-Changes it cannot see: edits through a hard link from outside the watched directories, and edits
-made by another machine or a virtual machine's host on a shared file system (NFS, SMB, FUSE, 9p,
-virtiofs...): it only starts where every watched path is on a local file system
+Changes it cannot see: edits through a hard link from outside the watched directories, writes
+through a shared memory mapping (``mmap``), and edits made by another machine or a virtual
+machine's host on a shared file system (NFS, SMB, FUSE, 9p, virtiofs...): it only starts where
+every watched path is on a local file system
 (:data:`LOCAL_FILE_SYSTEMS`). Unavailable (not Linux, a shared file system, no instances or watches
 left, a forked child): :meth:`ChangeJournal.start` returns ``None`` and searches walk.
 """
