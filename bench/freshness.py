@@ -6,14 +6,15 @@ Systems, each its own ``MemoryIndex`` over the same index, searched interleaved 
 rotating the order) so that the ratios come from one run on a shared machine:
 
 - ``off``: no freshness check (``sync.on_search = false``): the floor;
-- ``walk, states fetched``: stat every file and fetch every file's indexed state per search (the
-  check before the change journal and the state cache);
-- ``walk``: stat every file, file states kept per data version of the index (no change journal);
+- ``walk, states fetched``: stat every file, list every directory and fetch every file's indexed
+  state per search (the check before the change journal and these caches);
+- ``walk``: stat every file; directory listings and file states kept while unchanged (no journal);
 - ``walk + watch()``: the same with the file watcher running;
 - ``journal``: the default, trusting kernel change notifications (``clawmem_core.journal``);
 - ``journal + watch()``: the default with the file watcher running.
 
-Also the no-op ``sync()`` (SQLite) with the file states fetched and kept.
+Also the no-op ``sync()`` with the file states fetched and kept (SQLite; PostgreSQL with
+``--postgres 2500,10000``, on an embedded server).
 
     python -m bench.freshness                      # 1k, 4k and 40k files; about 5 minutes
     python -m bench.freshness --scales 2500 --queries 20
@@ -73,7 +74,9 @@ def open_system(name: str, ws: Path, state: Path) -> tuple[MemoryIndex, Callable
         mem.watch()
     before: Callable[[], None] = (lambda: None)
     if name == "walk, states fetched":
-        before = mem._syncer._states.clear  # what every search did before
+        def before() -> None:  # what every search did before: fetch every state, list every directory
+            mem._syncer._states.clear()
+            mem._syncer._listings.clear()
     return mem, before
 
 
@@ -90,6 +93,7 @@ def run_scale(work: Path, chunks: int, queries: int) -> dict[str, Any]:
             kind = "fetched" if i % 2 == 0 else "kept"
             if kind == "fetched":
                 mem._syncer._states.clear()
+                mem._syncer._listings.clear()
             t = time.perf_counter()
             mem.sync()
             noop[kind].append(time.perf_counter() - t)
@@ -139,6 +143,38 @@ def run_scale(work: Path, chunks: int, queries: int) -> dict[str, Any]:
     }
 
 
+def postgres_noop(work: Path, scales: list[int], rounds: int = 10) -> list[dict[str, Any]]:
+    """The no-op ``sync()`` of a keyword-only index in PostgreSQL (embedded server): file states
+    fetched (each sync, as before) against kept per data version, interleaved."""
+    from .postgres import Server
+
+    server = Server()
+    out = []
+    try:
+        for chunks in scales:
+            ws, manifest = workspace(work, chunks)
+            url = server.database(f"fresh_{chunks}")
+            cfg = MemoryConfig.from_dict({"provider": "none", "store": {"url": url}})
+            with MemoryIndex(ws, agent_id="bench", config=cfg, state_dir=work / f"pg-state-{chunks}") as mem:
+                mem.sync()
+                times: dict[str, list[float]] = {"fetched": [], "kept": []}
+                for i in range(2 * rounds):
+                    kind = "fetched" if i % 2 == 0 else "kept"
+                    if kind == "fetched":
+                        mem._syncer._states.clear()
+                        mem._syncer._listings.clear()
+                    t = time.perf_counter()
+                    mem.sync()
+                    times[kind].append(time.perf_counter() - t)
+            out.append({"chunks": chunks, "files": manifest["files"], "load": load(),
+                        **{f"{k}_ms": statistics.median(v) * 1000 for k, v in times.items()}})
+            print(f"postgres no-op sync, {manifest['files']:,} files: fetched {out[-1]['fetched_ms']:.1f} ms, "
+                  f"kept {out[-1]['kept_ms']:.1f} ms (load {out[-1]['load']})")
+    finally:
+        server.close()
+    return out
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = [
         "Keyword search (`provider=\"none\"`), one long-lived `MemoryIndex` per system over the same index, searches "
@@ -162,6 +198,13 @@ def markdown(res: dict[str, Any]) -> str:
         "Every system returned the same results for every query: "
         + ("yes" if all(r["same_results"] for r in res["scales"]) else "NO") + ".",
     ]
+    if res.get("postgres"):
+        lines += ["", "No-op `sync()` of a keyword-only index in PostgreSQL (embedded, local socket), file states and "
+                  "listings fetched every time (before) against kept per data version, interleaved, p50 ms:", "",
+                  "| files (chunks) | fetched | kept | ratio | load |", "|---|---|---|---|---|"]
+        for r in res["postgres"]:
+            lines.append(f"| {r['files']:,} ({r['chunks']:,}) | {r['fetched_ms']:.1f} | {r['kept_ms']:.1f} | "
+                         f"{r['fetched_ms'] / r['kept_ms']:.1f}x | {r['load']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -171,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=60, help="timed searches per system and scale")
     ap.add_argument("--work", type=Path, default=RESULTS / "raw" / "freshness")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--postgres", default="", help="chunk counts for the PostgreSQL no-op sync (e.g. 2500,10000)")
     a = ap.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"cpus": os.cpu_count(), "scales": []}
@@ -183,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['ratio_to_off'][n]:6.2f}x off  walks/search {r['walks_per_search'][n]:.2f}")
         print(f"  no-op sync(): states fetched {r['noop_sync_ms']['fetched']:.1f} ms, kept {r['noop_sync_ms']['kept']:.1f} ms;"
               f" same results: {r['same_results']}; journal healthy: {r['journal_healthy']}")
+    if a.postgres:
+        res["postgres"] = postgres_noop(a.work, [int(x) for x in a.postgres.split(",") if x])
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "freshness.json").write_text(json.dumps(res, indent=2) + "\n")
     (a.out / "freshness.md").write_text(markdown(res), encoding="utf-8")
