@@ -144,3 +144,38 @@ def test_the_default_agent_is_the_workspace_s_on_both_backends(tmp_path: Path, s
             assert not main_rep.search("Pixel")
         with pytest.raises(ClawmemError, match="must name the agent"):
             MemoryIndex(None, config=cfg, state_dir=tmp_path / "r")
+
+
+def test_a_cli_replica_serves_mcp(tmp_path: Path, pg_url: str) -> None:
+    """`clawmem --store URL --agent team mcp` with no workspace: the tools answer from the store
+    (no watcher: there are no files to watch); memory_write is refused in its payload."""
+    pytest.importorskip("mcp")
+    import asyncio
+
+    from mcp import Client, StdioServerParameters
+
+    url = pg_url
+    team = write(tmp_path / "team", TEAM)
+    with MemoryIndex(team, agent_id="team", config={"store": {"url": url}, "provider": "none"},
+                     state_dir=tmp_path / "team-state") as mem:
+        mem.sync()
+    (tmp_path / "elsewhere").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["CLAWMEM_STATE_DIR"] = str(tmp_path / "state")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
+    params = StdioServerParameters(command=sys.executable, env=env, cwd=str(tmp_path / "elsewhere"),
+                                   args=["-m", "clawmem_core.cli", "--store", url, "--agent", "team", "--provider",
+                                         "none", "mcp"])
+
+    async def session() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with Client(params, read_timeout_seconds=120) as client:
+            found = await client.call_tool("memory_search", {"query": "staging database password"})
+            got = await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 3, "lines": 1})
+            wrote = await client.call_tool("memory_write", {"text": "a note"})
+            return found.structured_content, got.structured_content, wrote.structured_content
+
+    found, got, wrote = asyncio.run(session())
+    assert found["replica"] is True and found["results"][0]["path"] == "memory/2026-01-05.md"
+    assert got["text"] == "The deploy freeze starts on Fridays at noon." and got["fromIndex"] is True
+    assert wrote.get("disabled") is True and "replica" in wrote["error"]
+    assert not (tmp_path / "state" / "memory").exists()
