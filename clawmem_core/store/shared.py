@@ -83,6 +83,13 @@ class SharedView(Store):
                 out[pre + i] = (pre + path, source, start, end)
         return out
 
+    def pending_ids(self, ids: Iterable[str]) -> set[str]:
+        out: set[str] = set()
+        for ns, raw in self._route(ids).items():
+            pre = "" if ns is None else shared_prefix(ns)
+            out.update(pre + i for i in self._store(ns).pending_ids(raw))
+        return out
+
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         out: dict[str, ChunkRow] = {}
         for ns, raw in self._route(ids).items():
