@@ -962,7 +962,17 @@ class MemoryIndex:
                     if ns not in self._shared_unavailable:
                         log.warning("shared namespace %r is searched as empty: %s", ns, exc)
                     self._shared_unavailable[ns] = (str(exc), public)
-            return SharedView(self._store, dict(self._shared))
+            return SharedView(self._store, dict(self._shared), on_error=self._shared_failed)
+
+    def _shared_failed(self, ns: str, exc: StoreError) -> None:
+        """A shared namespace failed during a search (damaged, vanished): left out of it, reported,
+        and reopened by the next search (its own agent repairs it on its next sync)."""
+        with self._state_lock:
+            if self._shared is not None and ns in self._shared:
+                self._retired.append(self._shared.pop(ns))  # a search in another thread may still use it
+            if ns not in self._shared_unavailable:
+                log.warning("shared namespace %r is left out of this search: %s", ns, exc)
+            self._shared_unavailable[ns] = (str(exc), "its index cannot be read (see clawmem status)")
 
     def _check_workspace(self, what: str) -> None:
         if self.workspace is None:
