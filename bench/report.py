@@ -356,6 +356,10 @@ def write(out_dir: Path = RESULTS_DIR) -> Path:
     if abstention.exists():
         lines += ["## Abstention: the query's confidence (`python -m bench.calibrated`)", "",
                   abstention.read_text(encoding="utf-8").strip(), ""]
+    freshness = out_dir / "freshness.md"  # written by ``python -m bench.freshness``
+    if freshness.exists():
+        lines += ["## Per-search freshness (`python -m bench.freshness`)", "",
+                  freshness.read_text(encoding="utf-8").strip(), ""]
     matrix = out_dir / "matrix.md"  # written by ``python -m bench.matrix``
     if matrix.exists():
         lines += ["## Embedders x fusion x reranking, end to end (`python -m bench.matrix`)", "",
