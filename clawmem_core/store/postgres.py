@@ -31,6 +31,7 @@ from ..text import index_document
 from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
 
 if TYPE_CHECKING:
+    import numpy as np
     import psycopg
     from psycopg_pool import ConnectionPool
 
@@ -179,6 +180,142 @@ def _tsvector(counts: "Counter[str]") -> str:
 def _tsquery(tokens: Sequence[str]) -> str:
     """``'a' | 'b'`` with every lexeme quoted (nothing in a term is tsquery syntax)."""
     return " | ".join(_quote_lexeme(t) for t in tokens)
+
+
+#: Postings (rows) the in-process keyword statistics keep, over every agent of the process.
+MAX_CACHED_POSTINGS = 8_000_000
+#: Attempts to read statistics of one data version while other processes write.
+_KEYWORD_ATTEMPTS = 3
+
+
+class _StaleKeywords(Exception):
+    """The agent's keyword rows changed while their statistics were being read."""
+
+
+class _KeywordStats:
+    """BM25 statistics of one agent's keyword rows at one data version, kept in process: the rows
+    (ascending ``rid``), their lengths, and the postings of the terms searched so far. Scores are
+    FTS5's ``bm25()`` (same formula, constants and order of additions as :mod:`.bm25`)."""
+
+    def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray") -> None:
+        self.token = token
+        self.rids = rids
+        self.rows = len(rids)
+        avgdl = float(doc_len.sum()) / self.rows if self.rows else 1.0
+        #: Per row: ``k1 * (1 - b + b * D / avgdl)``, evaluated as fts5Bm25Function does.
+        self.length_norm = _K1 * (1 - _B + _B * doc_len / avgdl)
+        #: token -> (row positions ascending, the token's count in each)
+        self.terms: dict[str, tuple[Any, Any]] = {}
+        self.postings = 0
+        self.used = time.monotonic()
+
+    @property
+    def size(self) -> int:
+        return self.rows + self.postings
+
+    def add(self, token: str, rids: "np.ndarray", tf: "np.ndarray") -> tuple[Any, Any]:
+        """Keep the postings of ``token``: its rows (ascending) and its count in each."""
+        import numpy as np
+
+        pos = np.searchsorted(self.rids, rids)
+        if len(rids) and (pos.max() >= self.rows or not np.array_equal(self.rids[pos], rids)):
+            raise _StaleKeywords(f"postings of {token!r} name rows the statistics do not hold")
+        entry = (pos, tf.astype(np.float64))
+        self.terms[token] = entry
+        self.postings += len(pos)
+        return entry
+
+    def idf(self, hits: int) -> float:
+        # fts5_aux.c: IDF = log((N - nHit + 0.5) / (nHit + 0.5)), at least 1e-6.
+        idf = math.log((self.rows - hits + 0.5) / (hits + 0.5)) if self.rows else 1e-6
+        return 1e-6 if idf <= 0.0 else idf
+
+    def search(self, postings: Sequence[tuple[Any, Any]], limit: int) -> list[tuple[int, float]]:
+        """``(rid, bm25 rank)`` of the best ``limit`` rows holding any of the query's tokens (their
+        ``postings``, in query order); ties by rid."""
+        import numpy as np
+
+        if not self.rows or limit <= 0:
+            return []
+        scores = np.zeros(self.rows, dtype=np.float64)
+        norm = self.length_norm
+        hit = False
+        for pos, freq in postings:  # one addition per row and term, in term order, as FTS5
+            if len(pos):
+                hit = True
+                # fts5Bm25Function: score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * D / avgdl)))
+                scores[pos] += self.idf(len(pos)) * ((freq * (_K1 + 1.0)) / (freq + norm[pos]))
+        if not hit:
+            return []
+        # Every matching row scores above 0 (IDF >= 1e-6): the rows at least as good as the
+        # limit-th score, then ordered by score and row.
+        cut = len(scores) - limit
+        kth = np.partition(scores, cut)[cut] if cut > 0 else 0.0
+        found = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores)
+        best = found[np.lexsort((found, -scores[found]))[:limit]]
+        return [(int(self.rids[i]), -float(scores[i])) for i in best]
+
+    @staticmethod
+    def rows_with_all(postings: Sequence[tuple[Any, Any]]) -> int:
+        """Rows holding every token of ``postings``."""
+        import numpy as np
+
+        pos = postings[0][0]
+        for other, _ in postings[1:]:
+            pos = np.intersect1d(pos, other, assume_unique=True)
+        return len(pos)
+
+
+class _KeywordCache:
+    """The in-process keyword statistics of every agent this process searches, by database and
+    agent, each valid for one data version of its agent (bumped by every write transaction, in
+    any process): a search checks the version in the same statement that fetches its results."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats: dict[tuple[str, str], _KeywordStats] = {}
+
+    def get(self, key: tuple[str, str]) -> _KeywordStats | None:
+        with self._lock:
+            stats = self._stats.get(key)
+            if stats is not None:
+                stats.used = time.monotonic()
+            return stats
+
+    def put(self, key: tuple[str, str], stats: _KeywordStats) -> None:
+        with self._lock:
+            self._stats[key] = stats
+            self._trim(keep=key)
+
+    def grew(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._trim(keep=key)
+
+    def drop(self, key: tuple[str, str], stats: _KeywordStats | None = None) -> None:
+        with self._lock:
+            if stats is None or self._stats.get(key) is stats:
+                self._stats.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._stats.clear()
+
+    def _trim(self, keep: tuple[str, str]) -> None:
+        """Forget the least recently used agents, then the kept agent's postings, over the budget."""
+        total = sum(s.size for s in self._stats.values())
+        for key, s in sorted(self._stats.items(), key=lambda kv: kv[1].used):
+            if total <= MAX_CACHED_POSTINGS:
+                return
+            if key != keep:
+                total -= s.size
+                del self._stats[key]
+        s = self._stats.get(keep)
+        if s is not None and total > MAX_CACHED_POSTINGS:
+            s.terms.clear()  # the kept agent alone is over the budget: its row lengths stay
+            s.postings = 0
+
+
+KEYWORD_CACHE = _KeywordCache()
 
 
 class PostgresBackend(StoreBackend):
@@ -738,10 +875,122 @@ class PostgresStore(Store):
             self._cache_token = token
         return self._stats
 
+    # The keyword side in process: the agent's row lengths and the postings of the terms searched
+    # so far are kept (KEYWORD_CACHE) for one data version of the agent. Every statement that
+    # reads them or answers from them also reads the version, in the same snapshot: a write by any
+    # process (each write transaction bumps the version) is seen by the next search.
+
+    _VERSION = "SELECT a.generation, a.data_version{cols} FROM clawmem_agents AS a {join} WHERE a.agent = %(agent)s"
+
+    def _kw_key(self) -> tuple[str, str]:
+        return (self.backend._url, self.agent)
+
+    def _load_keyword_stats(self, conn: "psycopg.Connection") -> _KeywordStats:
+        import numpy as np
+
+        row = conn.execute(
+            self._VERSION.format(
+                cols=", s.rids, s.lens",
+                join="CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0) AS s",
+            ),
+            {"agent": self.agent},
+        ).fetchone()
+        if row is None or not row[2]:
+            empty = np.zeros(0, dtype=np.int64)
+            return _KeywordStats((row[0], row[1]) if row else None, empty, empty.astype(np.float64))
+        rids = np.array(row[2].split(","), dtype=np.int64)
+        lens = np.array(row[3].split(","), dtype=np.float64)
+        return _KeywordStats((row[0], row[1]), rids, lens)
+
+    def _load_postings(self, conn: "psycopg.Connection", stats: _KeywordStats, tokens: list[str]) -> dict[str, tuple[Any, Any]]:
+        """Read the postings of ``tokens`` into ``stats``; :class:`_StaleKeywords` when the agent's
+        data version is no longer that of ``stats``."""
+        import numpy as np
+
+        rows = conn.execute(
+            self._VERSION.format(
+                cols=", p.lexeme, p.rids, p.tfs",
+                # a row's tsvector cut down to the tokens; a lexeme's positions count its occurrences
+                join="LEFT JOIN LATERAL (SELECT x.lexeme, string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                "string_agg(array_length(x.positions, 1)::text, ',' ORDER BY c.rid) AS tfs "
+                "FROM clawmem_chunks AS c CROSS JOIN LATERAL "
+                "unnest(ts_filter(setweight(c.terms, 'A', %(tokens)s::text[]), '{a}')) AS x "
+                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 "
+                "AND c.terms @@ %(query)s::tsquery GROUP BY x.lexeme) AS p ON true",
+            ),
+            {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens)},
+        ).fetchall()
+        token = (rows[0][0], rows[0][1]) if rows else None
+        if token != stats.token:
+            raise _StaleKeywords("the agent's keyword rows changed")
+        got = {r[2]: r for r in rows if r[2] is not None}
+        out = {}
+        for t in tokens:
+            r = got.get(t)
+            rids = np.array(r[3].split(","), dtype=np.int64) if r else np.zeros(0, dtype=np.int64)
+            tf = np.array(r[4].split(","), dtype=np.float64) if r else np.zeros(0, dtype=np.float64)
+            out[t] = stats.add(t, rids, tf)
+        return out
+
+    def _keyword_postings(self, conn: "psycopg.Connection", tokens: list[str]) -> tuple[_KeywordStats, dict[str, tuple[Any, Any]], bool]:
+        """The agent's keyword statistics with the postings of ``tokens`` (read where missing), and
+        whether their data version was just checked (else the caller checks it)."""
+        key = self._kw_key()
+        for _ in range(_KEYWORD_ATTEMPTS):
+            stats = KEYWORD_CACHE.get(key)
+            checked = False
+            if stats is None:
+                stats = self._load_keyword_stats(conn)
+                KEYWORD_CACHE.put(key, stats)
+                checked = True
+            entries = {t: stats.terms.get(t) for t in tokens}
+            missing = [t for t, e in entries.items() if e is None]
+            if missing:
+                try:
+                    entries.update(self._load_postings(conn, stats, missing))
+                except _StaleKeywords:
+                    KEYWORD_CACHE.drop(key, stats)
+                    continue
+                KEYWORD_CACHE.grew(key)
+                checked = True
+            return stats, entries, checked  # type: ignore[return-value]
+        raise _StaleKeywords("the agent's keyword rows kept changing")
+
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         tokens = self.backend.terms.query(terms)
         if not tokens or limit <= 0:
             return []
+        if self._gen is not None:  # a generation being built: straight from the tables
+            return self._keyword_search_sql(tokens, limit)
+        key = self._kw_key()
+        with self._conn() as conn:
+            for _ in range(_KEYWORD_ATTEMPTS):
+                try:
+                    stats, entries, _ = self._keyword_postings(conn, tokens)
+                except _StaleKeywords:
+                    break
+                best = stats.search([entries[t] for t in tokens], int(limit))
+                # the ids of the best rows, and the version they were scored at (one statement)
+                rows = conn.execute(
+                    self._VERSION.format(
+                        cols=", c.rid, c.id",
+                        join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
+                        "AND c.generation = a.generation",
+                    ),
+                    {"agent": self.agent, "rids": [rid for rid, _ in best]},
+                ).fetchall()
+                if ((rows[0][0], rows[0][1]) if rows else None) != stats.token:
+                    KEYWORD_CACHE.drop(key, stats)
+                    continue
+                ids = {r[2]: r[3] for r in rows}
+                return [(ids[rid], rank) for rid, rank in best if rid in ids]
+        log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
+        return self._keyword_search_sql(tokens, limit)
+
+    def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
+        """The keyword query scored by the server (every matching row; same scores)."""
         with self._conn() as conn:
             n, avgdl = self._corpus_stats(conn)
             if not n:
@@ -773,15 +1022,32 @@ class PostgresStore(Store):
         return [(r[0], float(r[1])) for r in rows]
 
     def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        per_term = [self.backend.terms.query([term]) for term in terms]
+        tokens = list(dict.fromkeys(t for toks in per_term for t in toks))
+        if self._gen is None:
+            key = self._kw_key()
+            with self._conn() as conn:
+                for _ in range(_KEYWORD_ATTEMPTS):
+                    try:
+                        stats, entries, checked = self._keyword_postings(conn, tokens)
+                    except _StaleKeywords:
+                        break
+                    if not checked:
+                        row = conn.execute(self._VERSION.format(cols="", join=""), {"agent": self.agent}).fetchone()
+                        if (tuple(row) if row else None) != stats.token:
+                            KEYWORD_CACHE.drop(key, stats)
+                            continue
+                    # a term of several tokens: the rows holding all of them
+                    return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0
+                                        for toks in per_term]
         with self._conn() as conn:
             n, _ = self._corpus_stats(conn)
             out = []
-            for term in terms:
-                tokens = self.backend.terms.query([term])
-                if not tokens:
+            for toks in per_term:
+                if not toks:
                     out.append(0)
                     continue
-                q = " & ".join(_tsquery([t]) for t in tokens)  # a term of several tokens: all of them
+                q = " & ".join(_tsquery([t]) for t in toks)  # a term of several tokens: all of them
                 row = conn.execute(
                     f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
                     "AND part = 0 AND terms @@ %(q)s::tsquery",
