@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawmem")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: Older schema versions this code upgrades in place (the changes are only added indexes and
+#: storage settings).
+_UPGRADES_FROM = (2,)
 META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
@@ -81,6 +84,12 @@ CREATE INDEX IF NOT EXISTS clawmem_chunks_path ON clawmem_chunks (agent, generat
 CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
 ALTER TABLE clawmem_chunks ADD COLUMN IF NOT EXISTS pending smallint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS clawmem_chunks_pending ON clawmem_chunks (agent, generation, rid) WHERE pending = 1;
+-- the keyword rows of an agent in rid order with their lengths, read without the table (version 3)
+CREATE INDEX IF NOT EXISTS clawmem_chunks_keyword ON clawmem_chunks (agent, generation, rid) INCLUDE (doc_len)
+    WHERE part = 0;
+-- vectors inside the row (the text and the terms go out of line instead): an exact search reads
+-- one page per few rows, not a TOAST lookup per row (version 3)
+ALTER TABLE clawmem_chunks ALTER COLUMN embedding SET STORAGE MAIN;
 CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
     provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
     dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
@@ -200,6 +209,7 @@ class _KeywordStats:
     def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray") -> None:
         self.token = token
         self.rids = rids
+        self.doc_len = doc_len
         self.rows = len(rids)
         avgdl = float(doc_len.sum()) / self.rows if self.rows else 1.0
         #: Per row: ``k1 * (1 - b + b * D / avgdl)``, evaluated as fts5Bm25Function does.
@@ -224,6 +234,29 @@ class _KeywordStats:
         self.terms[token] = entry
         self.postings += len(pos)
         return entry
+
+    def advance(self, token: Any, live: "np.ndarray | None", rids: "np.ndarray", doc_len: "np.ndarray",
+                postings: dict[str, tuple["np.ndarray", "np.ndarray"]]) -> "_KeywordStats":
+        """These statistics carried to a later data version of the same generation: of the rows
+        held, those in ``live`` stay (all when ``None``); ``rids`` (all above the ones held) come
+        with their lengths and, for each term held, its ``postings`` among them."""
+        import numpy as np
+
+        if live is None:
+            keep = np.ones(self.rows, dtype=bool)
+        else:
+            keep = np.isin(self.rids, live, assume_unique=True)
+        kept = int(keep.sum())
+        moved = np.cumsum(keep) - 1  # old position -> new position (where kept)
+        out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
+                            np.concatenate([self.doc_len[keep], doc_len]))
+        for term, (pos, tf) in list(self.terms.items()):
+            alive = keep[pos]
+            new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
+            new_pos = kept + np.searchsorted(rids, new_rids)
+            out.terms[term] = (np.concatenate([moved[pos[alive]], new_pos]), np.concatenate([tf[alive], new_tf]))
+            out.postings += len(out.terms[term][0])
+        return out
 
     def idf(self, hits: int) -> float:
         # fts5_aux.c: IDF = log((N - nHit + 0.5) / (nHit + 0.5)), at least 1e-6.
@@ -448,7 +481,7 @@ class PostgresBackend(StoreBackend):
             exists = conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]  # type: ignore[index]
             if exists:
                 row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
-                if row is not None and row[0] != SCHEMA_VERSION:
+                if row is not None and row[0] != SCHEMA_VERSION and row[0] not in _UPGRADES_FROM:
                     raise StoreError(
                         f"database {redact_url(self._url)} has clawmem schema version {row[0]}; this clawmem "
                         f"writes {SCHEMA_VERSION}"
@@ -456,6 +489,8 @@ class PostgresBackend(StoreBackend):
             conn.execute(_SCHEMA)
             if conn.execute("SELECT count(*) FROM clawmem_schema").fetchone()[0] == 0:  # type: ignore[index]
                 conn.execute("INSERT INTO clawmem_schema VALUES (%s)", (SCHEMA_VERSION,))
+            else:
+                conn.execute("UPDATE clawmem_schema SET version = %s", (SCHEMA_VERSION,))
         self._schema_ready = True
 
     # -- StoreBackend -----------------------------------------------------------------------------
@@ -897,12 +932,59 @@ class PostgresStore(Store):
             ),
             {"agent": self.agent},
         ).fetchone()
-        if row is None or not row[2]:
-            empty = np.zeros(0, dtype=np.int64)
-            return _KeywordStats((row[0], row[1]) if row else None, empty, empty.astype(np.float64))
-        rids = np.array(row[2].split(","), dtype=np.int64)
-        lens = np.array(row[3].split(","), dtype=np.float64)
-        return _KeywordStats((row[0], row[1]), rids, lens)
+        if row is None:
+            return _KeywordStats(None, self._ints(None), self._ints(None, "float64"))
+        return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"))
+
+    #: Per lexeme of ``%(tokens)s``: the agent's keyword rows holding it (``{where}``) and its count in
+    #: each (a row's tsvector cut down to the tokens: a lexeme's positions count its occurrences).
+    _POSTINGS = (
+        "SELECT x.lexeme, string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+        "string_agg(array_length(x.positions, 1)::text, ',' ORDER BY c.rid) AS tfs "
+        "FROM clawmem_chunks AS c CROSS JOIN LATERAL "
+        "unnest(ts_filter(setweight(c.terms, 'A', %(tokens)s::text[]), '{{a}}')) AS x "
+        "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND {where} GROUP BY x.lexeme"
+    )
+
+    @staticmethod
+    def _ints(text: str | None, dtype: str = "int64") -> "np.ndarray":
+        import numpy as np
+
+        return np.array(text.split(","), dtype=dtype) if text else np.zeros(0, dtype=dtype)
+
+    def _refresh_keyword_stats(self, conn: "psycopg.Connection", stats: _KeywordStats) -> _KeywordStats | None:
+        """``stats`` carried to the agent's current data version without reading again what did
+        not change: the rows added since (all above the rows held: an agent's writes are serialised
+        by its row in ``clawmem_agents``), and the rows deleted. ``None`` when the generation changed."""
+        top = int(stats.rids[-1]) if stats.rows else 0
+        tokens = list(stats.terms)
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+            rows = conn.execute(
+                self._VERSION.format(
+                    cols=", o.kept, n.rids, n.lens, p.lexeme, p.rids, p.tfs",
+                    join="CROSS JOIN LATERAL (SELECT count(*) AS kept FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+                    "AND c.generation = a.generation AND c.part = 0 AND c.rid <= %(top)s) AS o "
+                    "CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                    "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                    "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND c.rid > %(top)s) AS n "
+                    f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.rid > %(top)s')}) AS p ON true",
+                ),
+                {"agent": self.agent, "top": top, "tokens": tokens},
+            ).fetchall()
+            if not rows or stats.token is None or rows[0][0] != stats.token[0]:
+                return None
+            live = None
+            if int(rows[0][2]) != stats.rows:  # rows were deleted: which ones
+                row = conn.execute(
+                    "SELECT string_agg(rid::text, ',' ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
+                    "AND generation = %(gen)s AND part = 0 AND rid <= %(top)s",
+                    {"agent": self.agent, "gen": rows[0][0], "top": top},
+                ).fetchone()
+                live = self._ints(row[0] if row else None)
+        postings = {r[5]: (self._ints(r[6]), self._ints(r[7], "float64")) for r in rows if r[5] is not None}
+        return stats.advance((rows[0][0], rows[0][1]), live, self._ints(rows[0][3]), self._ints(rows[0][4], "float64"),
+                             postings)
 
     def _load_postings(self, conn: "psycopg.Connection", stats: _KeywordStats, tokens: list[str]) -> dict[str, tuple[Any, Any]]:
         """Read the postings of ``tokens`` into ``stats``; :class:`_StaleKeywords` when the agent's
@@ -912,13 +994,7 @@ class PostgresStore(Store):
         rows = conn.execute(
             self._VERSION.format(
                 cols=", p.lexeme, p.rids, p.tfs",
-                # a row's tsvector cut down to the tokens; a lexeme's positions count its occurrences
-                join="LEFT JOIN LATERAL (SELECT x.lexeme, string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
-                "string_agg(array_length(x.positions, 1)::text, ',' ORDER BY c.rid) AS tfs "
-                "FROM clawmem_chunks AS c CROSS JOIN LATERAL "
-                "unnest(ts_filter(setweight(c.terms, 'A', %(tokens)s::text[]), '{a}')) AS x "
-                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 "
-                "AND c.terms @@ %(query)s::tsquery GROUP BY x.lexeme) AS p ON true",
+                join=f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.terms @@ %(query)s::tsquery')}) AS p ON true",
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens)},
         ).fetchall()
@@ -929,20 +1005,21 @@ class PostgresStore(Store):
         out = {}
         for t in tokens:
             r = got.get(t)
-            rids = np.array(r[3].split(","), dtype=np.int64) if r else np.zeros(0, dtype=np.int64)
-            tf = np.array(r[4].split(","), dtype=np.float64) if r else np.zeros(0, dtype=np.float64)
-            out[t] = stats.add(t, rids, tf)
+            out[t] = stats.add(t, self._ints(r[3] if r else None), self._ints(r[4] if r else None, "float64"))
         return out
 
-    def _keyword_postings(self, conn: "psycopg.Connection", tokens: list[str]) -> tuple[_KeywordStats, dict[str, tuple[Any, Any]], bool]:
+    def _keyword_postings(self, conn: "psycopg.Connection", tokens: list[str], stale: _KeywordStats | None = None,
+                          ) -> tuple[_KeywordStats, dict[str, tuple[Any, Any]], bool]:
         """The agent's keyword statistics with the postings of ``tokens`` (read where missing), and
-        whether their data version was just checked (else the caller checks it)."""
+        whether their data version was just checked (else the caller checks it). ``stale``:
+        statistics found out of date (they are brought up to date)."""
         key = self._kw_key()
         for _ in range(_KEYWORD_ATTEMPTS):
             stats = KEYWORD_CACHE.get(key)
             checked = False
-            if stats is None:
-                stats = self._load_keyword_stats(conn)
+            if stats is None or stats is stale:
+                fresh = self._refresh_keyword_stats(conn, stats) if stats is not None else None
+                stats = fresh if fresh is not None else self._load_keyword_stats(conn)
                 KEYWORD_CACHE.put(key, stats)
                 checked = True
             entries = {t: stats.terms.get(t) for t in tokens}
@@ -951,7 +1028,7 @@ class PostgresStore(Store):
                 try:
                     entries.update(self._load_postings(conn, stats, missing))
                 except _StaleKeywords:
-                    KEYWORD_CACHE.drop(key, stats)
+                    stale = stats
                     continue
                 KEYWORD_CACHE.grew(key)
                 checked = True
@@ -964,11 +1041,11 @@ class PostgresStore(Store):
             return []
         if self._gen is not None:  # a generation being built: straight from the tables
             return self._keyword_search_sql(tokens, limit)
-        key = self._kw_key()
+        stale = None
         with self._conn() as conn:
             for _ in range(_KEYWORD_ATTEMPTS):
                 try:
-                    stats, entries, _ = self._keyword_postings(conn, tokens)
+                    stats, entries, _ = self._keyword_postings(conn, tokens, stale)
                 except _StaleKeywords:
                     break
                 best = stats.search([entries[t] for t in tokens], int(limit))
@@ -982,7 +1059,7 @@ class PostgresStore(Store):
                     {"agent": self.agent, "rids": [rid for rid, _ in best]},
                 ).fetchall()
                 if ((rows[0][0], rows[0][1]) if rows else None) != stats.token:
-                    KEYWORD_CACHE.drop(key, stats)
+                    stale = stats
                     continue
                 ids = {r[2]: r[3] for r in rows}
                 return [(ids[rid], rank) for rid, rank in best if rid in ids]
@@ -1025,17 +1102,17 @@ class PostgresStore(Store):
         per_term = [self.backend.terms.query([term]) for term in terms]
         tokens = list(dict.fromkeys(t for toks in per_term for t in toks))
         if self._gen is None:
-            key = self._kw_key()
+            stale = None
             with self._conn() as conn:
                 for _ in range(_KEYWORD_ATTEMPTS):
                     try:
-                        stats, entries, checked = self._keyword_postings(conn, tokens)
+                        stats, entries, checked = self._keyword_postings(conn, tokens, stale)
                     except _StaleKeywords:
                         break
                     if not checked:
                         row = conn.execute(self._VERSION.format(cols="", join=""), {"agent": self.agent}).fetchone()
                         if (tuple(row) if row else None) != stats.token:
-                            KEYWORD_CACHE.drop(key, stats)
+                            stale = stats
                             continue
                     # a term of several tokens: the rows holding all of them
                     return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0
