@@ -588,6 +588,9 @@ class PostgresStore(Store):
         self._cache_token: Any = None
         self._stats: tuple[int, float] = (0, 1.0)
         self._vec_count: dict[int, int] = {}
+        self._vec_token: Any = None
+        #: ((generation, data version), keyword rows) as last counted
+        self._total: tuple[tuple[int, int], int] | None = None
         self._hnsw: set[int] = set()
         self.vector_path = None
         if create:
@@ -816,28 +819,32 @@ class PostgresStore(Store):
         dims = next((len(v) for _, v, _ in items if v), None) or next(
             (len(w.embedding) for _, _, ws in items for w in ws if w.embedding), None
         )
-        done = 0
+        first: dict[str, tuple[Sequence[float] | None, list[ChunkRow]]] = {}
+        for cid, vec, windows in items:
+            first.setdefault(cid, (vec, windows))
+        ids = list(first)
+        embs = [_vec(v) if v else None for v, _ in first.values()]
         with self._tx() as conn:
             gen = self._generation(conn)
-            for cid, vec, windows in items:
-                emb = list(vec) if vec else None
-                row = conn.execute(
-                    "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
-                    "WHERE agent = %s AND generation = %s AND id = %s AND pending = 1 RETURNING rid",
-                    (_vec(emb) if emb else None, len(emb) if emb else None, now, self.agent, gen, cid),
-                ).fetchone()
-                if row is None:
-                    continue  # replaced or deleted since it was read
-                done += 1
-                if windows:
-                    with conn.cursor() as cur:
-                        cur.executemany(
-                            "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
-                            "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
-                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
-                            "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
-                            [self._chunk_values(w, gen, now) for w in windows],
-                        )
+            # one statement for the whole batch; a chunk no longer pending (replaced or deleted
+            # since it was read) is not among the rows returned
+            rows = conn.execute(
+                "UPDATE clawmem_chunks AS c SET embedding = u.emb::vector, dims = vector_dims(u.emb::vector), "
+                "pending = 0, updated_at = %(now)s FROM unnest(%(ids)s::text[], %(embs)s::text[]) AS u(id, emb) "
+                "WHERE c.agent = %(agent)s AND c.generation = %(gen)s AND c.id = u.id AND c.pending = 1 RETURNING c.id",
+                {"now": now, "ids": ids, "embs": embs, "agent": self.agent, "gen": gen},
+            ).fetchall()
+            done = len(rows)
+            windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
+            if windows:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
+                        "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
+                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
+                        "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
+                        windows,
+                    )
             if dims and done and dims != self.vector_dims:
                 conn.execute(
                     "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
@@ -850,15 +857,35 @@ class PostgresStore(Store):
         return done
 
     def vector_counts(self) -> VectorCounts:
+        if self._gen is not None:  # a generation being built
+            with self._conn() as conn:
+                row = conn.execute(
+                    f"SELECT count(*), coalesce(sum(pending), 0), "
+                    f"coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) FROM clawmem_chunks "
+                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0",
+                    {"agent": self.agent},
+                ).fetchone()
+            total, pending, chars = (int(x) for x in row)  # type: ignore[union-attr]
+            return VectorCounts(total - pending, total, chars)
+        # Asked on every search: the pending rows through their partial index, and the total kept
+        # per data version (read with the version, in one statement, when it changed).
         with self._conn() as conn:
+            known = self._total
             row = conn.execute(
-                f"SELECT count(*), coalesce(sum(pending), 0), "
-                f"coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) FROM clawmem_chunks "
-                f"WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0",
-                {"agent": self.agent},
+                "SELECT a.generation, a.data_version, p.n, p.chars, "
+                "CASE WHEN (a.generation, a.data_version) IS DISTINCT FROM (%(g)s::bigint, %(v)s::bigint) THEN "
+                "(SELECT count(*) FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation "
+                "AND c.part = 0) END FROM clawmem_agents AS a CROSS JOIN LATERAL (SELECT count(*) AS n, "
+                "coalesce(sum(length(c.text)), 0) AS chars FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+                "AND c.generation = a.generation AND c.pending = 1 AND c.part = 0) AS p WHERE a.agent = %(agent)s",
+                {"agent": self.agent, "g": known[0][0] if known else None, "v": known[0][1] if known else None},
             ).fetchone()
-        total, pending, chars = (int(x) for x in row)  # type: ignore[union-attr]
-        return VectorCounts(total - pending, total, chars)
+        if row is None:
+            return VectorCounts(0, 0, 0)
+        if row[4] is not None or known is None:
+            known = self._total = ((row[0], row[1]), int(row[4] or 0))
+        total, pending = known[1], int(row[2])
+        return VectorCounts(total - pending, total, int(row[3]))
 
     def has_content(self) -> bool:
         with self._conn() as conn:
@@ -906,7 +933,6 @@ class PostgresStore(Store):
             ).fetchone()
             n, total = int(row[0]), float(row[1])  # type: ignore[index]
             self._stats = (n, total / n if n else 1.0)
-            self._vec_count = {}
             self._cache_token = token
         return self._stats
 
@@ -1139,7 +1165,10 @@ class PostgresStore(Store):
             return []
         q = _vec(query)
         with self._conn() as conn:
-            self._corpus_stats(conn)
+            token = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s",
+                                 (self.agent,)).fetchone()
+            if (self._gen, token) != self._vec_token:  # vectors counted per data version
+                self._vec_count, self._vec_token = {}, (self._gen, token)
             count = self._vec_count.get(dims)
             if count is None:
                 row = conn.execute(
