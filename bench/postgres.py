@@ -2,7 +2,6 @@
 
     python -m bench.postgres quality                 # keyword-only LoCoMo hit@5, SciFact nDCG@10 on both stores
     python -m bench.postgres speed --scales 10000,100000
-    python -m bench.postgres hnsw --size 1000000     # synthetic 384-d vectors: HNSW p50 and recall@10
     python -m bench.postgres all
 
 Results go to ``bench/results/postgres.json`` (merged: each part keeps the others' numbers) and
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import statistics
@@ -23,7 +21,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -130,9 +128,9 @@ def quality(server: Server, data_dir: Path, limit: int | None) -> dict[str, Any]
 
 def _vector_plan(store: Any, query: list[float]) -> str:
     """The plan nodes of the store's vector query for ``query`` (EXPLAIN ANALYZE), outermost first."""
-    import psycopg
+    import contextlib
 
-    from clawmem_core.store.postgres import _vec
+    import psycopg
 
     seen: list[str] = []
 
@@ -152,7 +150,6 @@ def _vector_plan(store: Any, query: list[float]) -> str:
             return real(sql, params, **kw)
 
         conn.execute = explain  # type: ignore[method-assign]
-        import contextlib
 
         @contextlib.contextmanager
         def one() -> Iterator[Any]:
@@ -246,72 +243,6 @@ def speed(server: Server, scales: list[int], queries: int) -> dict[str, Any]:
     return out
 
 
-# -- HNSW at scale -------------------------------------------------------------------------------
-
-
-def _clustered(n: int, dims: int, seed: int, centers: int = 2000) -> Iterator[list[float]]:
-    """Unit vectors around random centres (a mixture, like embeddings of real text)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    c = rng.standard_normal((centers, dims)).astype(np.float32)
-    c /= np.linalg.norm(c, axis=1, keepdims=True)
-    step = 20_000
-    for start in range(0, n, step):
-        m = min(step, n - start)
-        v = c[rng.integers(0, centers, m)] + 0.35 * rng.standard_normal((m, dims)).astype(np.float32) / math.sqrt(dims) * 4
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        yield from v.tolist()
-
-
-def hnsw(server: Server, size: int, dims: int, queries: int) -> dict[str, Any]:
-    from clawmem_core.store.postgres import PostgresBackend, _vec, build_hnsw
-
-    url = server.database("hnsw")
-    backend = PostgresBackend(url, "hnsw-agent", exact_below=10**12)
-    store = backend.open()
-    gen = None
-    t0 = time.perf_counter()
-    with backend.connection() as conn:
-        gen = int(conn.execute("SELECT generation FROM clawmem_agents WHERE agent = %s", ("hnsw-agent",)).fetchone()[0])
-        with conn.cursor() as cur, cur.copy(
-            "COPY clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, model, text, "
-            "part, doc_len, dims, embedding, updated_at) FROM STDIN"
-        ) as copy:
-            for i, v in enumerate(_clustered(size, dims, seed=1)):
-                copy.write_row(("hnsw-agent", gen, f"c{i}", f"memory/{i // 100}.md", "memory", i % 100, i % 100,
-                                f"h{i}", "synthetic", "", 0, 0, dims, _vec(v), 0))
-        conn.execute("ANALYZE clawmem_chunks")
-    load_s = time.perf_counter() - t0
-    log(f"hnsw: loaded {size} vectors in {load_s:.0f} s")
-    qv = list(_clustered(queries, dims, seed=2))
-    exact = [store.vector_search(q, 10) for q in qv]
-    exact_ms = []
-    for q in qv[:20]:
-        exact_ms.append(_timed(lambda: store.vector_search(q, 10))[0])
-    t0 = time.perf_counter()
-    with backend.connection() as conn:
-        conn.execute("SET maintenance_work_mem = '2GB'")
-        conn.execute("SET max_parallel_maintenance_workers = 1")
-        build_hnsw(conn, dims)
-    build_s = time.perf_counter() - t0
-    log(f"hnsw: built the index in {build_s:.0f} s")
-    backend.exact_below = 0
-    fast = PostgresBackend(url, "hnsw-agent", exact_below=0).open()
-    results: dict[str, Any] = {}
-    for k, label in ((10, "k=10"), (200, "k=200 (the search candidate pool)")):
-        lat, rec = [], []
-        for q, truth in zip(qv, exact):
-            secs, got = _timed(lambda: fast.vector_search(q, k))
-            lat.append(secs)
-            want = {i for i, _ in truth}
-            rec.append(len(want & {i for i, _ in got[:10]}) / len(want))
-        results[label] = {"p50_ms": _p50(lat), "recall@10": statistics.mean(rec)}
-        log(f"hnsw {label}: p50 {_p50(lat):.1f} ms, recall@10 {statistics.mean(rec):.3f}")
-    return {"size": size, "dims": dims, "queries": queries, "load_seconds": load_s, "build_seconds": build_s,
-            "exact_p50_ms": _p50(exact_ms), "ef_search": 200, **results}
-
-
 # -- report --------------------------------------------------------------------------------------
 
 
@@ -322,8 +253,8 @@ def write_report(data: dict[str, Any]) -> None:
              "These figures were measured while the 2 cores were shared with other jobs (load average about 15): "
              "absolute times are several times those of an idle machine, so read the ratios between the stores. "
              "The issue's targets (PostgreSQL hybrid p50 <= 30 ms at 100k chunks, no-op sync of 1,000 files < 200 ms) "
-             "are not shown to be met here; the 100k-chunk speed run and the 1M-vector HNSW run did not fit in the "
-             "time of this run (see `hnsw` below for the size measured).", ""]
+             "are not shown to be met here; the 100k-chunk speed run did not fit in the time of this run. The HNSW "
+             "section comes from `python -m bench.hnsw` (its own data and run).", ""]
     q = data.get("quality")
     if q:
         lines += ["## Keyword-only search quality", "",
@@ -362,34 +293,29 @@ def write_report(data: dict[str, Any]) -> None:
             lines += ["PostgreSQL's vector query plan (EXPLAIN ANALYZE of the store's own statement):", ""]
             lines += [f"- {n} chunks: {plan}" for n, plan in plans]
             lines.append("")
-    h = data.get("hnsw")
-    if h:
-        lines += ["## pgvector HNSW", "",
-                  f"{h['size']:,} synthetic {h['dims']}-d unit vectors (a mixture around 2,000 centres), one agent; "
-                  f"HNSW m=16, ef_construction=64, ef_search={h['ef_search']}, iterative scan (relaxed order). "
-                  f"Loaded in {h['load_seconds']:.0f} s, index built in {h['build_seconds']:.0f} s; exact search p50 "
-                  f"{h['exact_p50_ms']:.0f} ms.", "", "| query | p50 ms | recall@10 vs exact |", "|---|---|---|"]
-        for label, r in h.items():
-            if isinstance(r, dict):
-                lines.append(f"| {label} | {r['p50_ms']:.1f} | {r['recall@10']:.3f} |")
-        lines += ["", "The recall is far below the issue's 0.95: the synthetic vectors' noise (norm about 1.4 against "
-                  "centres of norm 1) makes them nearly uniform in 384 dimensions, where HNSW recall is poor and exact "
-                  "neighbours are barely nearer than the rest. Real embeddings cluster far more; a run on clustered "
-                  "data with less noise, and at 1M vectors, is still to be done.", ""]
+    hnsw_file = RESULTS / "hnsw.json"
+    if hnsw_file.exists():  # written by ``python -m bench.hnsw``
+        from .hnsw import report_lines
+
+        lines += report_lines(json.loads(hnsw_file.read_text(encoding="utf-8")))
     (RESULTS / "POSTGRES.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def write_report_file() -> None:
+    """POSTGRES.md from the stored results of every part."""
+    out_file = RESULTS / "postgres.json"
+    write_report(json.loads(out_file.read_text(encoding="utf-8")) if out_file.exists() else {})
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.postgres")
-    ap.add_argument("parts", nargs="+", choices=["quality", "speed", "hnsw", "all", "report"])
+    ap.add_argument("parts", nargs="+", choices=["quality", "speed", "all", "report"])
     ap.add_argument("--data", default=None)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--scales", default="10000,100000")
     ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--size", type=int, default=1_000_000)
-    ap.add_argument("--dims", type=int, default=384)
     a = ap.parse_args(argv)
-    parts = {"quality", "speed", "hnsw"} if "all" in a.parts else set(a.parts)
+    parts = {"quality", "speed"} if "all" in a.parts else set(a.parts)
     RAW.mkdir(parents=True, exist_ok=True)
     out_file = RESULTS / "postgres.json"
 
@@ -412,8 +338,6 @@ def main(argv: list[str] | None = None) -> int:
                 save("quality", quality(server, Path(a.data) if a.data else default_data_dir(), a.limit))
             if "speed" in parts:
                 save("speed", speed(server, [int(x) for x in a.scales.split(",")], a.queries))
-            if "hnsw" in parts:
-                save("hnsw", hnsw(server, a.size, a.dims, a.queries))
         finally:
             server.close()
     write_report(load())

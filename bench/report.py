@@ -352,6 +352,10 @@ def write(out_dir: Path = RESULTS_DIR) -> Path:
     if fusion.exists():
         lines += ["## Fusion, abstention and reranking (`python -m bench.calibrated`)", "",
                   fusion.read_text(encoding="utf-8").strip(), ""]
+    matrix = out_dir / "matrix.md"  # written by ``python -m bench.matrix``
+    if matrix.exists():
+        lines += ["## Embedders x fusion x reranking, end to end (`python -m bench.matrix`)", "",
+                  matrix.read_text(encoding="utf-8").strip(), ""]
     for prof, res in runs:
         lines += [f"## Profile `{prof}`", "", env_line(res.get("env") or {}), ""]
         if res.get("notes"):

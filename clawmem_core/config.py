@@ -212,14 +212,20 @@ class CacheConfig:
 class VectorStoreConfig:
     """Vector search settings. SQLite: ``enabled`` false keeps vectors in the index but searches
     them with NumPy. PostgreSQL: an agent with fewer than ``exact_below`` vectors is searched
-    exactly, above that through an HNSW index."""
+    exactly, above that through an HNSW index examining ``hnsw_ef_search`` candidates per query
+    (1-1000, at least the number asked for: more is slower and finds more of the true nearest)."""
 
     enabled: bool = True
     extension_path: str | None = None
     exact_below: int = 20_000
+    hnsw_ef_search: int = 200
 
     def __post_init__(self) -> None:
         self.exact_below = max(0, int(_num(self.exact_below, "store.vector.exact_below")))
+        ef = _num(self.hnsw_ef_search, "store.vector.hnsw_ef_search")
+        if not 1 <= ef <= 1000 or ef != int(ef):
+            raise ConfigError(f"store.vector.hnsw_ef_search must be a whole number from 1 to 1000, got {self.hnsw_ef_search!r}")
+        self.hnsw_ef_search = int(ef)
 
 
 @dataclass

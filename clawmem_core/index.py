@@ -247,6 +247,7 @@ class MemoryIndex:
                 self.agent_id,
                 fts_tokenizer=self.config.store.fts.tokenizer,
                 exact_below=self.config.store.vector.exact_below,
+                hnsw_ef_search=self.config.store.vector.hnsw_ef_search,
             )
         from .store.sqlite import SQLiteBackend
 

@@ -134,3 +134,37 @@ def test_speed_harness_and_report(tmp_path: Path) -> None:
     assert "Speed and scale" in page and "Targets" in page
     assert str(tmp_path) not in page  # no machine paths in results
     assert report.write(out).exists()
+
+
+def test_matrix_runs_every_embedder_fusion_and_rerank_mode_through_search(tmp_path: Path) -> None:
+    pytest.importorskip("clawmem_core.index")
+    from bench import matrix
+    from clawmem_core.rerank import FunctionReranker
+
+    data = _tiny_data(tmp_path / "data")
+    out = tmp_path / "m.json"
+    assert matrix.main(["--embedders", "none,hash", "--datasets", "locomo-en", "--data", str(data),
+                        "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = {(r["embedder"], r["fusion"]): r for r in res["rows"]}
+    assert set(rows) == {(e, f) for e in ("none", "hash") for f in ("calibrated", "openclaw")}
+    kw = rows[("none", "calibrated")]
+    assert kw["n"] == 2 and kw["hit@5"] == 1.0 and kw["degraded"] == 0
+    md = out.with_suffix(".md").read_text()
+    assert "| keyword-only (no model) | calibrated | off |" in md and "openclaw" in md
+
+    # rerank on: a reranker that reverses the fused order reaches the search (reranked counted)
+    setup = matrix.make_setup("hash", None)
+    ds = matrix.datasets(data, tmp_path / "work", ["locomo-en"])[0]
+    rev = FunctionReranker(lambda q, texts: [-i for i in range(len(texts))][::-1], name="reverse")
+    on = matrix.evaluate(setup, ds, tmp_path / "work", "calibrated", rev, {}, "on (reverse)")
+    assert on["reranked"] > 0 and on["rerank"] == "on (reverse)"
+
+
+def test_matrix_remote_setup_goes_through_the_openai_provider() -> None:
+    from bench import matrix
+
+    s = matrix.make_setup("remote", "http://127.0.0.1:9/v1")
+    cfg = matrix.config(s, "openclaw", {})
+    assert s.embedder is None and cfg.provider == "openai" and cfg.remote.base_url == "http://127.0.0.1:9/v1"
+    assert cfg.query.hybrid.fusion == "openclaw"

