@@ -234,7 +234,7 @@ class _KeywordStats:
         pos = np.searchsorted(self.rids, rids)
         if len(rids) and (pos.max() >= self.rows or not np.array_equal(self.rids[pos], rids)):
             raise _StaleKeywords(f"postings of {token!r} name rows the statistics do not hold")
-        entry = (pos, tf.astype(np.float64))
+        entry = (pos.astype(np.int32), tf.astype(np.uint16))  # 6 bytes a posting (tf <= 256)
         self.terms[token] = entry
         self.postings += len(pos)
         return entry
@@ -258,7 +258,8 @@ class _KeywordStats:
             alive = keep[pos]
             new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
             new_pos = kept + np.searchsorted(rids, new_rids)
-            out.terms[term] = (np.concatenate([moved[pos[alive]], new_pos]), np.concatenate([tf[alive], new_tf]))
+            out.terms[term] = (np.concatenate([moved[pos[alive]], new_pos]).astype(np.int32),
+                               np.concatenate([tf[alive], new_tf]).astype(np.uint16))
             out.postings += len(out.terms[term][0])
         return out
 
@@ -277,7 +278,8 @@ class _KeywordStats:
         scores = np.zeros(self.rows, dtype=np.float64)
         norm = self.length_norm
         hit = False
-        for pos, freq in postings:  # one addition per row and term, in term order, as FTS5
+        for pos, tf in postings:  # one addition per row and term, in term order, as FTS5
+            freq = tf.astype(np.float64)
             if len(pos):
                 hit = True
                 # fts5Bm25Function: score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * D / avgdl)))
@@ -1018,7 +1020,7 @@ class PostgresStore(Store):
                     {"agent": self.agent, "gen": rows[0][0], "top": top},
                 ).fetchone()
                 live = self._ints(row[0] if row else None)
-        postings = {r[5]: (self._ints(r[6]), self._ints(r[7], "float64")) for r in rows if r[5] is not None}
+        postings = {r[5]: (self._ints(r[6]), self._ints(r[7])) for r in rows if r[5] is not None}
         return stats.advance((rows[0][0], rows[0][1]), live, self._ints(rows[0][3]), self._ints(rows[0][4], "float64"),
                              postings)
 
@@ -1041,7 +1043,7 @@ class PostgresStore(Store):
         out = {}
         for t in tokens:
             r = got.get(t)
-            out[t] = stats.add(t, self._ints(r[3] if r else None), self._ints(r[4] if r else None, "float64"))
+            out[t] = stats.add(t, self._ints(r[3] if r else None), self._ints(r[4] if r else None))
         return out
 
     def _keyword_postings(self, conn: "psycopg.Connection", tokens: list[str], stale: _KeywordStats | None = None,
