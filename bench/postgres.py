@@ -166,9 +166,11 @@ def _vector_plan(store: Any, query: list[float]) -> str:
     return " > ".join(seen) + f" ({plans[-1]['Execution Time']:.1f} ms)"
 
 
-def speed(server: Server, scales: list[int], queries: int) -> dict[str, Any]:
+def speed(server: Server, scales: list[int], queries: int,
+          saved: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Both stores open side by side on one workspace; every measure alternates between them
-    (query by query), so that the machine's load weighs on both alike."""
+    (query by query), so that the machine's load weighs on both alike. ``saved(scale, row)`` is
+    called as each scale is done."""
     from clawmem_core import MemoryIndex
     from clawmem_core.search import MAX_QUERY_TERMS, search_terms
     from clawmem_core.testing import HashEmbedder
@@ -240,6 +242,8 @@ def speed(server: Server, scales: list[int], queries: int) -> dict[str, Any]:
                                                    for k, v in row[kind].items()))
         log(f"speed {n}: load average {load}")
         out[str(n)] = row
+        if saved:
+            saved(str(n), row)
     return out
 
 
@@ -337,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 save("quality", quality(server, Path(a.data) if a.data else default_data_dir(), a.limit))
             if "speed" in parts:
-                save("speed", speed(server, [int(x) for x in a.scales.split(",")], a.queries))
+                speed(server, [int(x) for x in a.scales.split(",")], a.queries, lambda n, row: save("speed", {n: row}))
         finally:
             server.close()
     write_report(load())
