@@ -334,7 +334,7 @@ def measure(store: Any, queries: Any, truth: list[list[str]], k: int) -> dict[st
         lat.append(time.perf_counter() - t)
         short += len(got) < k
         rec.append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
-    return {"p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "recall@10": statistics.mean(rec),
+    return {"n": len(lat), "p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "recall@10": statistics.mean(rec),
             "short_results": short, "load": load_avg()}
 
 
@@ -382,7 +382,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "index_bytes": int(sizes[0]), "table_bytes": int(sizes[1]), "shared_buffers": sizes[2],
             "pgvector": sizes[3], "index_options": params[0], "index_def": params[1], "runs": [],
         }
-        for agent, first, end in layout(a.size)[:2]:
+        agents = a.agents.split(",")
+        for agent, first, end in [x for x in layout(a.size) if x[0] in agents]:
             for qname, qs in (("held-out draws", qsyn), ("LoCoMo questions", qreal)):
                 truth, scores = exact_top(vecs, first, end, qs)
                 out.setdefault("neighbours", {})[f"{agent}/{qname}"] = {
@@ -398,13 +399,21 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                     out.setdefault("exact", {})[agent] = {"p50_ms": _pct(lat, 0.5), "agreement": agree / 50,
                                                           "load": load_avg()}
                     log(f"exact {agent}: p50 {_pct(lat, 0.5):.0f} ms, agrees with NumPy {agree / 50:.2f}")
+                if agent != MAIN:  # the store's own choice for a small share of the index: exact
+                    for k in (10, 200):
+                        r = measure(PostgresBackend(url, agent, exact_below=0).open(), qs, truth, k)
+                        out["runs"].append({"agent": agent, "queries": qname, "iterative_scan": "-",
+                                            "ef_search": "store default", "effective_ef_search": "-",
+                                            "k": k, **r})
+                        log(f"{agent:5} {qname:17} store's choice k {k:3}: p50 {r['p50_ms']:6.1f} ms "
+                            f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} (load {r['load']:.1f})")
                 for it in a.iterative.split(","):
                     for ef in [int(x) for x in a.ef.split(",")]:
                         for k in (10, 200):
                             if it == "off" and k == 200 and agent == MAIN:
                                 continue
                             store = PostgresBackend(url, agent, exact_below=0, hnsw_ef_search=ef,
-                                                    hnsw_iterative_scan=it).open()
+                                                    hnsw_iterative_scan=it, hnsw_visit_cost=0).open()
                             r = measure(store, qs, truth, k)
                             row = {"agent": agent, "queries": qname, "iterative_scan": it, "ef_search": ef,
                                    "effective_ef_search": max(ef, min(k, 1000)), "k": k, **r}
@@ -450,11 +459,11 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v['p50_ms']:.0f} ms" for k, v in h.get("exact", {}).items()) + ".", "",
         "**Search**, through `PostgresStore.vector_search` (agent-scoped; k=200 is the candidate pool `search()` "
         "asks for, recall@10 is over its first 10). `short` counts queries answered with fewer than k rows.", "",
-        "| agent | queries | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
+        "| agent | queries (n) | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in h["runs"]:
-        lines.append(f"| {r['agent']} | {r['queries']} | {r['iterative_scan']} | {r['ef_search']} "
+        lines.append(f"| {r['agent']} | {r['queries']} ({r.get('n', h['queries'])}) | {r['iterative_scan']} | {r['ef_search']} "
                      f"({r['effective_ef_search']}) | {r['k']} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | "
                      f"{r['p95_ms']:.1f} | {r['short_results']} | {r['load']:.1f} |")
     return lines + [""]
@@ -472,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-buffers", default="1GB")
     ap.add_argument("--maintenance-work-mem", default="3GB")
     ap.add_argument("--no-report", action="store_true", help="do not write the results files")
+    ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure")
+    ap.add_argument("--merge", action="store_true",
+                    help="add these runs to the stored results (same size) instead of replacing them")
     a = ap.parse_args(argv)
     if a.data is None:
         from .data import default_data_dir
@@ -479,7 +491,19 @@ def main(argv: list[str] | None = None) -> int:
         a.data = str(default_data_dir())
     out = run(a)
     if not a.no_report:
-        (RESULTS / "hnsw.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+        res = RESULTS / "hnsw.json"
+        if a.merge and res.exists():
+            old = json.loads(res.read_text(encoding="utf-8"))
+            if old.get("size") == out["size"]:
+                key = ("agent", "queries", "iterative_scan", "ef_search", "k")
+                new = {tuple(r[k] for k in key) for r in out["runs"]}
+                runs = [r for r in old["runs"] if tuple(r[k] for k in key) not in new] + out["runs"]
+                for name in ("exact", "neighbours"):
+                    out[name] = {**old.get(name, {}), **out.get(name, {})}
+                out = {**old, "runs": out["runs"], "exact": out["exact"], "neighbours": out["neighbours"]}
+                out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"],
+                                                          r["iterative_scan"] != "relaxed_order", str(r["ef_search"]).zfill(5), r["k"]))
+        res.write_text(json.dumps(out, indent=2), encoding="utf-8")
         from .postgres import write_report_file
 
         write_report_file()
