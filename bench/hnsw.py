@@ -421,9 +421,40 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                             log(f"{agent:5} {qname:17} {it:14} ef {ef:4} k {k:3}: p50 {r['p50_ms']:6.1f} ms "
                                 f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} short {r['short_results']} "
                                 f"(load {r['load']:.1f})")
+        if a.ab:
+            out["ab"] = interleaved(url, vecs, a.size, qreal, [int(x) for x in a.ab.split(",")])
         return out
     finally:
         server.close()
+
+
+def interleaved(url: str, vecs: Any, size: int, queries: Any, efs: list[int]) -> dict[str, Any]:
+    """ef_search settings compared query by query (each query at every setting in turn, the order
+    rotating), on the
+    measured agent with k=200: ratios that hold under a shared machine's changing load."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    truth, _ = exact_top(vecs, 0, size, queries)
+    stores = {ef: PostgresBackend(url, MAIN, exact_below=0, hnsw_ef_search=ef).open() for ef in efs}
+    lat: dict[int, list[float]] = {ef: [] for ef in efs}
+    rec: dict[int, list[float]] = {ef: [] for ef in efs}
+    for q in queries[:10]:  # warm up
+        for st in stores.values():
+            st.vector_search(q.tolist(), 200)
+    for n, (q, want) in enumerate(zip(queries, truth)):
+        order = efs[n % len(efs):] + efs[:n % len(efs)]  # each setting first as often: no cache favourite
+        for ef in order:
+            st = stores[ef]
+            t = time.perf_counter()
+            got = st.vector_search(q.tolist(), 200)
+            lat[ef].append(time.perf_counter() - t)
+            rec[ef].append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
+    out: dict[str, Any] = {str(ef): {"p50_ms": _pct(lat[ef], 0.5), "p95_ms": _pct(lat[ef], 0.95),
+                                     "recall@10": statistics.mean(rec[ef])} for ef in efs}
+    out["load"] = load_avg()
+    for ef in efs:
+        log(f"interleaved ef {ef}: p50 {out[str(ef)]['p50_ms']:.1f} ms, recall@10 {out[str(ef)]['recall@10']:.3f}")
+    return out
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -455,7 +486,7 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         f"{h.get('build_load', float('nan')):.1f}) with maintenance_work_mem {h.get('maintenance_work_mem')} (in "
         f"memory) and one parallel worker; index {h['index_bytes'] / gb:.2f} GiB, table "
         f"{h['table_bytes'] / gb:.2f} GiB; shared_buffers {h['shared_buffers']}. COPY of all rows "
-        f"{h.get('load_seconds', float('nan')) / 60:.1f} min. Exact search through the store (sequential scan) p50: "
+        f"{h.get('load_seconds', float('nan')) / 60:.1f} min. Exact search through the store (its exact path, k=10, 5 queries) p50: "
         + ", ".join(f"{k} {v['p50_ms']:.0f} ms" for k, v in h.get("exact", {}).items()) + ".", "",
         "**Search**, through `PostgresStore.vector_search` (agent-scoped; k=200 is the candidate pool `search()` "
         "asks for, recall@10 is over its first 10). `short` counts queries answered with fewer than k rows.", "",
@@ -466,6 +497,15 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         lines.append(f"| {r['agent']} | {r['queries']} ({r.get('n', h['queries'])}) | {r['iterative_scan']} | {r['ef_search']} "
                      f"({r['effective_ef_search']}) | {r['k']} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | "
                      f"{r['p95_ms']:.1f} | {r['short_results']} | {r['load']:.1f} |")
+    ab = h.get("ab")
+    if ab:
+        lines += ["", f"**ef_search, interleaved** (main agent, LoCoMo questions, k=200, each query at every setting in "
+                  f"turn; load {ab['load']:.1f}):", "", "| ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|"]
+        for ef, r in ab.items():
+            if isinstance(r, dict):
+                lines.append(f"| {ef} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+    if h.get("findings"):
+        lines += ["", *h["findings"]]
     return lines + [""]
 
 
@@ -481,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-buffers", default="1GB")
     ap.add_argument("--maintenance-work-mem", default="3GB")
     ap.add_argument("--no-report", action="store_true", help="do not write the results files")
-    ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure")
+    ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure (comma-separated, or none)")
+    ap.add_argument("--ab", default="", help="ef_search values to compare query by query (e.g. 200,400,800)")
     ap.add_argument("--merge", action="store_true",
                     help="add these runs to the stored results (same size) instead of replacing them")
     a = ap.parse_args(argv)
@@ -500,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [r for r in old["runs"] if tuple(r[k] for k in key) not in new] + out["runs"]
                 for name in ("exact", "neighbours"):
                     out[name] = {**old.get(name, {}), **out.get(name, {})}
-                out = {**old, "runs": out["runs"], "exact": out["exact"], "neighbours": out["neighbours"]}
+                out = {**old, "runs": out["runs"], "exact": out["exact"], "neighbours": out["neighbours"],
+                       **({"ab": out["ab"]} if "ab" in out else {})}
                 out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"],
                                                           r["iterative_scan"] != "relaxed_order", str(r["ef_search"]).zfill(5), r["k"]))
         res.write_text(json.dumps(out, indent=2), encoding="utf-8")
