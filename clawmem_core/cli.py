@@ -39,11 +39,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default: Any = argparse.SUPPRESS if suppress else None
-    parser.add_argument("--workspace", "-w", metavar="DIR", default=argparse.SUPPRESS if suppress else ".",
-                        help="the agent workspace holding MEMORY.md and memory/ (default: current directory)")
+    parser.add_argument("--workspace", "-w", metavar="DIR", default=argparse.SUPPRESS if suppress else None,
+                        help="the agent workspace holding MEMORY.md and memory/ (default: the current directory; "
+                             "with --store and no --workspace: a replica, which answers from the store)")
     parser.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS if suppress else None,
-                        help="agent id: the index is <state dir>/memory/<ID>.sqlite (default: one index per "
-                             "workspace, named after its directory and a hash of its real path)")
+                        help="agent id: the index is <state dir>/memory/<ID>.sqlite, or agent ID's rows with "
+                             "--store (default: one per workspace, named after its directory and a hash of its "
+                             "real path; a replica must name it)")
     parser.add_argument("--config", metavar="FILE", default=default,
                         help="JSON config: a memorySearch object or an OpenClaw config")
     parser.add_argument("--provider", choices=PROVIDERS, default=default,
@@ -62,7 +64,10 @@ where the index lives:
   (<workspace name>-<hash of its real path>.sqlite), or <ID>.sqlite with --agent ID: set
   CLAWMEM_STATE_DIR to move it; `clawmem status` prints its path and the workspace. --store postgresql://... (or $CLAWMEM_STORE_URL)
   keeps it in PostgreSQL instead. The Markdown files stay the source of truth: deleting the index
-  loses nothing."""
+  loses nothing.
+  With --store and no --workspace, clawmem is a replica of agent --agent ID: search, get and
+  status answer from the store (get reads the store's copy of a file as last indexed); index,
+  write and watch need the workspace."""
 
 #: Examples shown by ``clawmem COMMAND --help``.
 EXAMPLES = {
@@ -255,16 +260,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+#: Commands a replica (no workspace: the store only) cannot run: they read or write the Markdown.
+_WORKSPACE_COMMANDS = ("index", "write", "watch")
+
+
+def _workspace(args: argparse.Namespace, config: MemoryConfig) -> str | None:
+    """The workspace to open: ``--workspace``, else the current directory, except with a store URL
+    (``--store``, ``store.url``, ``$CLAWMEM_STORE_URL``), where no ``--workspace`` means a replica
+    (``None``), which must name its agent."""
+    if args.workspace is not None:
+        return str(args.workspace)
+    if not (config.store.url or os.environ.get("CLAWMEM_STORE_URL")):
+        return "."
+    if not args.agent:
+        raise ClawmemError("no --workspace with a PostgreSQL store: this is a replica, which answers for one agent "
+                           "from the store; name it with --agent ID (or give --workspace DIR to use a workspace)")
+    if args.command in _WORKSPACE_COMMANDS:
+        what = "writes to the Markdown" if args.command == "write" else "reads the Markdown"
+        raise ClawmemError(f"`clawmem {args.command}` {what}: it needs --workspace DIR (without one this is a "
+                           f"replica of agent {args.agent!r}, which only answers search, get and status from the store)")
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     from .index import MemoryIndex
 
     config = _config(args)
+    workspace = _workspace(args, config)
     if args.command == "search":
         # A one-shot search syncs the keyword phase itself, then answers: no background sync
         # that closing the index would wait for (vectors are `clawmem index`'s).
         config = dataclasses.replace(config, sync=dataclasses.replace(config.sync, on_search=False,
                                                                       on_session_start=False))
-    mem = MemoryIndex(args.workspace, agent_id=args.agent, config=config)
+    mem = MemoryIndex(workspace, agent_id=args.agent, config=config)
     try:
         if args.command in _EMBEDDING_COMMANDS or (args.command == "status" and args.index):
             _check_requested_provider(mem)
@@ -283,7 +311,7 @@ def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
         return EXIT_OK
     kind = "rebuilt" if report.full else "updated"
-    print(f"Memory index {kind} ({mem.agent_id}): {report.files_indexed} files indexed, "
+    print(f"Memory index {kind} ({_who(mem)}): {report.files_indexed} files indexed, "
           f"{report.files_unchanged} unchanged, {report.files_deleted} removed, {len(report.files_skipped)} skipped, {report.chunks_indexed} chunks, "
           f"{report.embeddings_computed} embedded, {report.embeddings_cached} from cache ({report.seconds:.2f}s).")
     for skipped in report.files_skipped:
@@ -292,6 +320,20 @@ def _cmd_index(mem: Any, args: argparse.Namespace) -> int:
         print(f"skipped: {report.lines_skipped} transcript line(s) that are not JSON or are nested too deeply",
               file=sys.stderr)
     return EXIT_OK
+
+
+def _who(mem: Any) -> str:
+    """``agent ID, workspace DIR`` (or ``agent ID, replica``) for the command's labels."""
+    from .discovery import printable_name
+
+    where = f"workspace {printable_name(str(mem.workspace))}" if mem.workspace is not None else "replica: no workspace"
+    return f"agent {mem.agent_id}, {where}"
+
+
+def _replica_note(mem: Any) -> None:
+    if mem.workspace is None:
+        print(f"clawmem: replica of agent {mem.agent_id}: answering from the store as the syncing process left it "
+              "(no workspace here)", file=sys.stderr)
 
 
 def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
@@ -305,10 +347,12 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     try:
         # The keyword phase only: the answer comes in seconds; vectors still missing are
         # embedded by `clawmem index` (or a long-lived process), and the search says how far.
-        with _progress(transient=True) as progress:
-            mem.sync(reason="cli", progress=progress, vectors=False)
+        if mem.workspace is not None:  # a replica never syncs
+            with _progress(transient=True) as progress:
+                mem.sync(reason="cli", progress=progress, vectors=False)
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
+    _replica_note(mem)
     try:
         hits = mem.search(query, max_results=args.max_results, min_score=args.min_score)
     except EmbeddingError as exc:
@@ -343,8 +387,13 @@ def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
         return EXIT_ERROR if failed else EXIT_OK
     result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
     if result.missing:
-        print(f"clawmem: error: {result.path} does not exist in {mem.workspace}", file=sys.stderr)
+        where = f"in {mem.workspace}" if mem.workspace is not None and not result.path.startswith("@") else \
+            f"in agent {mem.agent_id}'s index"
+        print(f"clawmem: error: {result.path} does not exist {where}", file=sys.stderr)
         return EXIT_ERROR
+    if result.from_index:
+        print(f"clawmem: {result.path}: read from the store's copy as last indexed, not from the workspace",
+              file=sys.stderr)
     if looks_binary(result.text):
         print(f"clawmem: error: {result.path} is binary content, not text; not printing it", file=sys.stderr)
         return EXIT_ERROR
@@ -383,7 +432,7 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
             out["indexError"] = index_error
         print(json.dumps(out, ensure_ascii=False, indent=2))
         return EXIT_ERROR if index_error else EXIT_OK
-    lines = [f"Memory Search ({st.agent_id})",
+    lines = [f"Memory Search (agent {st.agent_id})",
              f"Provider: {st.provider} (requested: {st.requested_provider})",
              f"Model: {st.model}",
              f"Mode: {st.mode}",
@@ -394,7 +443,7 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
               f"Dirty: {'yes' if st.dirty else 'no'}",
               *([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
               f"Store: {st.store_path}",
-              f"Workspace: {st.workspace}"]
+              f"Workspace: {st.workspace or 'none (a replica: answering from the store)'}"]
     if probe is not None:
         lines.append(f"Embeddings: {'ready' if probe[0] else 'unavailable'}")
         if not probe[0] and probe[1]:
@@ -500,14 +549,15 @@ def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
     from .mcp_server import _require_mcp, serve_http, serve_stdio
 
     _require_mcp()
+    watch = not args.no_watch and mem.workspace is not None  # a replica has no files to watch
     if args.transport == "stdio":
-        asyncio.run(serve_stdio(mem, watch=not args.no_watch))
+        asyncio.run(serve_stdio(mem, watch=watch))
         return EXIT_OK
 
     def ready(url: str) -> None:
-        print(f"clawmem MCP server for {mem.workspace} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        print(f"clawmem MCP server for {_who(mem)} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
-    asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=not args.no_watch,
+    asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=watch,
                            on_ready=ready))
     return EXIT_OK
 

@@ -350,8 +350,9 @@ class MemoryConfig:
     output_dimensionality: int | None = None
     sources: list[str] = field(default_factory=lambda: ["memory"])
     extra_paths: list[str] = field(default_factory=list)
-    #: Shared namespaces (other agent ids in the same PostgreSQL store) this agent also searches,
-    #: read-only; their results show as ``@<namespace>/<path>``.
+    #: Shared namespaces (other agent ids: in the same PostgreSQL store, or index files in the same
+    #: SQLite state directory) this agent also searches, read-only; their results show as
+    #: ``@<namespace>/<path>``.
     shared: list[str] = field(default_factory=list)
     citations: Literal["auto", "on", "off"] = "auto"
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)

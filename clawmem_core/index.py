@@ -42,7 +42,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     rank,
     run_with_deadline,
 )
-from .store.base import CorruptIndexError, Store, StoreBackend, StoreBusyError
+from .store.base import CorruptIndexError, MissingIndexError, Store, StoreBackend, StoreBusyError
 from .progress import ProgressCallback, SyncProgress, as_listener
 from .sync import Listener, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
@@ -59,7 +59,7 @@ log = logging.getLogger("clawmem")
 INDEX_FORMAT = 4  # 4: legacy encodings and UTF-16/32 with a BOM are decoded (safe_fs.decode)
 
 
-#: OpenClaw's default agent.
+#: OpenClaw's default agent: names the sessions directory when no agent id is given.
 DEFAULT_AGENT_ID = "main"
 
 
@@ -160,16 +160,19 @@ class MemoryIndex:
         #: The Markdown workspace; ``None`` on a replica, which serves a server store's index
         #: without the files (search, and reads of the index's copies; no writes, no sync).
         self.workspace = ws
-        #: The agent (OpenClaw's default ``main`` when none is given): names its sessions directory.
-        self.agent_id = agent_id or DEFAULT_AGENT_ID
-        #: What names the index: the explicit agent id (OpenClaw's ``<agent_id>.sqlite``), else
-        #: one derived from the workspace's real path, so that two workspaces never share an index.
-        #: (A PostgreSQL store keys rows by the agent id: agents there are named, and shared.)
-        self.index_name = agent_id or (workspace_index_name(ws) if ws is not None else DEFAULT_AGENT_ID)
         self.config = config
         if ws is None and not self._store_url():
             raise WorkspaceError("a workspace is required (only a replica of a PostgreSQL store, store.url, runs "
                                  "without one)")
+        if ws is None and agent_id is None:
+            raise ConfigError("a replica (no workspace) must name the agent it serves: agent_id=... (--agent ID); "
+                              "without a workspace there is nothing to derive it from")
+        #: The agent: the explicit ``agent_id``, else one derived from the workspace's real path
+        #: (:func:`workspace_index_name`), so that two workspaces never share an index, on SQLite
+        #: (``<agent_id>.sqlite``) as in PostgreSQL (rows keyed by it).
+        self.agent_id = agent_id or workspace_index_name(ws)  # type: ignore[arg-type]
+        #: What names the index (the agent id).
+        self.index_name = self.agent_id
         from .rerank import wrap_reranker
 
         #: The reranking stage (``query.rerank``): an object passed here, else one built from the
@@ -187,7 +190,7 @@ class MemoryIndex:
         self.sessions_dir = (
             Path(os.path.expanduser(os.fspath(sessions_dir)))
             if sessions_dir
-            else self.state_dir / "agents" / self.agent_id / "sessions"
+            else self.state_dir / "agents" / (agent_id or DEFAULT_AGENT_ID) / "sessions"  # OpenClaw's layout
         )
         from .sessions import SessionDeltaTracker
 
@@ -218,6 +221,8 @@ class MemoryIndex:
             last_scan = 0.0
         self._syncer = Syncer(ws or Path(), config, self.sessions_dir, self._sessions, last_scan)
         self._shared: dict[str, Store] | None = None
+        #: Shared namespaces that could not be opened (not indexed yet, unreadable): why.
+        self._shared_unavailable: dict[str, tuple[str, str]] = {}
         self._closed = False
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
@@ -225,12 +230,14 @@ class MemoryIndex:
 
     # -- setup --------------------------------------------------------------------------------
 
-    def _resolve_store_path(self) -> Path:
+    def _resolve_store_path(self, name: str | None = None) -> Path:
+        """The SQLite index file of agent ``name`` (default: this one's)."""
+        name = name or self.index_name
         if self.config.store.path:
-            raw = self.config.store.path.replace("{agent_id}", self.index_name).replace("{agentId}", self.index_name)
+            raw = self.config.store.path.replace("{agent_id}", name).replace("{agentId}", name)
             p = Path(os.path.expandvars(os.path.expanduser(raw)))
-            return p if p.is_absolute() else self.workspace / p
-        return self.state_dir / "memory" / f"{self.index_name}.sqlite"
+            return p if p.is_absolute() else self.workspace / p  # type: ignore[operator]
+        return self.state_dir / "memory" / f"{name}.sqlite"
 
     def _store_url(self) -> str | None:
         return self.config.store.url or os.environ.get("CLAWMEM_STORE_URL") or None
@@ -256,6 +263,7 @@ class MemoryIndex:
             vector_enabled=self.config.store.vector.enabled,
             extension_path=self.config.store.vector.extension_path,
             fts_tokenizer=self.config.store.fts.tokenizer,
+            namespace_path=self._resolve_store_path,
         )
 
     def _new_store(self) -> Store:
@@ -855,21 +863,49 @@ class MemoryIndex:
             return hits
         from .store.shared import split_shared
 
+        info = dict(hits.info)
+        if self._shared_unavailable:  # searched as empty: say which and why
+            info["shared_unavailable"] = {ns: why[1] for ns, why in self._shared_unavailable.items()}
         return SearchHits((replace(h, namespace=split_shared(h.path)[0]) if h.path.startswith("@") else h for h in hits),
-                          info=hits.info)
+                          stale=hits.stale, vectors=hits.vectors, info=info)
 
     def _search_store(self) -> Store:
-        """What search reads: the agent's index, plus its shared namespaces (read-only)."""
+        """What search reads: the agent's index, plus its shared namespaces (read-only). A
+        namespace whose index does not exist yet (or cannot be read) is searched as empty, with
+        the reason in :attr:`_shared_unavailable`, and opened once it appears; one replaced by its
+        owner (set aside and rebuilt) is reopened."""
         if not self.config.shared:
             return self._store
         from .store.shared import SharedView
 
-        if self._shared is None:
-            with self._state_lock:
-                if self._shared is None:
-                    self._shared = {ns: self._backend.open_namespace(ns) for ns in self.config.shared
-                                    if ns != self.agent_id}
-        return SharedView(self._store, self._shared)
+        with self._state_lock:
+            if self._shared is None:
+                self._shared = {}
+            for ns in self.config.shared:
+                if ns == self.agent_id:
+                    continue
+                store = self._shared.get(ns)
+                if store is not None and store.superseded():
+                    self._retired.append(self._shared.pop(ns))  # a search in another thread may still use it
+                    store = None
+                if store is not None:
+                    continue
+                try:
+                    opened = self._backend.open_namespace(ns)
+                    if opened.get_meta() is None:  # no such agent in the store, or it never synced
+                        opened.close()
+                        raise MissingIndexError(f"agent {ns!r} has no index in {self._backend.location} yet")
+                    self._shared[ns] = opened
+                    self._shared_unavailable.pop(ns, None)
+                except ConfigError:
+                    raise
+                except StoreError as exc:  # the payload's reason names no machine path
+                    public = ("not indexed yet: its agent has not indexed its workspace"
+                              if isinstance(exc, MissingIndexError) else "its index cannot be read (see clawmem status)")
+                    if ns not in self._shared_unavailable:
+                        log.warning("shared namespace %r is searched as empty: %s", ns, exc)
+                    self._shared_unavailable[ns] = (str(exc), public)
+            return SharedView(self._store, dict(self._shared))
 
     def _check_workspace(self, what: str) -> None:
         if self.workspace is None:
@@ -1127,8 +1163,27 @@ class MemoryIndex:
         ns, rel = split_shared(shown)
         if ns is not None and ns not in self.config.shared:
             raise PathNotAllowedError(f"path not allowed: {shown[:200]!r} (not a shared namespace of this agent)")
-        got = self._search_store().file_text("memory", shown)
+        view = self._search_store()
+        got = view.file_text("memory", shown)
+        if got is None and ns is not None and ns in getattr(view, "shared", {}):
+            # A store that keeps no copies (SQLite: the Markdown is local): the namespace's own
+            # workspace, for a file its index holds, under the same rules as any memory_get.
+            return self._read_namespace_workspace(view.shared[ns], ns, rel, from_line, lines)  # type: ignore[attr-defined]
         return read_indexed_copy(shown, got[0] if got else None, from_line, lines, max_chars=self.config.read.max_chars)
+
+    def _read_namespace_workspace(self, store: Store, ns: str, rel: str, from_line: Any, lines: Any) -> ReadResult:
+        from .store.shared import shared_prefix
+
+        shown = shared_prefix(ns) + rel
+        meta = store.get_meta() or {}
+        workspace = meta.get("workspace")
+        if rel not in store.file_states("memory") or not isinstance(workspace, str) or not workspace:
+            return ReadResult(shown, "", 1, 0, 0, missing=True)  # not in the namespace's index: nothing to read
+        if not os.path.isabs(workspace) or not os.path.isdir(workspace):
+            raise WorkspaceError(f"the workspace of shared namespace {ns!r} is not on this machine; its notes are "
+                                 "searchable but cannot be read here")
+        got = read_memory_file(Path(workspace), [], rel, from_line, lines, max_chars=self.config.read.max_chars)
+        return replace(got, path=shared_prefix(ns) + got.path)
 
     async def aread(self, path: str, from_line: int | None = None, lines: int | None = None) -> ReadResult:
         import asyncio
@@ -1180,6 +1235,9 @@ class MemoryIndex:
                 issues.append(f"no memory files found in {self.workspace}")
             issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
             issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
+        if self.config.shared:
+            self._search_store()
+            issues += [f"shared namespace {ns!r} searched as empty: {why[0]}" for ns, why in self._shared_unavailable.items()]
         return IndexStatus(
             agent_id=self.agent_id,
             workspace=printable_name(str(self.workspace)) if self.workspace is not None else "",

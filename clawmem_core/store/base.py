@@ -83,6 +83,10 @@ class CorruptIndexError(StoreError):
     """The index is damaged or is not a clawmem index (it can be rebuilt from the Markdown)."""
 
 
+class MissingIndexError(StoreError):
+    """Another agent's index, opened read-only as a shared namespace, does not exist (yet)."""
+
+
 class StoreBusyError(StoreError):
     """Another process holds the index's sync lock (raised only by a lock taken without waiting)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
-from ..errors import ReplicaError
+from ..errors import ReplicaError, StoreError
 from .base import ChunkRow, FileRow, FileState, Store, StoreCounts
 
 
@@ -34,9 +34,6 @@ class SharedView(Store):
         self.own = own
         self.shared = shared
 
-    def _parts(self) -> list[tuple[str | None, Store]]:
-        return [(None, self.own), *self.shared.items()]
-
     @property  # type: ignore[override]
     def fts_available(self) -> bool:
         return self.own.fts_available
@@ -55,7 +52,10 @@ class SharedView(Store):
         return out
 
     def _store(self, ns: str | None) -> Store:
-        return self.own if ns is None else self.shared[ns]
+        return self.own if ns is None else _Guarded(ns, self.shared[ns])  # type: ignore[return-value]
+
+    def _parts(self) -> list[tuple[str | None, Store]]:
+        return [(None, self.own), *((ns, _Guarded(ns, s)) for ns, s in self.shared.items())]  # type: ignore[misc]
 
     # -- what search uses -------------------------------------------------------------------------
 
@@ -154,6 +154,35 @@ class SharedView(Store):
     def close(self) -> None:
         for store in self.shared.values():
             store.close()
+
+
+class _Guarded:
+    """Another agent's index as :class:`SharedView` calls it: a failure there (damaged, locked,
+    vanished) is a :class:`StoreError` naming the namespace, never taken for damage of the agent's
+    own index (which would be set aside and rebuilt)."""
+
+    def __init__(self, ns: str, store: Store) -> None:
+        self._ns = ns
+        self._target = store
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except StoreError as exc:
+                if type(exc) is StoreError:
+                    raise
+                raise StoreError(f"shared namespace {self._ns!r}: {exc}") from exc
+            except Exception as exc:  # the driver's own errors
+                if not isinstance(exc, getattr(self._target, "driver_errors", ())):
+                    raise
+                raise StoreError(f"shared namespace {self._ns!r}: {exc}") from exc
+
+        return call
 
 
 __all__ = ["SharedView", "shared_prefix", "split_shared", "FileRow"]

@@ -23,10 +23,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import apsw
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from ..text import index_document, quote_fts
-from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts,
-                   VectorCounts)
+from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, MissingIndexError, Store, StoreBackend,
+                   StoreBusyError, StoreCounts, VectorCounts)
 from .bm25 import Bm25Index, StaleStatistics, read_varint
 
 log = logging.getLogger("clawmem")
@@ -193,8 +193,12 @@ class SQLiteStore(Store):
         vector_enabled: bool = True,
         extension_path: str | None = None,
         fts_tokenizer: str = "cjk",
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
+        #: Opened read-only (another agent's index searched as a shared namespace): this handle
+        #: never creates, converts or writes the file.
+        self.read_only = read_only
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
         self.fts_tokenizer = fts_tokenizer
@@ -237,19 +241,29 @@ class SQLiteStore(Store):
         if not is_valid_name(str(self.path)):  # SQLite takes file names as UTF-8 text only
             raise StoreError(f"cannot open the index {printable_name(str(self.path))}: its path is not valid UTF-8; "
                              "set store.path or CLAWMEM_STATE_DIR to a directory whose name is")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the index directory {self.path.parent}: {exc.strerror or exc}") from None
+        if self.read_only:
+            if not self.path.is_file():
+                raise MissingIndexError(f"no index at {self.path} (its agent has not indexed its workspace yet)")
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the index directory {self.path.parent}: {exc.strerror or exc}") from None
         _check_file_header(self.path)
         try:
-            conn = apsw.Connection(str(self.path))
+            if self.read_only:  # never creates the file, never writes to it
+                conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            else:
+                conn = apsw.Connection(str(self.path))
             self.file_id = self.current_file_id()
             conn.setbusytimeout(10_000)
             self._conn = conn
             self._load_vector_extension()
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            if self.read_only:
+                conn.execute("PRAGMA query_only=1")
+            else:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
             version = conn.execute("PRAGMA user_version").fetchall()[0][0]
             if version not in (0, SCHEMA_VERSION):
                 raise StoreError(f"index {self.path} has schema version {version}; this clawmem writes {SCHEMA_VERSION}")
@@ -260,12 +274,15 @@ class SQLiteStore(Store):
             complete = version == SCHEMA_VERSION and _SCHEMA_OBJECTS <= names and all(
                 set(cols) <= columns.get(table, set()) for table, cols in _ADDED_COLUMNS.items()
             )
+            if not complete and self.read_only:
+                raise StoreError(f"index {self.path} is not a complete clawmem index of this version; its agent "
+                                 "brings it up to date on its next sync")
             if not complete:
                 with self._tx():
                     conn.execute(_SCHEMA)
                     self._add_missing_columns()
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._ensure_fts("chunks_fts" in names)
+            self._ensure_fts("chunks_fts" in names or self.read_only)
             self._read_vector_state()
             conn.execute("SELECT key, value FROM meta").fetchall()  # a damaged meta page fails here, not later
         except (apsw.CorruptError, apsw.NotADBError) as exc:
@@ -281,7 +298,8 @@ class SQLiteStore(Store):
             self._open(attempt + 1)
         except apsw.Error as exc:
             self.close()
-            if not os.access(self.path.parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+            unwritable = not os.access(self.path.parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK))
+            if unwritable and not self.read_only:
                 raise StoreError(
                     f"cannot open index {self.path}: the state directory {self.path.parent} is read-only or not "
                     f"writable (set state_dir or CLAWMEM_STATE_DIR to a writable directory)"
@@ -1059,13 +1077,30 @@ class SQLiteBackend(StoreBackend):
         vector_enabled: bool = True,
         extension_path: str | None = None,
         fts_tokenizer: str = "cjk",
+        namespace_path: Callable[[str], str | os.PathLike[str]] | None = None,
     ) -> None:
         self.path = Path(path)
         self.location = str(self.path)
         self._options = {"vector_enabled": vector_enabled, "extension_path": extension_path, "fts_tokenizer": fts_tokenizer}
+        self._namespace_path = namespace_path
 
     def open(self) -> SQLiteStore:
         return SQLiteStore(self.path, **self._options)  # type: ignore[arg-type]
+
+    def namespace_path(self, agent_id: str) -> Path:
+        """Where another agent's index file is (the same state directory and ``store.path``)."""
+        if self._namespace_path is None:
+            raise ConfigError("shared namespaces need to know where other agents' index files are")
+        path = Path(self._namespace_path(agent_id))
+        if os.path.abspath(path) == os.path.abspath(self.path):
+            raise ConfigError(f"shared namespace {agent_id!r} resolves to this agent's own index file {self.path}: "
+                              "store.path must contain {agent_id} for shared namespaces")
+        return path
+
+    def open_namespace(self, agent_id: str) -> SQLiteStore:
+        """Another agent's index file, opened read-only (never created or written); raises
+        :class:`MissingIndexError` when it does not exist yet."""
+        return SQLiteStore(self.namespace_path(agent_id), read_only=True, **self._options)  # type: ignore[arg-type]
 
     @contextlib.contextmanager
     def process_lock(self, blocking: bool = True) -> Iterator[None]:

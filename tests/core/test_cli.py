@@ -41,7 +41,9 @@ def one_error_line(err: str) -> str:
 
 def test_index_then_search(ws: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(capsys, "--workspace", str(ws), "index")
-    assert code == 0 and "Memory index rebuilt (main)" in out and "3 files indexed" in out
+    # the label names the agent (derived from the workspace) and the workspace, never a "main" it is not
+    assert code == 0 and f"Memory index rebuilt (agent {workspace_index_name(ws)}, workspace {ws})" in out
+    assert "3 files indexed" in out
     assert (tmp_path / "cli-state" / "memory" / f"{workspace_index_name(ws)}.sqlite").is_file()
     code, out, _ = run(capsys, "search", "kubernetes", "--workspace", str(ws))
     assert code == 0
@@ -217,7 +219,8 @@ def test_status_lines(ws: Path, capsys: pytest.CaptureFixture[str], tmp_path: Pa
     code, out, _ = run(capsys, "status", "--workspace", str(ws))
     lines = out.splitlines()
     assert code == 0
-    assert lines[0] == "Memory Search (main)"
+    assert lines[0] == f"Memory Search (agent {workspace_index_name(ws)})"
+    assert f"Workspace: {ws}" in lines
     assert "Vector: ready" in lines
     assert "Vector dims: 64" in lines
     assert any(line.startswith("Vector path: ") for line in lines)
@@ -230,7 +233,7 @@ def test_status_json(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "index", "--workspace", str(ws))
     code, out, _ = run(capsys, "status", "--json", "--workspace", str(ws))
     data = json.loads(out)
-    assert code == 0 and data["agentId"] == "main"
+    assert code == 0 and data["agentId"] == workspace_index_name(ws)
     assert data["status"]["files"] == 3 and data["status"]["mode"] == "fts-only"
 
 

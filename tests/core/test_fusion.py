@@ -349,7 +349,7 @@ class SleepingReranker(Reranker):
 
 
 def test_reranker_fails_open(make_workspace: WorkspaceFactory, open_index: IndexFactory,
-                             keyword_only: MemoryConfig) -> None:
+                             keyword_only: MemoryConfig, tmp_path: Path) -> None:
     ws = make_workspace(MANY)
     plain = open_index(ws, embedder=None, config=keyword_only)
     plain.sync()
@@ -357,7 +357,7 @@ def test_reranker_fails_open(make_workspace: WorkspaceFactory, open_index: Index
     cfg = {"provider": "none", "query": {"timeoutMs": 60_000, "rerank": {"enabled": True, "timeoutMs": 200}}}
     sleeping = SleepingReranker()
     for name, rr in (("broken", BrokenReranker()), ("sleeping", sleeping)):
-        mem = open_index(ws, embedder=None, config=MemoryConfig.from_dict(cfg), reranker=rr, state=name)
+        mem = open_index(ws, embedder=None, config=MemoryConfig.from_dict(cfg), reranker=rr, state=tmp_path / name)
         mem.sync()
         hits = mem.search("billing report", min_score=0)
         assert [h.path for h in hits] == fused

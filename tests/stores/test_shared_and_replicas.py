@@ -1,13 +1,16 @@
-"""Shared read-only namespaces and replicas without the workspace (PostgreSQL)."""
+"""Shared read-only namespaces (SQLite and PostgreSQL) and replicas without the workspace
+(PostgreSQL)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from clawmem_core import MemoryIndex
-from clawmem_core.errors import ClawmemError, PathNotAllowedError, ReplicaError
+from clawmem_core.errors import ClawmemError, ConfigError, PathNotAllowedError, ReplicaError
 from clawmem_core.memory_write import write_payload
 from clawmem_core.testing import HashEmbedder
 from clawmem_core.tools import get_payload, search_payload
@@ -15,63 +18,261 @@ from clawmem_core.tools import get_payload, search_payload
 from .test_index_backends import write
 
 
+TEAM = {
+    "MEMORY.md": "# Team\n\nThe deploy freeze starts on Fridays at noon.\n",
+    "memory/2026-01-05.md": "- The staging database password rotates monthly.\n",
+}
+
+
 @pytest.fixture
-def team_and_alice(tmp_path: Path, pg_url: str) -> tuple[Path, Path, str]:
-    team = write(tmp_path / "team", {
-        "MEMORY.md": "# Team\n\nThe deploy freeze starts on Fridays at noon.\n",
-        "memory/2026-01-05.md": "- The staging database password rotates monthly.\n",
-    })
+def team_and_alice(tmp_path: Path, store_config: dict[str, Any]) -> tuple[Path, Path, dict[str, Any]]:
+    """The team's workspace indexed under agent ``team`` (SQLite: its own index file in the same
+    state directory; PostgreSQL: its rows in the same database), and alice's workspace."""
+    team = write(tmp_path / "team", TEAM)
     alice = write(tmp_path / "alice", {"MEMORY.md": "# Alice\n\nAlice prefers green tea.\n"})
-    with MemoryIndex(team, agent_id="team", config={"store": {"url": pg_url}}, embedder=HashEmbedder(),
+    with MemoryIndex(team, agent_id="team", config={"store": store_config}, embedder=HashEmbedder(),
                      state_dir=tmp_path / "s") as mem:
         mem.sync()
-    return team, alice, pg_url
+    return team, alice, store_config
 
 
-def test_an_agent_searches_a_shared_namespace_read_only(tmp_path: Path, team_and_alice: tuple[Path, Path, str]) -> None:
-    team, alice_ws, url = team_and_alice
-    cfg = {"store": {"url": url}, "shared": ["team"]}
-    with MemoryIndex(alice_ws, agent_id="alice", config=cfg, embedder=HashEmbedder(), state_dir=tmp_path / "s") as alice:
+def _alice(ws: Path, tmp_path: Path, store: dict[str, Any], shared: list[str] | None = None, **kw: Any) -> MemoryIndex:
+    cfg = {"store": store, "shared": ["team"] if shared is None else shared}
+    return MemoryIndex(ws, agent_id="alice", config=cfg, embedder=HashEmbedder(), state_dir=tmp_path / "s", **kw)
+
+
+def _team_file(tmp_path: Path, store: dict[str, Any]) -> bytes | None:
+    """The team's SQLite index file's bytes (None on PostgreSQL)."""
+    return None if store else (tmp_path / "s" / "memory" / "team.sqlite").read_bytes()
+
+
+def test_an_agent_searches_a_shared_namespace_read_only(tmp_path: Path, backend_kind: str,
+                                                         team_and_alice: tuple[Path, Path, dict[str, Any]]) -> None:
+    team, alice_ws, store = team_and_alice
+    before = _team_file(tmp_path, store)
+    with _alice(alice_ws, tmp_path, store) as alice:
         hits = alice.search("deploy freeze Fridays")
         assert hits[0].path == "@team/MEMORY.md" and hits[0].namespace == "team"
         assert hits[0].to_payload()["namespace"] == "team"
         assert "@team/MEMORY.md#L" in hits[0].citation
         own = alice.search("green tea")
         assert own[0].path == "MEMORY.md" and own[0].namespace is None
-        # memory_get reads the namespace's copy; the payload says so
+        # memory_get reads the namespace's file: PostgreSQL's copy (the payload says so), or on
+        # SQLite (no copies) the team's workspace, for a file the team's index holds
         got = alice.read("@team/MEMORY.md", from_line=3, lines=1)
-        assert got.text == "The deploy freeze starts on Fridays at noon." and got.from_index
-        assert get_payload(alice, "@team/MEMORY.md")["fromIndex"] is True
+        assert got.text == "The deploy freeze starts on Fridays at noon." and got.path == "@team/MEMORY.md"
+        assert got.from_index == (backend_kind == "postgres")
+        assert get_payload(alice, "@team/MEMORY.md").get("fromIndex", False) == (backend_kind == "postgres")
         assert alice.read("@team/memory/none.md").missing
-        for bad in ("@other/MEMORY.md", "@team/../alice/MEMORY.md", "@team/x.txt"):
-            with pytest.raises(PathNotAllowedError):
-                alice.read(bad)
         # the team index is never written by alice's syncs
         alice.sync(force=True)
-    with MemoryIndex(team, agent_id="team", config={"store": {"url": url}}, embedder=HashEmbedder(),
+        assert alice.search("deploy freeze Fridays")[0].path == "@team/MEMORY.md"
+    assert _team_file(tmp_path, store) == before
+    with MemoryIndex(team, agent_id="team", config={"store": store}, embedder=HashEmbedder(),
                      state_dir=tmp_path / "s") as mem:
         assert mem.status().files == 2 and mem.sync().files_indexed == 0
 
 
-def test_without_shared_config_the_team_is_invisible(tmp_path: Path, team_and_alice: tuple[Path, Path, str]) -> None:
-    _, alice_ws, url = team_and_alice
-    with MemoryIndex(alice_ws, agent_id="alice", config={"store": {"url": url}}, embedder=HashEmbedder(),
-                     state_dir=tmp_path / "s") as alice:
+HOSTILE_PATHS = [
+    "@other/MEMORY.md",                      # not a shared namespace of alice
+    "@bob/MEMORY.md",                        # an agent that exists, not listed in shared
+    "@alice/MEMORY.md",                      # the agent's own id as a namespace
+    "@team/../alice/MEMORY.md",
+    "@team/../../etc/passwd.md",
+    "@team/memory/../../alice/MEMORY.md",
+    "@team/..\\alice\\MEMORY.md",
+    "@team/x.txt",
+    "@team/MEMORY.md/",
+    "@t\u0435am/MEMORY.md",                   # Cyrillic e
+    "@TEAM/MEMORY.md",
+    "@team\u2044MEMORY.md",                   # fraction slash, not a slash
+    "\uff20team/MEMORY.md",                   # fullwidth at sign
+    "@team/MEMORY.md\x00.md",
+]
+
+
+@pytest.mark.parametrize("bad", HOSTILE_PATHS)
+def test_hostile_namespace_paths_are_refused(tmp_path: Path, team_and_alice: tuple[Path, Path, dict[str, Any]],
+                                             bad: str) -> None:
+    team, alice_ws, store = team_and_alice
+    write(tmp_path / "bob", {"MEMORY.md": "- Bob's private note\n"})
+    with MemoryIndex(tmp_path / "bob", agent_id="bob", config={"store": store}, embedder=HashEmbedder(),
+                     state_dir=tmp_path / "s") as bob:
+        bob.sync()
+    with _alice(alice_ws, tmp_path, store) as alice:
+        try:
+            got = alice.read(bad)
+        except ClawmemError:
+            return
+        # not refused: then nothing but alice's own memory or an empty, missing read
+        assert got.missing or got.text == "# Alice\n\nAlice prefers green tea.\n", got
+
+
+@pytest.mark.parametrize("outside", ["../secret.md", "/abs"])
+def test_a_shared_namespace_reads_only_what_its_index_holds(tmp_path: Path, outside: str,
+                                                            team_and_alice: tuple[Path, Path, dict[str, Any]]) -> None:
+    """A file in the team's workspace that the team's index does not hold (written after its
+    sync, or reached by an absolute path) is not readable through the namespace."""
+    team, alice_ws, store = team_and_alice
+    (team / "memory" / "later.md").write_text("- written after the team's last sync\n", encoding="utf-8")
+    (tmp_path / "secret.md").write_text("- outside every workspace\n", encoding="utf-8")
+    target = str(tmp_path / "secret.md") if outside == "/abs" else outside
+    with _alice(alice_ws, tmp_path, store) as alice:
+        assert alice.read("@team/memory/later.md").missing
+        try:
+            got = alice.read("@team/" + target)
+        except PathNotAllowedError:
+            pass
+        else:  # "@team//abs/path" is the namespace's relative path "abs/path": never indexed
+            assert got.missing and not got.text
+        with pytest.raises(PathNotAllowedError):
+            alice.read(target)
+
+
+def test_only_the_listed_namespaces_are_searched(tmp_path: Path, team_and_alice: tuple[Path, Path, dict[str, Any]]) -> None:
+    _, alice_ws, store = team_and_alice
+    write(tmp_path / "bob", {"MEMORY.md": "- Bob says the deploy freeze is a myth.\n"})
+    with MemoryIndex(tmp_path / "bob", agent_id="bob", config={"store": store}, embedder=HashEmbedder(),
+                     state_dir=tmp_path / "s") as bob:
+        bob.sync()
+    with _alice(alice_ws, tmp_path, store) as alice:
+        paths = [h.path for h in alice.search("deploy freeze myth Fridays", min_score=0)]
+        assert "@team/MEMORY.md" in paths and not any("bob" in p or "myth" in p for p in paths)
+        assert all(p.startswith("@team/") or not p.startswith("@") for p in paths)
+    # a look-alike name (Cyrillic e) is another namespace: nothing of the team's, and it says why
+    with _alice(alice_ws, tmp_path, store, shared=["t\u0435am"]) as alice:
+        hits = alice.search("deploy freeze Fridays", min_score=0)
+        assert not any(h.path.startswith("@") for h in hits)
+        assert "t\u0435am" in search_payload(alice, "deploy freeze")["sharedUnavailable"]
+
+
+def test_without_shared_config_the_team_is_invisible(tmp_path: Path,
+                                                     team_and_alice: tuple[Path, Path, dict[str, Any]]) -> None:
+    _, alice_ws, store = team_and_alice
+    with _alice(alice_ws, tmp_path, store, shared=[]) as alice:
         assert all(not h.path.startswith("@") for h in alice.search("deploy freeze Fridays", min_score=0))
         with pytest.raises(PathNotAllowedError):
             alice.read("@team/MEMORY.md")
 
 
-def test_shared_namespaces_need_a_server_store(tmp_path: Path) -> None:
+def test_a_shared_namespace_not_indexed_yet_is_empty_with_a_reason(tmp_path: Path, store_config: dict[str, Any]) -> None:
+    """Searched as empty (the agent's own memory still answers), the payload and status say why,
+    and the namespace is picked up once its agent has indexed it."""
+    alice_ws = write(tmp_path / "alice", {"MEMORY.md": "# Alice\n\nThe deploy freeze is on Fridays, says Alice.\n"})
+    with _alice(alice_ws, tmp_path, store_config) as alice:
+        payload = search_payload(alice, "deploy freeze")
+        assert [r["path"] for r in payload["results"]] == ["MEMORY.md"]
+        assert payload["sharedUnavailable"] == {"team": "not indexed yet: its agent has not indexed its workspace"}
+        assert any("shared namespace 'team'" in i for i in alice.status().issues)
+        assert alice.read("@team/MEMORY.md").missing
+        if not store_config:
+            assert not (tmp_path / "s" / "memory" / "team.sqlite").exists()  # never created by a reader
+        team = write(tmp_path / "team", TEAM)
+        with MemoryIndex(team, agent_id="team", config={"store": store_config}, embedder=HashEmbedder(),
+                         state_dir=tmp_path / "s") as mem:
+            mem.sync()
+        payload = search_payload(alice, "deploy freeze Fridays noon")
+        assert "@team/MEMORY.md" in [r["path"] for r in payload["results"]] and "sharedUnavailable" not in payload
+        assert not any("shared namespace" in i for i in alice.status().issues)
+
+
+def test_a_shared_namespace_rebuilt_by_its_owner_while_read(tmp_path: Path,
+                                                           team_and_alice: tuple[Path, Path, dict[str, Any]]) -> None:
+    """The team rebuilds its index (a full reindex, swapped in atomically) again and again while
+    alice searches it: every search sees the old or the new team memory, never none, never an error."""
+    import threading
+
+    team, alice_ws, store = team_and_alice
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def rebuild() -> None:
+        try:
+            with MemoryIndex(team, agent_id="team", config={"store": store}, embedder=HashEmbedder(),
+                             state_dir=tmp_path / "s") as mem:
+                for i in range(4):
+                    (team / "memory" / "2026-01-05.md").write_text(f"- rebuild {i}\n", encoding="utf-8")
+                    mem.sync(force=True)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    with _alice(alice_ws, tmp_path, store) as alice:
+        thread = threading.Thread(target=rebuild)
+        thread.start()
+        searches = 0
+        while not done.is_set() or searches < 3:
+            hits = alice.search("deploy freeze Fridays", min_score=0)
+            assert hits and hits[0].path == "@team/MEMORY.md"
+            assert alice.read("@team/MEMORY.md", from_line=3, lines=1).text.startswith("The deploy freeze")
+            searches += 1
+        thread.join()
+        assert not errors, errors
+        assert alice.read("@team/memory/2026-01-05.md").text == "- rebuild 3\n"
+        assert alice.search("rebuild", min_score=0)[0].path == "@team/memory/2026-01-05.md"
+
+
+def test_a_shared_sqlite_index_replaced_by_its_owner_is_reopened(tmp_path: Path) -> None:
+    """The team's index file removed (set aside) and made again: alice's handle on the old file
+    is dropped, the new one opened."""
+    team, alice_ws, store = _team_and_alice_sqlite(tmp_path)
+    index = tmp_path / "s" / "memory" / "team.sqlite"
+    with _alice(alice_ws, tmp_path, store) as alice:
+        assert alice.search("deploy freeze Fridays")[0].path == "@team/MEMORY.md"
+        for suffix in ("", "-wal", "-shm"):
+            if Path(f"{index}{suffix}").exists():
+                os.remove(f"{index}{suffix}")
+        assert not any(h.path.startswith("@") for h in alice.search("deploy freeze Fridays", min_score=0))
+        (team / "MEMORY.md").write_text("# Team\n\nThe deploy freeze moved to Thursdays.\n", encoding="utf-8")
+        with MemoryIndex(team, agent_id="team", embedder=HashEmbedder(), state_dir=tmp_path / "s") as mem:
+            mem.sync()
+        assert alice.search("deploy freeze Thursdays")[0].path == "@team/MEMORY.md"
+
+
+def _team_and_alice_sqlite(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    team = write(tmp_path / "team", TEAM)
+    alice = write(tmp_path / "alice", {"MEMORY.md": "# Alice\n\nAlice prefers green tea.\n"})
+    with MemoryIndex(team, agent_id="team", embedder=HashEmbedder(), state_dir=tmp_path / "s") as mem:
+        mem.sync()
+    return team, alice, {}
+
+
+def test_a_shared_sqlite_namespace_needs_per_agent_index_files(tmp_path: Path) -> None:
     ws = write(tmp_path / "ws", {"MEMORY.md": "- x\n"})
-    with MemoryIndex(ws, config={"shared": ["team"], "provider": "none"}, state_dir=tmp_path / "s") as mem:
-        with pytest.raises(ClawmemError):
+    with MemoryIndex(ws, config={"shared": ["team"], "provider": "none", "store": {"path": str(tmp_path / "one.db")}},
+                     state_dir=tmp_path / "s") as mem:
+        with pytest.raises(ConfigError):
             mem.search("x")
 
 
-def test_a_replica_serves_search_and_reads_without_the_workspace(tmp_path: Path,
-                                                                  team_and_alice: tuple[Path, Path, str]) -> None:
-    team, _, url = team_and_alice
+def test_a_damaged_shared_sqlite_index_is_reported_not_rebuilt(tmp_path: Path) -> None:
+    """A shared index that is not a SQLite file: alice's search answers from her own memory and
+    says why; the file is neither set aside nor rewritten (it is not alice's)."""
+    team, alice_ws, store = _team_and_alice_sqlite(tmp_path)
+    index = tmp_path / "s" / "memory" / "team.sqlite"
+    for suffix in ("-wal", "-shm"):
+        if Path(f"{index}{suffix}").exists():
+            os.remove(f"{index}{suffix}")
+    index.write_bytes(b"not a database" * 100)
+    with _alice(alice_ws, tmp_path, store) as alice:
+        payload = search_payload(alice, "green tea")
+        assert [r["path"] for r in payload["results"]] == ["MEMORY.md"]
+        assert payload["sharedUnavailable"]["team"].startswith("its index cannot be read")
+    assert index.read_bytes() == b"not a database" * 100
+
+
+@pytest.fixture
+def pg_team(tmp_path: Path, pg_url: str) -> tuple[Path, str]:
+    team = write(tmp_path / "team", TEAM)
+    with MemoryIndex(team, agent_id="team", config={"store": {"url": pg_url}}, embedder=HashEmbedder(),
+                     state_dir=tmp_path / "s") as mem:
+        mem.sync()
+    return team, pg_url
+
+
+def test_a_replica_serves_search_and_reads_without_the_workspace(tmp_path: Path, pg_team: tuple[Path, str]) -> None:
+    team, url = pg_team
     cfg = {"store": {"url": url}}
     with MemoryIndex(None, agent_id="team", config=cfg, embedder=HashEmbedder(), state_dir=tmp_path / "r") as rep:
         assert rep.replica and rep.workspace is None
