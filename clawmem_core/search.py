@@ -112,6 +112,27 @@ def text_relevance(ranks: Sequence[float], idf_mass: float) -> list[float]:
     return [m / scale if scale > 0 else 0.0 for m in mags]
 
 
+#: The keyword score of a chunk of ``MEMORY.md`` counts this many times a note's: the curated
+#: long-term memory holds one fact a line, and BM25's length normalisation would otherwise rank its
+#: long chunk below every passing mention in a short daily note (the file that names a person or a
+#: decision comes first).
+CURATED_PRIOR = 2.0
+
+
+def is_curated(path: str, source: str) -> bool:
+    """A chunk of the curated long-term memory (``MEMORY.md`` / ``memory.md`` at the root)."""
+    return source == "memory" and path in ("MEMORY.md", "memory.md")
+
+
+def curated_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]]) -> list[float]:
+    """The keyword hits' BM25 ranks with those of ``MEMORY.md`` chunks times :data:`CURATED_PRIOR`."""
+    out = []
+    for cid, r in kw_hits:
+        m = meta.get(cid)
+        out.append(r * CURATED_PRIOR if m is not None and is_curated(m[0], m[1]) else r)
+    return out
+
+
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
     """At most ``limit`` characters, never ending inside a surrogate pair."""
     if len(text) <= limit:
@@ -149,6 +170,26 @@ def merge_hybrid(
     return [
         Candidate(c.id, c.path, c.source, c.start_line, c.end_line, snippet, vs, ts, vector_weight * vs + text_weight * ts, fk)
         for c, vs, ts, snippet, fk in by_key.values()
+    ]
+
+
+def merge_partial(
+    vector: Iterable[Candidate], keyword: Iterable[Candidate], vector_weight: float, text_weight: float,
+    pending: set[str],
+) -> list[Candidate]:
+    """:func:`merge_hybrid` while the vector phase is under way: a keyword candidate in
+    ``pending`` (its chunk has no vector yet) is given, in place of the vector score it cannot
+    have, the mean vector score of the keyword candidates that have theirs. It then ranks as an
+    average chunk of its keyword score would rank, neither pushed below every embedded chunk nor
+    lifted above them; embedded chunks rank as in full hybrid."""
+    merged = merge_hybrid(vector, keyword, vector_weight, text_weight)
+    if not pending:
+        return merged
+    known = [c.vector_score for c in merged if c.from_keyword and c.id not in pending]
+    fill = sum(known) / len(known) if known else 0.0
+    return [
+        c._replace(vector_score=fill, score=vector_weight * fill + text_weight * c.text_score) if c.id in pending else c
+        for c in merged
     ]
 
 
@@ -394,6 +435,7 @@ def rank(
     explicit_min_score: bool = False,
     reranker: Any = None,
     deadline: float | None = None,
+    vectors_partial: bool = False,
 ) -> SearchHits:
     """Search ``store``: keyword and vector candidates -> fusion -> temporal decay -> rerank ->
     MMR -> thresholds. ``qvec`` is the query's embedding (``None`` in keyword-only mode or when it
@@ -401,11 +443,13 @@ def rank(
     (:mod:`clawmem_core.calibration`); ``explicit_min_score``: the caller gave ``min_score``, a
     floor (no relaxed fallback); ``reranker`` (a :class:`~clawmem_core.rerank.Reranker`) runs until
     ``deadline`` (a ``time.monotonic()`` value) at the latest; ``mtime_of(path, source)`` dates the
-    files that decay by modification time."""
+    files that decay by modification time; ``vectors_partial``: some chunks still wait for their
+    vectors (they rank by their keywords, see :func:`merge_partial`)."""
     terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
     info: dict[str, Any] = {}
     args = (store, cfg, query, terms, qvec, min_score, keyword_only, mtime_of)
-    extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline)
+    extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline,
+                 vectors_partial=vectors_partial)
     chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
     if k > CANDIDATE_POOL:
         # More than the fixed pool: the first results stay those the fixed pool gives (so results
@@ -433,6 +477,7 @@ def _choose(
     reranker: Any,
     deadline: float | None,
     info: dict[str, Any],
+    vectors_partial: bool = False,
 ) -> list[Candidate]:
     """The best ``k`` candidates of ``pool`` drawn from each side, after fusion, decay, reranking,
     MMR and thresholds."""
@@ -461,10 +506,11 @@ def _choose(
         vec_scores = [s for _, s in vec_hits]
     else:
         hits = store.term_hits(terms) if kw_hits else None
+        ranks = curated_ranks(kw_hits, meta)
         if hits is None:
-            scores = keyword_scores([r for _, r in kw_hits], "normalize")
+            scores = keyword_scores(ranks, "normalize")
         else:
-            scores = text_relevance([r for _, r in kw_hits], query_idf_mass(terms, hits[1], hits[0]))
+            scores = text_relevance(ranks, query_idf_mass(terms, hits[1], hits[0]))
         level = math.nan
         if background and qvec is not None and vec_hits:
             norm = math.sqrt(sum(a * a for a in qvec)) or 1.0
@@ -476,6 +522,8 @@ def _choose(
         merged = merge_hybrid([], kw, 0.0, 1.0)
     elif not keyword_side:
         merged = merge_hybrid(vec, [], 1.0, 0.0)
+    elif vectors_partial:
+        merged = merge_partial(vec, kw, vw, tw, store.pending_ids([c.id for c in kw]))
     else:
         merged = merge_hybrid(vec, kw, vw, tw)
     if hybrid.temporal_decay.enabled:

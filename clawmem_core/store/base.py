@@ -194,6 +194,11 @@ class Store(ABC):
         rows)``. A chunk no longer pending (replaced or deleted meanwhile) is skipped. Returns how
         many were completed."""
 
+    def pending_ids(self, ids: Iterable[str]) -> set[str]:
+        """Those of these chunk ids that still wait for their vectors (search ranks them by their
+        keywords while the vector phase is under way)."""
+        return set()
+
     @abstractmethod
     def vector_counts(self) -> VectorCounts:
         """Chunks with their vectors done, of all chunks (window rows not counted), and the

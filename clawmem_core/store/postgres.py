@@ -697,6 +697,18 @@ class PostgresStore(Store):
             self._maybe_build_hnsw(dims)
         return done
 
+    def pending_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return set()
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"AND pending = 1 AND id = ANY(%(ids)s)",
+                {"agent": self.agent, "ids": ids},
+            ).fetchall()
+        return {r[0] for r in rows}
+
     def vector_counts(self) -> VectorCounts:
         with self._conn() as conn:
             row = conn.execute(

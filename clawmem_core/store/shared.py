@@ -9,7 +9,7 @@ to the right index. It never writes.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import ReplicaError, StoreError
 from .base import ChunkRow, FileRow, FileState, Store, StoreCounts
@@ -30,9 +30,14 @@ def split_shared(name: str) -> tuple[str | None, str]:
 class SharedView(Store):
     """The agent's own index plus read-only shared namespaces, for searching."""
 
-    def __init__(self, own: Store, shared: dict[str, Store]) -> None:
+    def __init__(self, own: Store, shared: dict[str, Store],
+                 on_error: Callable[[str, StoreError], None] | None = None) -> None:
         self.own = own
         self.shared = shared
+        #: Told of a namespace that failed during a search (it is then left out of that search);
+        #: without it, the failure is raised.
+        self.on_error = on_error
+        self._failed: set[str] = set()
 
     @property  # type: ignore[override]
     def fts_available(self) -> bool:
@@ -55,51 +60,78 @@ class SharedView(Store):
         return self.own if ns is None else _Guarded(ns, self.shared[ns])  # type: ignore[return-value]
 
     def _parts(self) -> list[tuple[str | None, Store]]:
-        return [(None, self.own), *((ns, _Guarded(ns, s)) for ns, s in self.shared.items())]  # type: ignore[misc]
+        return [(None, self.own), *((ns, _Guarded(ns, s)) for ns, s in self.shared.items()  # type: ignore[misc]
+                                    if ns not in self._failed)]
+
+    def _each(self, call: Callable[[Store], Any], parts: Iterable[tuple[str | None, Any]] | None = None
+              ) -> list[tuple[str | None, Any, Any]]:
+        """``(namespace, argument, call(store))`` for the agent's index and each namespace (or each
+        of ``parts``: ``(namespace, argument)``); a namespace that fails is left out of this search
+        (and reported to :attr:`on_error`), the agent's own index never."""
+        out = []
+        for ns, arg in (((n, None) for n, _ in self._parts()) if parts is None else parts):
+            try:
+                out.append((ns, arg, call(self._store(ns)) if parts is None else call(self._store(ns), arg)))
+            except StoreError as exc:
+                if ns is None or self.on_error is None:
+                    raise
+                self._failed.add(ns)
+                self.on_error(ns, exc)
+        return out
 
     # -- what search uses -------------------------------------------------------------------------
 
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         hits: list[tuple[str, float]] = []
-        for ns, store in self._parts():
+        for ns, _, got in self._each(lambda store: store.keyword_search(terms, limit)):
             pre = "" if ns is None else shared_prefix(ns)
-            hits += [(pre + i, r) for i, r in store.keyword_search(terms, limit)]
+            hits += [(pre + i, r) for i, r in got]
         hits.sort(key=lambda h: h[1])
         return hits[:limit]
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         hits: list[tuple[str, float]] = []
-        for ns, store in self._parts():
+        for ns, _, got in self._each(lambda store: store.vector_search(query, limit)):
             pre = "" if ns is None else shared_prefix(ns)
-            hits += [(pre + i, s) for i, s in store.vector_search(query, limit)]
+            hits += [(pre + i, s) for i, s in got]
         hits.sort(key=lambda h: -h[1])
         return hits[:limit]
 
+    def _routed(self, ids: Iterable[str]) -> list[tuple[str | None, list[str]]]:
+        return [(ns, raw) for ns, raw in self._route(ids).items() if ns is None or ns not in self._failed]
+
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         out: dict[str, tuple[str, str, int, int]] = {}
-        for ns, raw in self._route(ids).items():
+        for ns, _, got in self._each(lambda store, raw: store.get_chunk_meta(raw), self._routed(ids)):
             pre = "" if ns is None else shared_prefix(ns)
-            for i, (path, source, start, end) in self._store(ns).get_chunk_meta(raw).items():
+            for i, (path, source, start, end) in got.items():
                 out[pre + i] = (pre + path, source, start, end)
+        return out
+
+    def pending_ids(self, ids: Iterable[str]) -> set[str]:
+        out: set[str] = set()
+        for ns, _, got in self._each(lambda store, raw: store.pending_ids(raw), self._routed(ids)):
+            pre = "" if ns is None else shared_prefix(ns)
+            out.update(pre + i for i in got)
         return out
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         out: dict[str, ChunkRow] = {}
-        for ns, raw in self._route(ids).items():
+        for ns, _, got in self._each(lambda store, raw: store.get_chunks(raw), self._routed(ids)):
             pre = "" if ns is None else shared_prefix(ns)
-            for i, row in self._store(ns).get_chunks(raw).items():
+            for i, row in got.items():
                 out[pre + i] = ChunkRow(pre + row.id, pre + row.path, row.source, row.start_line, row.end_line,
                                         row.hash, row.model, row.text)
         return out
 
     def has_content(self) -> bool:
-        return any(store.has_content() for _, store in self._parts())
+        return any(got for _, _, got in self._each(lambda store: store.has_content()))
 
     def file_states(self, source: str) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
-        for ns, store in self._parts():
+        for ns, _, got in self._each(lambda store: store.file_states(source)):
             pre = "" if ns is None else shared_prefix(ns)
-            for path, state in store.file_states(source).items():
+            for path, state in got.items():
                 out[pre + path] = (pre + state[0], *state[1:])  # type: ignore[assignment]
         return out
 
@@ -110,11 +142,10 @@ class SharedView(Store):
         return self._store(ns).file_text(source, raw)
 
     def data_version(self) -> Any:
-        return tuple(store.data_version() for _, store in self._parts())
+        return tuple(got for _, _, got in self._each(lambda store: store.data_version()))
 
     def refresh(self) -> None:
-        for _, store in self._parts():
-            store.refresh()
+        self._each(lambda store: store.refresh())
 
     def get_meta(self) -> dict[str, Any] | None:
         return self.own.get_meta()

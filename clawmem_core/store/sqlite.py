@@ -611,6 +611,16 @@ class SQLiteStore(Store):
         return [(r[0], ChunkRow(*r[1:], pending=True)) for r in rows]
 
     @_locked
+    def pending_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        out: set[str] = set()
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            marks = ",".join("?" * len(part))
+            out.update(r[0] for r in self.conn.execute(f"SELECT id FROM chunks WHERE pending = 1 AND id IN ({marks})", part))
+        return out
+
+    @_locked
     def vector_counts(self) -> VectorCounts:
         """How many chunks have their vectors, of how many, and the characters still to embed
         (counted once per state of the index)."""

@@ -132,6 +132,41 @@ def test_small_workspace_scores_are_not_zero(make_workspace: WorkspaceFactory, o
     assert jazz and jazz[0].path == "MEMORY.md" and jazz[0].score > 0.5
 
 
+EXAMPLE_WORKSPACE = Path(__file__).resolve().parents[2] / "examples" / "workspace"
+
+
+@pytest.mark.parametrize("query", ["Dana", "Priya", "Marco", "李伟"])
+def test_the_file_that_names_the_thing_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                   keyword_only: MemoryConfig, query: str) -> None:
+    # MEMORY.md's one long chunk names them (e.g. "Name: Dana Whitfield", "李伟 (Li Wei): data engineer");
+    # short daily notes mention them in passing, and BM25's length normalisation favoured those.
+    files = {str(p.relative_to(EXAMPLE_WORKSPACE)): p.read_text(encoding="utf-8")
+             for p in EXAMPLE_WORKSPACE.rglob("*.md")}
+    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem.sync()
+    hits = mem.search(query)
+    assert len(hits) >= 2 and hits[0].path == "MEMORY.md", [(h.path, h.score) for h in hits]
+    assert hits[0].score == 1.0 and all(h.score < 1.0 for h in hits[1:])
+
+
+def test_the_curated_prior_only_reorders_memory_md(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                  keyword_only: MemoryConfig) -> None:
+    from clawmem_core.search import curated_ranks
+
+    meta = {"a": ("MEMORY.md", "memory", 1, 9), "b": ("memory/2026-01-01.md", "memory", 1, 3),
+            "c": ("notes/MEMORY.md", "memory", 1, 3), "d": ("MEMORY.md", "sessions", 1, 3)}
+    assert curated_ranks([("a", -1.0), ("b", -1.5), ("c", -1.0), ("d", -1.0), ("gone", -1.0)], meta) == [
+        -2.0, -1.5, -1.0, -1.0, -1.0]
+    files = {"MEMORY.md": "# Memory\n\n- 账单服务由李伟负责。\n" + "- 其他事项。\n" * 30,
+             "memory/2026-11-12.md": "# 2026-11-12\n\n- 李伟请假一天。\n- 账单金额核对完毕。\n- 周会改到周四。\n"}
+    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem.sync()
+    # Both hold both terms: MEMORY.md's long chunk comes first (BM25 alone put the short note first).
+    assert mem.search("账单 李伟", min_score=0)[0].path == "MEMORY.md"
+    # A query term MEMORY.md lacks keeps the note that holds the whole query first.
+    assert mem.search("李伟 请假", min_score=0)[0].path == "memory/2026-11-12.md"
+
+
 def test_explicit_min_score_is_a_floor(make_workspace: WorkspaceFactory, open_index: IndexFactory,
                                        keyword_only: MemoryConfig, state_dir: Path) -> None:
     mem = open_index(make_workspace(SMALL), embedder=None, config=keyword_only)

@@ -347,3 +347,29 @@ def test_hnsw_above_the_exact_threshold(pg_url: str) -> None:
         conn.execute("SELECT pg_stat_force_next_flush()")
         scans = conn.execute("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'clawmem_chunks_hnsw_16'")
         assert scans.fetchone()[0] >= 20
+
+
+def test_a_shared_sqlite_index_damaged_under_an_open_reader(tmp_path: Path) -> None:
+    """The team's index damaged (every page after the first overwritten) while alice holds it
+    open: her searches keep answering from her own memory, her own index is not set aside, and
+    the team's file is not touched by her."""
+    team, alice_ws, store = _team_and_alice_sqlite(tmp_path)
+    index = tmp_path / "s" / "memory" / "team.sqlite"
+    with _alice(alice_ws, tmp_path, store) as alice:
+        assert alice.search("deploy freeze Fridays")[0].path == "@team/MEMORY.md"
+        data = bytearray(index.read_bytes())
+        page = int.from_bytes(data[16:18], "big")
+        data[page:] = b"\xa5" * (len(data) - page)
+        index.write_bytes(bytes(data))
+        damaged = index.read_bytes()
+        for query in ("green tea", "deploy freeze Fridays", "staging database password", "Alice prefers"):
+            hits = alice.search(query, min_score=0)
+            assert all(not h.path.startswith("@") or h.path.startswith("@team/") for h in hits)
+        assert alice.search("green tea")[0].path == "MEMORY.md"
+        payload = search_payload(alice, "staging password rotates monthly")
+        assert not payload.get("error")
+        assert payload["sharedUnavailable"] == {"team": "its index cannot be read (see clawmem status)"}
+        assert any("shared namespace 'team'" in i for i in alice.status().issues)
+        assert alice.read("MEMORY.md").text.startswith("# Alice")
+    assert index.read_bytes() == damaged
+    assert not list((tmp_path / "s" / "memory").glob("alice.sqlite.corrupt-*"))

@@ -125,6 +125,10 @@ def test_pending_chunks_get_their_vectors_later(store: Store) -> None:
     assert store.set_vectors([(pend[0].id, _unit(1, 1), []), (pend[1].id, None, [window])]) == 2
     assert store.set_vectors([(pend[0].id, _unit(1, 1), [])]) == 0  # already done
     assert store.vector_counts().done == 3
+    # Which of these chunks still wait for their vectors (search ranks those by keywords).
+    done_id = store.keyword_search(["done"], 10)[0][0]
+    assert store.pending_ids([c.id for c in pend] + [done_id, "no-such-id"]) == {pend[2].id, pend[3].id}
+    assert store.pending_ids([]) == set()
     assert {i for i, _ in store.vector_search(_unit(0, 1), 10)} >= {window.id}
     assert store.keyword_search(["window"], 10) == []  # window rows stay vector-only
     # The file changes before its last chunks get their vectors: those are skipped.
