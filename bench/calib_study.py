@@ -2,7 +2,7 @@
 frequencies) from the keyword-only index, the best-window cosine of every chunk from the model's index, and the
 query's cosines to the calibration passages, for the real questions and the foreign ones, pickled.
 
-``python -m bench.calib_study CACHE LABEL[,LABEL] OUT.pkl`` (LoCoMo EN and ZH; vectors from ``bench.fusion``'s
+``python -m bench.calib_study CACHE LABEL[,LABEL] OUT.pkl [WORKSPACE,...]`` (LoCoMo EN and ZH; vectors from ``bench.fusion``'s
 cache ``CACHE``); :func:`main_scifact` does the same on a SciFact subset (``bench.scifact_subset``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clawmem_core.calibration import BACKGROUND_TEXTS
+from clawmem_core.calibration import BACKGROUND_TEXTS, blind_scripts
 
 from . import fusion as F
 from .data import default_data_dir, load_locomo, load_scifact
@@ -39,6 +39,9 @@ class Q:
     ncos_all: np.ndarray | None = None
     terms: list | None = None
     n_docs: int = 0
+    matched: list | None = None  # per candidate: the query terms its chunk holds (keyword candidates)
+    text: str = ""  # the query
+    blind: frozenset | None = None  # scripts the embedder cannot tell apart (calibration.blind_scripts)
 
 
 def term_stats(view_mem, q: str):
@@ -61,6 +64,24 @@ def term_stats(view_mem, q: str):
     return mass, present, stats, n_docs
 
 
+def matched_terms(store, terms: list[str], text: str) -> frozenset:
+    """The query terms ``text`` holds, by the FTS5 tokenizer's own tokens (stemmed)."""
+    import apsw
+
+    from clawmem_core.store.sqlite import FTS_TOKENIZERS
+    from clawmem_core.text import index_document
+
+    name, *args = [a.strip("'") for a in FTS_TOKENIZERS[store.fts_tokenizer].split()]
+    tok = store.conn.fts5_tokenizer(name, args)
+    doc = {t for toks in tok(index_document(text).encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False) for t in toks}
+    out = set()
+    for term in terms:
+        got = tok(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False)
+        if got and all(any(t in doc for t in toks) for toks in got):
+            out.add(term)
+    return frozenset(out)
+
+
 def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign: list[str]):
     """Per query Q objects (real then foreign)."""
     mem0, kview = F.open_view(ws, state / "none")
@@ -71,6 +92,7 @@ def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign:
         qv = mdl.vectors(label, "query", texts) if texts else np.zeros((0, dvecs.shape[1]))
         fv = mdl.vectors(label, "query", foreign) if foreign else np.zeros((0, dvecs.shape[1]))
         bgv = mdl.vectors(label, "doc", list(BACKGROUND_TEXTS))
+        blind = blind_scripts([list(map(float, v)) for v in bgv])
         vkeys = [(p, s, e) for p, s, e in zip(vview.paths, vview.starts, vview.ends)]
         out = []
         for qtext, qvec, gold in [(q.text, qv[i], q.gold_lines or ("beir", frozenset(q.relevant_paths))) for i, q in enumerate(real)] + [(t, fv[i], None) for i, t in enumerate(foreign)]:
@@ -96,7 +118,13 @@ def build(label: str, ws: Path, state: Path, mdl: F.Models, real: list, foreign:
             for i, k in enumerate(vorder):
                 cs[keys[k]] = best[k]; vp[keys[k]] = i + 1
             mass, present, stats, nd = term_stats(mem0, qtext)
-            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd))
+            matched: list = [frozenset()] * n
+            for r, _ in kw:
+                j = keys[(kview.paths[r], kview.starts[r], kview.ends[r])]
+                if not matched[j]:
+                    matched[j] = matched_terms(mem0._store, [t for t, _ in stats], kview.texts[r])
+            out.append(Q(list(keys), bm, kp, cs, vp, mass, present, bgv @ qvec, gold, None, stats, nd, matched, qtext,
+                         blind))
         return out
     finally:
         mem0.close(); mem1.close()
@@ -108,6 +136,7 @@ def main():
     labels = sys.argv[2].split(",")
     out = Path(sys.argv[3])
     mdl = F.Models(cache)
+    only = {w for w in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if w}  # workspaces to run (all when empty)
     en = load_locomo(data / "locomo", "locomo-en", "en")
     zh = load_locomo(data / "locomo-zh", "locomo-zh", "zh")
     sci = load_scifact(data / "scifact", limit=100)
@@ -119,6 +148,8 @@ def main():
             for q in ds.queries:
                 by_ws.setdefault(q.workspace, []).append(q)
             for ws, qs in sorted(by_ws.items()):
+                if only and ws.name not in only:
+                    continue
                 if ds is en:
                     foreign = sci_q + ([q.text for q in zh.queries] if ws.name != "conv-26" else [])
                 else:

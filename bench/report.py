@@ -352,6 +352,14 @@ def write(out_dir: Path = RESULTS_DIR) -> Path:
     if fusion.exists():
         lines += ["## Fusion, abstention and reranking (`python -m bench.calibrated`)", "",
                   fusion.read_text(encoding="utf-8").strip(), ""]
+    abstention = out_dir / "abstention.md"  # intro + ``python -m bench.calibrated --out`` (query confidence)
+    if abstention.exists():
+        lines += ["## Abstention: the query's confidence (`python -m bench.calibrated`)", "",
+                  abstention.read_text(encoding="utf-8").strip(), ""]
+    freshness = out_dir / "freshness.md"  # written by ``python -m bench.freshness``
+    if freshness.exists():
+        lines += ["## Per-search freshness (`python -m bench.freshness`)", "",
+                  freshness.read_text(encoding="utf-8").strip(), ""]
     matrix = out_dir / "matrix.md"  # written by ``python -m bench.matrix``
     if matrix.exists():
         lines += ["## Embedders x fusion x reranking, end to end (`python -m bench.matrix`)", "",

@@ -102,6 +102,50 @@ def calibrated_cosine(cosine: float, level: float) -> float:
     return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
 
 
+#: :data:`BACKGROUND_TEXTS` holds this many English passages first, then as many Chinese ones.
+BACKGROUND_LATIN = 24
+#: An embedder is blind to a script when unrelated passages in it are, on average, this much more
+#: alike (mean pairwise cosine) than unrelated passages in the other script.
+BLIND_MARGIN = 0.2
+
+_BLIND_CACHE: dict[int, tuple[Sequence[Sequence[float]], frozenset[str]]] = {}
+
+
+def _mean_pairwise_cosine(vectors: Sequence[Sequence[float]]) -> float:
+    """Mean cosine over the distinct pairs of ``vectors``: ``(|sum of unit vectors|^2 - n) / (n(n-1))``."""
+    units = []
+    for v in vectors:
+        norm = math.sqrt(sum(x * x for x in v))
+        if norm > 0 and math.isfinite(norm):
+            units.append([x / norm for x in v])
+    n = len(units)
+    if n < 2:
+        return math.nan
+    total = [sum(col) for col in zip(*units)]
+    return (sum(x * x for x in total) - n) / (n * (n - 1))
+
+
+def blind_scripts(background: Sequence[Sequence[float]]) -> frozenset[str]:
+    """The scripts (``"latin"``, ``"cjk"``) the embedder cannot tell texts apart in, judged from its
+    vectors of :data:`BACKGROUND_TEXTS`: an English-only model such as all-MiniLM-L6-v2 maps
+    unrelated Chinese passages to nearly the same vector (mean pairwise cosine 0.59, against 0.05
+    for the English ones). Its cosine then says nothing about a Chinese query, so the vector side
+    neither confirms nor vetoes one (:func:`clawmem_core.search.query_confidence`)."""
+    cached = _BLIND_CACHE.get(id(background))
+    if cached is not None and cached[0] is background:
+        return cached[1]
+    out: frozenset[str] = frozenset()
+    if len(background) == len(BACKGROUND_TEXTS):
+        latin = _mean_pairwise_cosine(background[:BACKGROUND_LATIN])
+        cjk = _mean_pairwise_cosine(background[BACKGROUND_LATIN:])
+        if math.isfinite(latin) and math.isfinite(cjk):
+            out = frozenset(name for name, a, b in (("latin", latin, cjk), ("cjk", cjk, latin)) if a - b > BLIND_MARGIN)
+    if len(_BLIND_CACHE) >= 16:
+        _BLIND_CACHE.clear()
+    _BLIND_CACHE[id(background)] = (background, out)
+    return out
+
+
 def encode_vectors(vectors: Sequence[Sequence[float]]) -> str:
     """Vectors as text (float32, base64), one line each, to keep in the index."""
     return "\n".join(base64.b64encode(array("f", v).tobytes()).decode("ascii") for v in vectors)

@@ -87,7 +87,9 @@ class HybridConfig:
     the query's IDF mass a chunk matches, ``|bm25| / max(sum idf(query terms), best |bm25|)``, and the vector
     side the cosine above what unrelated text reaches for this query with this embedder
     (``clawmem_core.calibration``); both are on an absolute 0-1 scale, so ``min_score`` means the
-    same for every embedder and a query about something absent scores low. ``"openclaw"``:
+    same for every embedder and a query about something absent scores low; every score of a query
+    is also scaled by the query's confidence (``clawmem_core.search.query_confidence``: the share of
+    its terms the index knows, and the vector side's best calibrated score). ``"openclaw"``:
     OpenClaw's ``vw * cosine + tw * |r| / (1 + |r|)`` with its relaxed keyword fallback, bit for
     bit. Weights left unset take the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3);
     set ones are normalised to sum to 1.

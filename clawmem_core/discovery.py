@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,33 +108,79 @@ def display_path(workspace: Path, abs_path: Path) -> str:
     return os.path.relpath(abs_path, workspace).replace(os.sep, "/")
 
 
-def _walk(root: str) -> list[str]:
-    """``.md`` files under ``root`` as paths relative to it (``/``-separated), sorted per
-    directory; symlinks and ignored directories are not entered."""
-    found: list[str] = []
-    stack = [(root, "")]
-    while stack:
-        d, rel = stack.pop()
+#: A directory listing is reused only when the directory was last modified this long before the
+#: listing began: a change within the same timestamp tick as the listing could keep its mtime.
+_RACY_LISTING_NS = 2_000_000_000
+
+#: Directory -> ((device, inode, mtime, ctime) before listing, its ``.md`` files, its subdirectories).
+Listings = dict[str, tuple[tuple[int, int, int, int], list[str], list[tuple[str, str]]]]
+
+
+def _list_dir(d: str) -> tuple[list[str], list[tuple[str, str]]] | None:
+    """The ``.md`` files (sorted) and the subdirectories to enter (reverse-sorted) of ``d``."""
+    try:
+        entries = list(os.scandir(d))
+    except OSError:
+        return None
+    files: list[str] = []
+    subdirs: list[tuple[str, str]] = []
+    for e in entries:
+        name = e.name
         try:
-            entries = list(os.scandir(d))
+            # Not following symlinks, a symlink is neither a file nor a directory.
+            if name.endswith(".md") and e.is_file(follow_symlinks=False):
+                files.append(name)
+            elif e.is_dir(follow_symlinks=False) and name not in IGNORED_DIRS:
+                subdirs.append((name, e.path))
         except OSError:
             continue
-        files: list[str] = []
-        subdirs: list[tuple[str, str]] = []
-        for e in entries:
-            name = e.name
+    files.sort()
+    subdirs.sort(reverse=True)
+    return files, subdirs
+
+
+def _walk(root: str, listings: Listings | None = None) -> list[str]:
+    """``.md`` files under ``root`` as paths relative to it (``/``-separated), sorted per
+    directory; symlinks and ignored directories are not entered.
+
+    With ``listings`` (kept by the caller between walks, updated here), a directory whose device,
+    inode, mtime and ctime are those it had before its last listing is not listed again: adding,
+    removing or renaming an entry changes a directory's mtime and ctime (putting the mtime back
+    changes the ctime), and a listing taken within :data:`_RACY_LISTING_NS` of its last change
+    is not reused."""
+    found: list[str] = []
+    stack = [(root, "")]
+    seen: Listings = {}
+    while stack:
+        d, rel = stack.pop()
+        listing = None
+        if listings is not None:
             try:
-                # Not following symlinks, a symlink is neither a file nor a directory.
-                if name.endswith(".md") and e.is_file(follow_symlinks=False):
-                    files.append(name)
-                elif e.is_dir(follow_symlinks=False) and name not in IGNORED_DIRS:
-                    subdirs.append((name, e.path))
+                st = os.stat(d)
             except OSError:
                 continue
-        files.sort()
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            kept = listings.get(d)
+            if kept is not None and kept[0] == key:
+                listing = kept[1], kept[2]
+                seen[d] = kept
+            else:
+                began = time.time_ns()
+                listing = _list_dir(d)
+                if listing is not None and max(st.st_mtime_ns, st.st_ctime_ns) < began - _RACY_LISTING_NS:
+                    seen[d] = (key, *listing)
+        else:
+            listing = _list_dir(d)
+        if listing is None:
+            continue
+        files, subdirs = listing
         found.extend(map((rel).__add__, files) if rel else files)
-        subdirs.sort(reverse=True)
         stack.extend((path, f"{rel}{name}/") for name, path in subdirs)
+    if listings is not None:  # forget directories no longer under this root
+        for d in [d for d in listings if d == root or d.startswith(root.rstrip(os.sep) + os.sep)]:
+            if d not in seen:
+                del listings[d]
+        listings.update(seen)
     return found
 
 
@@ -183,11 +230,13 @@ def list_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> 
 
 
 def memory_paths(
-    workspace: Path, extra_paths: list[str] | None = None, *, bad_names: list[str] | None = None
+    workspace: Path, extra_paths: list[str] | None = None, *, bad_names: list[str] | None = None,
+    listings: Listings | None = None,
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """What :func:`list_memory_files` finds, as ``(display path, absolute path)`` pairs (cheap
     for tens of thousands of files), and the extra paths that do not exist. Files whose path is not
-    valid UTF-8 are left out; their printable paths are appended to ``bad_names``."""
+    valid UTF-8 are left out; their printable paths are appended to ``bad_names``. ``listings``:
+    directory listings kept between calls (see :func:`_walk`)."""
     workspace = Path(os.path.abspath(workspace))
     ws = str(workspace)
     missing: list[str] = []
@@ -197,7 +246,7 @@ def memory_paths(
     groups.append((ws, _root_files(ws)))
     mem_dir = os.path.join(ws, "memory")
     if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
-        groups.append((mem_dir, _walk(mem_dir)))
+        groups.append((mem_dir, _walk(mem_dir, listings)))
     # MEMORY.md and memory/ never reach the same file: only extra paths need de-duplicating.
     dedupe_from = len(groups)
     seen_extra: set[Path] = set()
@@ -211,7 +260,7 @@ def memory_paths(
         if p.is_symlink():
             continue
         if p.is_dir():
-            groups.append((str(p), _walk(str(p))))
+            groups.append((str(p), _walk(str(p), listings)))
         elif p.is_file():
             if p.name.endswith(".md"):
                 groups.append((str(p.parent), [p.name]))

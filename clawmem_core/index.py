@@ -44,6 +44,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
 )
 from .store.base import CorruptIndexError, MissingIndexError, Store, StoreBackend, StoreBusyError
 from .progress import ProgressCallback, SyncProgress, as_listener
+from .journal import ChangeJournal
 from .sync import Listener, Scan, Syncer, stat_key
 from .text import FTS_FORMAT
 
@@ -233,6 +234,13 @@ class MemoryIndex:
         self._watchers: list[Any] = []
         self._interval_stop: threading.Event | None = None
         self._interval_thread: threading.Thread | None = None
+        #: Kernel change notifications trusted by searches (started by the second search; see
+        #: :attr:`change_journal`), and the store and data version at which the index last matched
+        #: the Markdown.
+        self._journal: ChangeJournal | None = None
+        self._journal_tried = False
+        self._fresh_checks = 0
+        self._fresh_at: tuple[Store, Any] | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -809,6 +817,34 @@ class MemoryIndex:
     fresh_max_bytes = 2_000_000
     #: ... and it waits at most this long (seconds) for that sync and its vectors.
     fresh_budget = 2.0
+    #: From its second search on, an index trusts kernel change notifications (Linux inotify, see
+    #: :mod:`clawmem_core.journal`): with none since the index last matched the Markdown (and no
+    #: other writer since), a search checks no file. Elsewhere, or when the journal cannot vouch
+    #: for the files (closed, overflowed, out of watches), a search stats every file.
+    change_journal = True
+
+    def _trust_journal(self) -> bool:
+        """Whether the index is known to match the Markdown without checking any file: the
+        journal saw no change since it last did, nothing marked the index dirty, and no
+        connection wrote to the index since (another process or instance may have written files'
+        states older than the Markdown). Call with the sync lock held."""
+        journal = self._journal
+        if journal is None:
+            if self.change_journal and not self._journal_tried and self._fresh_checks >= 2 and self.workspace:
+                self._journal_tried = True  # once: unavailable stays unavailable
+                self._journal = ChangeJournal.start(self.workspace, self.config.extra_paths)
+            return False
+        if journal.changed() or self._dirty:
+            return False
+        at = self._fresh_at
+        return at is not None and at[0] is self._store and at[1] == self._store.data_version()
+
+    def _confirm_fresh(self, store: Store, version: Any) -> None:
+        """The index (``store`` at ``version``) was found to match the Markdown by a walk started
+        after the journal was last read."""
+        self._fresh_at = (store, version)
+        if self._journal is not None:
+            self._journal.confirm()
 
     def _freshen(self) -> bool:
         """Sync the changes a search must see when they are small; True when the search will
@@ -819,15 +855,20 @@ class MemoryIndex:
         if not self._sync_lock.acquire(timeout=self.fresh_budget):
             return True  # a long sync holds the index: answer from it as it is
         try:
+            self._fresh_checks += 1
+            if self._trust_journal():
+                return False
             gen = self._dirty_gen
             scan = self._unlocked_scan()
             if scan is not None and scan.clean:
                 self._nothing_changed(scan, "search", gen, time.perf_counter())
+                self._confirm_fresh(scan.store, scan.version)
                 return False
             changed = _changed_files(scan) if scan is not None else -1
             if changed == 0:
                 # only files written just before the last scan, each with the size, mtime, ctime
                 # and inode it was indexed with: nothing to write (a sync re-reads them later)
+                self._confirm_fresh(scan.store, scan.version)  # type: ignore[union-attr]
                 return False
             small = (
                 scan is not None
@@ -856,6 +897,8 @@ class MemoryIndex:
                     self._sync_vectors(report, deadline=deadline, paths=paths, store=self._writer_store())
                 except EmbeddingError as exc:
                     log.warning("embedding the changed files failed: %s", exc)
+            # (files skipped as unreadable are the state of the disk: a change to them is an event)
+            self._confirm_fresh(self._store, self._store.data_version())
             return False
         finally:
             self._sync_lock.release()
@@ -1306,6 +1349,8 @@ class MemoryIndex:
         self._closing = True
         for w in self._watchers:
             w.stop()
+        if self._journal is not None:
+            self._journal.close()
         if self._interval_stop is not None:
             self._interval_stop.set()
         for t in (self._bg_thread, self._interval_thread):

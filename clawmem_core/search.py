@@ -112,6 +112,62 @@ def text_relevance(ranks: Sequence[float], idf_mass: float) -> list[float]:
     return [m / scale if scale > 0 else 0.0 for m in mags]
 
 
+#: A query counts as fully known to the index when this share of its terms occurs in it
+#: (:func:`vocabulary_share`); below it, its scores are scaled down in proportion.
+VOCABULARY_FULL = 0.6
+#: A query counts as fully seen by the vector side when its best chunk's calibrated vector score
+#: (cosine above the query's unrelated-text level, :mod:`clawmem_core.calibration`) reaches this;
+#: below it, its scores are scaled down in proportion.
+VECTOR_FULL = 0.25
+#: The vector side alone at most scales a query's scores down to this share: it confirms or doubts,
+#: the keyword evidence keeps a say.
+VECTOR_DOUBT_FLOOR = 0.7
+#: A best calibrated vector score this high vouches for the query whatever its words (a paraphrase,
+#: another language): the vocabulary factor is then at least ``best / VECTOR_VOUCHES``.
+VECTOR_VOUCHES = 0.5
+
+
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[^\W\d_]+")
+
+
+def query_script(query: str) -> str:
+    """``"cjk"`` when a query has more CJK characters than other words (a Chinese question naming
+    people in English is Chinese), else ``"latin"``."""
+    cjk = len(_CJK_CHAR.findall(query))
+    if not cjk:
+        return "latin"
+    words = len(_LATIN_WORD.findall(_CJK_CHAR.sub(" ", query)))
+    return "cjk" if cjk > words else "latin"
+
+
+def vocabulary_share(terms: Sequence[str], hits: Sequence[int]) -> float | None:
+    """The share of a query's terms that occur anywhere in the index (``hits``: rows holding each
+    term), or ``None`` for a query without terms. A CJK character pair absent from the index is not
+    counted (as in :func:`query_idf_mass`: pairs straddling two words are absent from any text).
+    A question about something the memory never mentions is mostly made of words it never used."""
+    counted = [int(n) > 0 for t, n in zip(terms, hits) if int(n) > 0 or not _CJK_PAIR.match(t)]
+    if not counted:
+        return None
+    return sum(counted) / len(counted)
+
+
+def query_confidence(vocabulary: float | None, best_vector: float | None) -> float:
+    """How far a query's calibrated scores are to be trusted, in [0, 1]. Keyword evidence:
+    ``min(1, vocabulary / VOCABULARY_FULL)`` (:func:`vocabulary_share`; 1 when ``None``). When the
+    vector side ran with a calibration (``best_vector``: the best calibrated vector score among the
+    query's chunks), that factor is at least ``best_vector / VECTOR_VOUCHES``, and the product is
+    multiplied by ``min(1, best_vector / VECTOR_FULL)``, at least :data:`VECTOR_DOUBT_FLOOR`: a
+    query no chunk of which the embedder places clearly above unrelated text is doubted. Every score
+    of the query is multiplied by the result, so the order is unchanged, and a question about
+    something absent from the memory falls below ``min_score`` even when a few of its words match."""
+    vocab = 1.0 if vocabulary is None or not math.isfinite(vocabulary) else vocabulary / VOCABULARY_FULL
+    if best_vector is None or not math.isfinite(best_vector):
+        return max(0.0, min(1.0, vocab))
+    vocab = max(vocab, best_vector / VECTOR_VOUCHES)
+    return max(0.0, min(1.0, vocab)) * max(VECTOR_DOUBT_FLOOR, min(1.0, best_vector / VECTOR_FULL))
+
+
 #: The keyword score of a chunk of ``MEMORY.md`` counts this many times a note's: the curated
 #: long-term memory holds one fact a line, and BM25's length normalisation would otherwise rank its
 #: long chunk below every passing mention in a short daily note (the file that names a person or a
@@ -337,6 +393,22 @@ def select_results(
     return [c for c in ranked if c.from_keyword and c.score >= relaxed_floor][:max_results]
 
 
+def select_confident(ranked: Sequence[Candidate], confidence: float, *, min_score: float, max_results: int) -> list[Candidate]:
+    """The calibrated fusion's selection: each score times the query's ``confidence``
+    (:func:`query_confidence`), kept when it reaches ``min_score`` (no fallback below it), in the
+    given order, cut to ``max_results``. Scaling after ranking keeps the order even at confidence 0."""
+    if confidence >= 1.0:
+        return [c for c in ranked if c.score >= min_score][:max_results]
+    out = []
+    for c in ranked:
+        score = c.score * confidence
+        if score >= min_score:
+            out.append(c._replace(score=score))
+            if len(out) >= max_results:
+                break
+    return out
+
+
 # -- the pipeline -----------------------------------------------------------------------------
 
 
@@ -483,7 +555,7 @@ def _choose(
     MMR and thresholds."""
     import time
 
-    from .calibration import background_level, calibrated_cosine
+    from .calibration import background_level, blind_scripts, calibrated_cosine
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
@@ -499,6 +571,7 @@ def _choose(
 
     no_vectors = keyword_only or qvec is None
     vw, tw = hybrid.weights
+    conf = 1.0
     if hybrid.fusion == "openclaw":
         # OpenClaw's formula; keyword-only mode keeps its conversion (scores meet min_score alone).
         mode = hybrid.text_score if not no_vectors else "saturate"
@@ -516,6 +589,22 @@ def _choose(
             norm = math.sqrt(sum(a * a for a in qvec)) or 1.0
             level = background_level([sum(a * b for a, b in zip(qvec, bg)) / norm for bg in background])
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
+        if keyword_side:
+            # The query's confidence scales every score (the order stands): the share of its terms
+            # the index knows (no keyword hit: none), and the vector side's best calibrated score.
+            if hits is not None:
+                pairs = list(zip(terms, hits[1]))
+                if getattr(store, "fts_tokenizer", "") == "trigram":  # shorter terms are never searched
+                    pairs = [(t, n) for t, n in pairs if len(t) >= 3]
+                vocab = vocabulary_share([t for t, _ in pairs], [n for _, n in pairs])
+            else:
+                vocab = 0.0 if terms and not kw_hits and store.fts_available else None
+            # A half-embedded index (vectors_partial) may not have embedded the chunk that answers.
+            best = max(vec_scores, default=0.0) if math.isfinite(level) and not no_vectors and not vectors_partial else None
+            if best is not None and background and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background):
+                best = None  # the embedder cannot tell texts of this script apart: no say either way
+            conf = query_confidence(vocab, best)
+            info["confidence"] = round(conf, 4)
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
     vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
     if no_vectors:
@@ -550,7 +639,7 @@ def _choose(
         chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor,
                                 strict=cfg.strict or explicit_min_score)
     else:  # calibrated scores mean the same in every index: no fallback below min_score
-        chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=1.0, strict=True)
+        chosen = select_confident(merged, conf, min_score=min_score, max_results=k)
     return chosen
 
 

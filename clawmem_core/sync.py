@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 from .chunking import Chunk, chunk_id, chunk_markdown, remap_lines
 from .config import MemoryConfig
-from .discovery import BAD_NAME_REASON, memory_paths, normalize_extra_paths
+from .discovery import BAD_NAME_REASON, Listings, memory_paths, normalize_extra_paths
 from .embeddings.base import Embedder
 from .errors import StoreError
 from .progress import PhaseMeter, ProgressCallback, SyncProgress
@@ -110,6 +110,11 @@ class Syncer:
         #: ``time.time()`` at the start of the last scan that completed a sync.
         self.last_scan = last_scan
         self._read_roots: list[str] | None = None
+        #: id(store) -> (store, data version, source -> its file states): what the index held at that
+        #: version, so that a scan of an unchanged index does not fetch every file's state again.
+        self._states: dict[int, tuple[Store, Hashable, dict[str, dict[str, FileState]]]] = {}
+        #: Directory listings reused while a directory is unchanged (see ``discovery._walk``).
+        self._listings: Listings = {}
 
     # -- one sync ---------------------------------------------------------------------------------
 
@@ -173,7 +178,7 @@ class Syncer:
 
     def memory_items(self, bad_names: list[str] | None = None) -> list[Entry]:
         """Memory files to index; those whose path is not valid UTF-8 go to ``bad_names``."""
-        pairs, _ = memory_paths(self.workspace, self.config.extra_paths, bad_names=bad_names)
+        pairs, _ = memory_paths(self.workspace, self.config.extra_paths, bad_names=bad_names, listings=self._listings)
         return [(path, abs_path, "memory", False) for path, abs_path in pairs]
 
     def session_items(
@@ -205,7 +210,7 @@ class Syncer:
         that is older than the last scan (minus the racy margin) is unchanged without being
         read; the others are to be read and hashed. Reads the index, writes nothing."""
         version = store.data_version()  # before reading: a later write makes this scan stale
-        known = {source: ({} if full else store.file_states(source)) for source in ("memory", "sessions")}
+        known = {"memory": {}, "sessions": {}} if full else self.file_states(store, version)
         started = time.time()
         cutoff = self.last_scan - _RACY_SECONDS
         todo: list[tuple[Item, StatKey]] = []
@@ -239,6 +244,21 @@ class Syncer:
                 present = {path for path, _, src, _ in items if src == source}
                 gone[source] = [p for p in indexed if p not in present]
         return Scan(todo, len(items), unchanged, gone, known, store, version, started, session_sizes=session_sizes)
+
+    def file_states(self, store: Store, version: Hashable) -> dict[str, dict[str, FileState]]:
+        """Every indexed file's state by source, as ``store`` holds them at ``version`` (read just
+        before): fetched once per version of the index, not once per scan. Shared: never modify it."""
+        cached = self._states.get(id(store))
+        if cached is not None and cached[0] is store and cached[1] == version:
+            return cached[2]
+        known = {source: store.file_states(source) for source in ("memory", "sessions")}
+        # (rows written after ``version`` was read may be in there: harmless, since the version
+        # only moves forward, such an entry is never asked for again)
+        self._states.pop(id(store), None)
+        self._states[id(store)] = (store, version, known)
+        while len(self._states) > 4:  # the reader, the writer, a vector handle: a few at a time
+            del self._states[next(iter(self._states))]
+        return known
 
     def unlocked_scan(self, store: Store, identity: Callable[[], dict[str, Any]]) -> Scan | None:
         """A scan before taking the locks, so that a sync with nothing to do takes no lock and

@@ -116,6 +116,42 @@ MUTATIONS: dict[str, tuple] = {
         "                pass",
         ["tests/reliability/test_stateful_index.py"],
     ),
+    "journal-overflow": (  # an overflowed change journal trusted: the edits it dropped are missed
+        "clawmem_core/journal.py",
+        "            if mask & _Q_OVERFLOW:\n                self._pending = replan = True",
+        "            if mask & _Q_OVERFLOW:\n                pass",
+        ["tests/core/test_change_journal.py::test_an_overflowed_journal_falls_back_to_a_walk"],
+    ),
+    "journal-dead": (  # a closed or failing change journal taken for "nothing changed"
+        "clawmem_core/journal.py",
+        "            self._broken = True\n            return True\n        replan",
+        "            self._broken = True\n            return False\n        replan",
+        ["tests/core/test_change_journal.py::test_a_dead_journal_falls_back_to_a_walk"],
+    ),
+    "journal-new-dirs": (  # directories created after the journal started left unwatched
+        "clawmem_core/journal.py",
+        "                replan = replan or bool(mask & _ISDIR)",
+        "                replan = replan",
+        ["tests/core/test_change_journal.py::test_created_deleted_renamed_files_and_directories_are_seen"],
+    ),
+    "journal-other-writer": (  # the journal trusted after another instance or process wrote the index
+        "clawmem_core/index.py",
+        "        return at is not None and at[0] is self._store and at[1] == self._store.data_version()",
+        "        return True",
+        ["tests/core/test_change_journal.py::test_a_write_by_another_index_on_the_same_store_is_not_trusted_away"],
+    ),
+    "file-states-version": (  # indexed file states kept across writes to the index
+        "clawmem_core/sync.py",
+        "cached[0] is store and cached[1] == version",
+        "cached[0] is store",
+        ["tests/core/test_change_journal.py::test_cached_file_states_follow_a_sync_by_another_index"],
+    ),
+    "listing-ctime": (  # a directory listing reused when only its mtime was put back
+        "clawmem_core/discovery.py",
+        "key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)",
+        "key = (st.st_dev, st.st_ino, st.st_mtime_ns, 0)",
+        ["tests/core/test_change_journal.py::test_walk_reuses_unchanged_directory_listings_and_sees_every_change"],
+    ),
 }
 
 

@@ -4,6 +4,7 @@ Benchmarks are not tests: nothing here asserts a timing."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,18 @@ def test_matrix_remote_setup_goes_through_the_openai_provider() -> None:
     cfg = matrix.config(s, "openclaw", {})
     assert s.embedder is None and cfg.provider == "openai" and cfg.remote.base_url == "http://127.0.0.1:9/v1"
     assert cfg.query.hybrid.fusion == "openclaw"
+
+
+def test_freshness_bench_runs_every_system(tmp_path: Path) -> None:
+    from bench import freshness
+
+    assert freshness.main(["--scales", "60", "--queries", "4", "--work", str(tmp_path / "w"),
+                           "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "freshness.json").read_text())
+    (scale,) = res["scales"]
+    assert set(scale["p50_ms"]) == set(freshness.SYSTEMS) and scale["same_results"]
+    walks = scale["walks_per_search"]
+    assert walks["off"] == 0 and walks["walk"] == 1 and walks["walk, states fetched"] == 1
+    if sys.platform.startswith("linux") and scale["journal_healthy"]:
+        assert walks["journal"] == 0  # trusted: no search walked
+    assert "`journal`" in (tmp_path / "out" / "freshness.md").read_text()

@@ -65,11 +65,13 @@ def test_example_config_finds_a_paraphrase_that_keyword_search_cannot(workspace:
         hits = mem.search(SEMANTIC_QUERY, min_score=0)
         # the two notes about the Porto trip, and MEMORY.md ("Lives in Lisbon"), lead
         assert PORTO_FILES <= {h.path for h in hits[:3]}, [(h.path, h.score) for h in hits]
-        # a keyword match still counts: the best keyword hit gets its full keyword share
+        # a keyword match still counts: the best keyword hit gets its full keyword share (times the
+        # query's confidence), and is answered at the default min_score
         music = mem.search("Miles Davis jazz", min_score=0)
         assert music[0].path == "MEMORY.md"
         assert music[0].text_score > 0.5
-        assert music[0].score >= config.query.hybrid.weights[1] * music[0].text_score
+        assert music[0].score >= music.info["confidence"] * config.query.hybrid.weights[1] * music[0].text_score
+        assert mem.search("Miles Davis jazz")[0].path == "MEMORY.md"
 
 
 def test_multilingual_example_uses_the_default_fusion() -> None:
