@@ -171,7 +171,8 @@ def main_scifact():
     foreign = [q.text for q in en.queries[::8]] + [q.text for q in zh.queries[::3]]
     res = {}
     for label in labels:
-        res[(label, "scifact", "sub")] = build(label, sci.workspaces[0], cache / "state" / "scifact-sub", mdl, sci.queries, foreign)
+        # One state directory per subset: its indexes are per workspace (two subsets must not share one).
+        res[(label, "scifact", "sub")] = build(label, sci.workspaces[0], cache / "state" / f"scifact-{sub.name}", mdl, sci.queries, foreign)
         F.log(f"{label} scifact done")
     out.write_bytes(pickle.dumps(res))
 

@@ -364,6 +364,10 @@ def write(out_dir: Path = RESULTS_DIR) -> Path:
     if matrix.exists():
         lines += ["## Embedders x fusion x reranking, end to end (`python -m bench.matrix`)", "",
                   matrix.read_text(encoding="utf-8").strip(), ""]
+    postgres = out_dir / "POSTGRES.md"  # written by ``python -m bench.postgres``
+    if postgres.exists():
+        body = postgres.read_text(encoding="utf-8").strip().split("\n", 1)[-1].replace("\n## ", "\n### ")
+        lines += ["## SQLite against PostgreSQL (`python -m bench.postgres`)", "", body.strip(), ""]
     for prof, res in runs:
         lines += [f"## Profile `{prof}`", "", env_line(res.get("env") or {}), ""]
         if res.get("notes"):

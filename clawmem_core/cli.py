@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
-from .config import PROVIDERS, MemoryConfig
+from .config import FUSION_DEFAULTS, PROVIDERS, MemoryConfig
 from .errors import ClawmemError
 
 EXIT_OK = 0
@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", metavar="TEXT", help="the query (wins over the positional one)")
     p.add_argument("--max-results", type=int, metavar="N", help="at most N results (default 6)")
-    p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0.35)")
+    p.add_argument("--min-score", type=float, metavar="X",
+                   help="drop results scoring below X (default: query.min_score, else "
+                        f"{FUSION_DEFAULTS['calibrated'][2]:g}; {FUSION_DEFAULTS['openclaw'][2]:g} with fusion openclaw)")
     p.add_argument("--wait", type=_seconds, metavar="SECONDS", default=DEFAULT_SEARCH_WAIT,
                    help="embed chunks still without vectors for at most SECONDS before answering "
                         f"(default {DEFAULT_SEARCH_WAIT:g}; 0: answer now; inf: until all are embedded)")

@@ -128,3 +128,13 @@ def test_quick_syncs_stay_quiet_in_a_pipe(ws: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and err == ""  # seconds of work: no progress lines by default
     code, out, _ = run(capsys, "status", "--workspace", str(ws))
     assert "Vectors: 3/3 chunks embedded" in out.splitlines()
+
+
+def test_search_help_names_the_defaults_in_effect(capsys: pytest.CaptureFixture[str]) -> None:
+    from clawmem_core.config import FUSION_DEFAULTS
+
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"else {FUSION_DEFAULTS['calibrated'][2]:g};" in text and "0.35)" not in text.replace("openclaw)", "")
+    assert "--wait SECONDS" in text and "(default 30;" in text and "--wait 0" in text

@@ -1,0 +1,171 @@
+"""The PostgreSQL store's in-process keyword statistics: the same answers as scoring in SQL, kept up
+to date when any process writes the agent, never shared between agents, and through lost
+connections."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from clawmem_core.store.base import ChunkRow, FileRow
+from clawmem_core.store.postgres import KEYWORD_CACHE, PostgresBackend, PostgresStore
+
+pytest.importorskip("psycopg")
+
+WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega jazz coffee billing deploy "
+         "migration 迁移 账单 咖啡").split()
+QUERIES = [["alpha"], ["jazz", "coffee"], ["omega", "beta", "nothinghere"], ["迁移", "账单"], ["sigma", "sigma"],
+           ["deploy migration"], ["zeta", "kappa", "lambda", "theta"]]
+
+
+def _doc(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _file(store: PostgresStore, path: str, texts: list[str], agent_tag: str = "") -> None:
+    chunks = [ChunkRow(f"{agent_tag}{path}:{i}:{hash(t) & 0xFFFFFF:x}", path, "memory", i + 1, i + 1, f"h{i}{len(t)}",
+                       "m", t) for i, t in enumerate(texts)]
+    store.replace_files([(FileRow(path, "memory", f"h-{path}-{len(texts)}", 1, 1), chunks)])
+
+
+def _in_sql(store: PostgresStore, terms: list[str], limit: int = 50) -> list[tuple[str, float]]:
+    """The reference: every matching row scored by the server."""
+    tokens = store.backend.terms.query(terms)
+    return store._keyword_search_sql(tokens, limit) if tokens else []
+
+
+def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+    return [i for i, _ in a] == [i for i, _ in b] and all(abs(x - y) < 1e-9 for (_, x), (_, y) in zip(a, b))
+
+
+def _hits(store: PostgresStore, terms: list[str]) -> tuple[int, list[int]] | None:
+    return store.term_hits(terms)
+
+
+def _hits_in_sql(store: PostgresStore, terms: list[str]) -> tuple[int, list[int]]:
+    import psycopg
+
+    n = 0
+    out = []
+    with psycopg.connect(store.backend._url) as conn:
+        gen = conn.execute("SELECT generation FROM clawmem_agents WHERE agent = %s", (store.agent,)).fetchone()[0]
+        n = conn.execute("SELECT count(*) FROM clawmem_chunks WHERE agent = %s AND generation = %s AND part = 0",
+                         (store.agent, gen)).fetchone()[0]
+        for term in terms:
+            toks = store.backend.terms.query([term])
+            q = " & ".join(f"'{t}'" for t in toks)
+            out.append(conn.execute("SELECT count(*) FROM clawmem_chunks WHERE agent = %s AND generation = %s "
+                                    "AND part = 0 AND terms @@ %s::tsquery", (store.agent, gen, q)).fetchone()[0]
+                       if toks else 0)
+    return n, out
+
+
+@pytest.fixture
+def store(pg_url: str) -> PostgresStore:
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "kw").open()
+    yield s
+    s.close()
+
+
+def test_cached_scores_follow_every_write(store: PostgresStore) -> None:
+    """Random replaces and deletes between searches: each answer (the cached statistics carried
+    to the new version) equals the server's scoring of the rows as they are."""
+    rng = random.Random(5)
+    paths = [f"memory/n{i}.md" for i in range(12)]
+    for p in paths:
+        _file(store, p, [_doc(rng, rng.randint(3, 40)) for _ in range(rng.randint(1, 4))])
+    for step in range(40):
+        for q in QUERIES:
+            got = store.keyword_search(q, 50)
+            assert _same(got, _in_sql(store, q)), (step, q)
+        assert _hits(store, ["alpha", "deploy migration", "咖啡"]) == _hits_in_sql(store, ["alpha", "deploy migration", "咖啡"])
+        op = rng.random()
+        p = rng.choice(paths)
+        if op < 0.6:
+            _file(store, p, [_doc(rng, rng.randint(1, 60)) for _ in range(rng.randint(1, 5))])
+        elif op < 0.8:
+            store.delete_files("memory", [p])
+        else:
+            store.touch_files([FileRow(p, "memory", "x", 5, 5)])  # a version bump without keyword changes
+    stats = KEYWORD_CACHE.get((store.backend._url, "kw"))
+    assert stats is not None and stats.terms  # the answers above came from the cache
+    assert store.keyword_search(["jazz"], 50)  # not vacuous
+
+
+def test_another_process_writing_the_agent_is_seen(store: PostgresStore, pg_url: str, tmp_path: Path) -> None:
+    _file(store, "memory/a.md", ["the old espresso note", "jazz and coffee"])
+    _file(store, "memory/b.md", ["coffee again, more coffee"])
+    for _ in range(3):
+        before = store.keyword_search(["coffee", "espresso"], 10)
+    assert {i.split(":")[0] for i, _ in before} == {"memory/a.md", "memory/b.md"}
+    script = textwrap.dedent(f"""
+        from clawmem_core.store.base import ChunkRow, FileRow
+        from clawmem_core.store.postgres import PostgresBackend
+        s = PostgresBackend({pg_url!r}, "kw").open()
+        s.replace_files([(FileRow("memory/a.md", "memory", "h2", 2, 2),
+                          [ChunkRow("memory/a.md:new", "memory/a.md", "memory", 1, 1, "hn", "m", "zanzibar coffee")])])
+        s.delete_files("memory", ["memory/b.md"])
+        s.replace_files([(FileRow("memory/c.md", "memory", "h3", 3, 3),
+                          [ChunkRow("memory/c.md:0", "memory/c.md", "memory", 1, 1, "hc", "m", "espresso espresso")])])
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    after = store.keyword_search(["coffee", "espresso"], 10)
+    assert [i for i, _ in after] == [i for i, _ in _in_sql(store, ["coffee", "espresso"], 10)]
+    assert {i for i, _ in after} == {"memory/a.md:new", "memory/c.md:0"}
+    assert [i for i, _ in store.keyword_search(["zanzibar"], 10)] == ["memory/a.md:new"]
+    assert store.term_hits(["coffee", "espresso", "jazz"]) == (2, [1, 1, 0])
+
+
+def test_one_agents_statistics_never_answer_for_another(pg_url: str) -> None:
+    KEYWORD_CACHE.clear()
+    a = PostgresBackend(pg_url, "agent-a").open()
+    b = PostgresBackend(pg_url, "agent-b").open()
+    _file(a, "memory/x.md", ["secret alpha alpha", "alpha beta", "beta gamma"], agent_tag="A:")
+    _file(b, "memory/x.md", ["alpha", "delta delta"], agent_tag="B:")
+    for _ in range(3):
+        got_a = a.keyword_search(["alpha", "delta"], 10)
+    got_b = b.keyword_search(["alpha", "delta"], 10)
+    assert got_a and all(i.startswith("A:") for i, _ in got_a)
+    assert got_b and all(i.startswith("B:") for i, _ in got_b)
+    assert _same(got_b, _in_sql(b, ["alpha", "delta"], 10))
+    assert b.keyword_search(["secret"], 10) == []
+    assert a.term_hits(["alpha", "delta"]) == (3, [2, 0])
+    assert b.term_hits(["alpha", "delta"]) == (2, [1, 1])
+    # a shared-namespace handle on B, opened through A's backend, answers with B's rows
+    ns = a.backend.open_namespace("agent-b")
+    assert _same(ns.keyword_search(["alpha", "delta"], 10), got_b)
+    # B's writes change B's answers only
+    b.delete_files("memory", ["memory/x.md"])
+    assert b.keyword_search(["alpha"], 10) == []
+    assert _same(a.keyword_search(["alpha", "delta"], 10), got_a)
+
+
+def test_a_lost_connection_recovers(store: PostgresStore, pg_url: str) -> None:
+    import psycopg
+
+    _file(store, "memory/a.md", ["jazz coffee", "coffee", "tea"])
+    for _ in range(3):
+        before = store.keyword_search(["coffee", "tea"], 10)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    assert store.keyword_search(["coffee", "tea"], 10) == before
+    _file(store, "memory/b.md", ["tea tea tea"])
+    assert _same(store.keyword_search(["coffee", "tea"], 10), _in_sql(store, ["coffee", "tea"], 10))
+
+
+def test_a_generation_switch_reloads(pg_url: str) -> None:
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "gen").open()
+    _file(s, "memory/a.md", ["jazz coffee", "coffee"])
+    for _ in range(3):
+        s.keyword_search(["coffee"], 10)
+    with s.rebuild() as tmp:
+        _file(tmp, "memory/z.md", ["coffee in the new generation"])
+    assert [i for i, _ in s.keyword_search(["coffee"], 10)] == ["memory/z.md:0:" + f"{hash('coffee in the new generation') & 0xFFFFFF:x}"]
