@@ -334,7 +334,7 @@ def measure(store: Any, queries: Any, truth: list[list[str]], k: int) -> dict[st
         lat.append(time.perf_counter() - t)
         short += len(got) < k
         rec.append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
-    return {"p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "recall@10": statistics.mean(rec),
+    return {"n": len(lat), "p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "recall@10": statistics.mean(rec),
             "short_results": short, "load": load_avg()}
 
 
@@ -382,7 +382,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "index_bytes": int(sizes[0]), "table_bytes": int(sizes[1]), "shared_buffers": sizes[2],
             "pgvector": sizes[3], "index_options": params[0], "index_def": params[1], "runs": [],
         }
-        for agent, first, end in layout(a.size)[:2]:
+        agents = a.agents.split(",")
+        for agent, first, end in [x for x in layout(a.size) if x[0] in agents]:
             for qname, qs in (("held-out draws", qsyn), ("LoCoMo questions", qreal)):
                 truth, scores = exact_top(vecs, first, end, qs)
                 out.setdefault("neighbours", {})[f"{agent}/{qname}"] = {
@@ -398,13 +399,21 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                     out.setdefault("exact", {})[agent] = {"p50_ms": _pct(lat, 0.5), "agreement": agree / 50,
                                                           "load": load_avg()}
                     log(f"exact {agent}: p50 {_pct(lat, 0.5):.0f} ms, agrees with NumPy {agree / 50:.2f}")
+                if agent != MAIN:  # the store's own choice for a small share of the index: exact
+                    for k in (10, 200):
+                        r = measure(PostgresBackend(url, agent, exact_below=0).open(), qs, truth, k)
+                        out["runs"].append({"agent": agent, "queries": qname, "iterative_scan": "-",
+                                            "ef_search": "store default", "effective_ef_search": "-",
+                                            "k": k, **r})
+                        log(f"{agent:5} {qname:17} store's choice k {k:3}: p50 {r['p50_ms']:6.1f} ms "
+                            f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} (load {r['load']:.1f})")
                 for it in a.iterative.split(","):
                     for ef in [int(x) for x in a.ef.split(",")]:
                         for k in (10, 200):
                             if it == "off" and k == 200 and agent == MAIN:
                                 continue
                             store = PostgresBackend(url, agent, exact_below=0, hnsw_ef_search=ef,
-                                                    hnsw_iterative_scan=it).open()
+                                                    hnsw_iterative_scan=it, hnsw_visit_cost=0).open()
                             r = measure(store, qs, truth, k)
                             row = {"agent": agent, "queries": qname, "iterative_scan": it, "ef_search": ef,
                                    "effective_ef_search": max(ef, min(k, 1000)), "k": k, **r}
@@ -412,9 +421,40 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                             log(f"{agent:5} {qname:17} {it:14} ef {ef:4} k {k:3}: p50 {r['p50_ms']:6.1f} ms "
                                 f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} short {r['short_results']} "
                                 f"(load {r['load']:.1f})")
+        if a.ab:
+            out["ab"] = interleaved(url, vecs, a.size, qreal, [int(x) for x in a.ab.split(",")])
         return out
     finally:
         server.close()
+
+
+def interleaved(url: str, vecs: Any, size: int, queries: Any, efs: list[int]) -> dict[str, Any]:
+    """ef_search settings compared query by query (each query at every setting in turn, the order
+    rotating), on the
+    measured agent with k=200: ratios that hold under a shared machine's changing load."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    truth, _ = exact_top(vecs, 0, size, queries)
+    stores = {ef: PostgresBackend(url, MAIN, exact_below=0, hnsw_ef_search=ef).open() for ef in efs}
+    lat: dict[int, list[float]] = {ef: [] for ef in efs}
+    rec: dict[int, list[float]] = {ef: [] for ef in efs}
+    for q in queries[:10]:  # warm up
+        for st in stores.values():
+            st.vector_search(q.tolist(), 200)
+    for n, (q, want) in enumerate(zip(queries, truth)):
+        order = efs[n % len(efs):] + efs[:n % len(efs)]  # each setting first as often: no cache favourite
+        for ef in order:
+            st = stores[ef]
+            t = time.perf_counter()
+            got = st.vector_search(q.tolist(), 200)
+            lat[ef].append(time.perf_counter() - t)
+            rec[ef].append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
+    out: dict[str, Any] = {str(ef): {"p50_ms": _pct(lat[ef], 0.5), "p95_ms": _pct(lat[ef], 0.95),
+                                     "recall@10": statistics.mean(rec[ef])} for ef in efs}
+    out["load"] = load_avg()
+    for ef in efs:
+        log(f"interleaved ef {ef}: p50 {out[str(ef)]['p50_ms']:.1f} ms, recall@10 {out[str(ef)]['recall@10']:.3f}")
+    return out
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -446,17 +486,26 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         f"{h.get('build_load', float('nan')):.1f}) with maintenance_work_mem {h.get('maintenance_work_mem')} (in "
         f"memory) and one parallel worker; index {h['index_bytes'] / gb:.2f} GiB, table "
         f"{h['table_bytes'] / gb:.2f} GiB; shared_buffers {h['shared_buffers']}. COPY of all rows "
-        f"{h.get('load_seconds', float('nan')) / 60:.1f} min. Exact search through the store (sequential scan) p50: "
+        f"{h.get('load_seconds', float('nan')) / 60:.1f} min. Exact search through the store (its exact path, k=10, 5 queries) p50: "
         + ", ".join(f"{k} {v['p50_ms']:.0f} ms" for k, v in h.get("exact", {}).items()) + ".", "",
         "**Search**, through `PostgresStore.vector_search` (agent-scoped; k=200 is the candidate pool `search()` "
         "asks for, recall@10 is over its first 10). `short` counts queries answered with fewer than k rows.", "",
-        "| agent | queries | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
+        "| agent | queries (n) | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in h["runs"]:
-        lines.append(f"| {r['agent']} | {r['queries']} | {r['iterative_scan']} | {r['ef_search']} "
+        lines.append(f"| {r['agent']} | {r['queries']} ({r.get('n', h['queries'])}) | {r['iterative_scan']} | {r['ef_search']} "
                      f"({r['effective_ef_search']}) | {r['k']} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | "
                      f"{r['p95_ms']:.1f} | {r['short_results']} | {r['load']:.1f} |")
+    ab = h.get("ab")
+    if ab:
+        lines += ["", f"**ef_search, interleaved** (main agent, LoCoMo questions, k=200, each query at every setting in "
+                  f"turn; load {ab['load']:.1f}):", "", "| ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|"]
+        for ef, r in ab.items():
+            if isinstance(r, dict):
+                lines.append(f"| {ef} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+    if h.get("findings"):
+        lines += ["", *h["findings"]]
     return lines + [""]
 
 
@@ -472,6 +521,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-buffers", default="1GB")
     ap.add_argument("--maintenance-work-mem", default="3GB")
     ap.add_argument("--no-report", action="store_true", help="do not write the results files")
+    ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure (comma-separated, or none)")
+    ap.add_argument("--ab", default="", help="ef_search values to compare query by query (e.g. 200,400,800)")
+    ap.add_argument("--merge", action="store_true",
+                    help="add these runs to the stored results (same size) instead of replacing them")
     a = ap.parse_args(argv)
     if a.data is None:
         from .data import default_data_dir
@@ -479,7 +532,20 @@ def main(argv: list[str] | None = None) -> int:
         a.data = str(default_data_dir())
     out = run(a)
     if not a.no_report:
-        (RESULTS / "hnsw.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+        res = RESULTS / "hnsw.json"
+        if a.merge and res.exists():
+            old = json.loads(res.read_text(encoding="utf-8"))
+            if old.get("size") == out["size"]:
+                key = ("agent", "queries", "iterative_scan", "ef_search", "k")
+                new = {tuple(r[k] for k in key) for r in out["runs"]}
+                runs = [r for r in old["runs"] if tuple(r[k] for k in key) not in new] + out["runs"]
+                for name in ("exact", "neighbours"):
+                    out[name] = {**old.get(name, {}), **out.get(name, {})}
+                out = {**old, "runs": out["runs"], "exact": out["exact"], "neighbours": out["neighbours"],
+                       **({"ab": out["ab"]} if "ab" in out else {})}
+                out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"],
+                                                          r["iterative_scan"] != "relaxed_order", str(r["ef_search"]).zfill(5), r["k"]))
+        res.write_text(json.dumps(out, indent=2), encoding="utf-8")
         from .postgres import write_report_file
 
         write_report_file()

@@ -220,7 +220,7 @@ class VectorStoreConfig:
     enabled: bool = True
     extension_path: str | None = None
     exact_below: int = 20_000
-    hnsw_ef_search: int = 200
+    hnsw_ef_search: int = 400
 
     def __post_init__(self) -> None:
         self.exact_below = max(0, int(_num(self.exact_below, "store.vector.exact_below")))

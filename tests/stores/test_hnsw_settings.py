@@ -14,7 +14,7 @@ from clawmem_core.errors import ConfigError
 
 
 def test_hnsw_ef_search_config_default_and_bounds() -> None:
-    assert MemoryConfig().store.vector.hnsw_ef_search == 200
+    assert MemoryConfig().store.vector.hnsw_ef_search == 400
     assert MemoryConfig.from_dict({"store": {"vector": {"hnsw_ef_search": 40}}}).store.vector.hnsw_ef_search == 40
     assert MemoryConfig.from_dict({"store": {"vector": {"hnsw_ef_search": 1000.0}}}).store.vector.hnsw_ef_search == 1000
     for bad in (0, -5, 1001, 40.5, "200", True, None):
@@ -31,7 +31,8 @@ def test_iterative_scan_value_is_checked() -> None:
 
 
 def _fill(url: str) -> None:
-    """2,000 random 16-d vectors: agent ``big`` holds 1,900, agent ``small`` 100 (5% of the index)."""
+    """2,040 random 16-d vectors in one HNSW index: agent ``big`` holds 1,300, ``mid`` 700 (a third
+    of the index), ``tiny`` 40 (2%)."""
     from clawmem_core.store.base import ChunkRow, FileRow
     from clawmem_core.store.postgres import PostgresBackend
 
@@ -42,37 +43,62 @@ def _fill(url: str) -> None:
         n = sum(x * x for x in v) ** 0.5
         return [x / n for x in v]
 
-    for agent, n in (("big", 1900), ("small", 100)):
+    for agent, n in (("big", 1300), ("mid", 700), ("tiny", 40)):
         rows = [ChunkRow(f"{agent}{i}", "memory/v.md", "memory", i, i, f"h{i}", "m", "t", vec()) for i in range(n)]
         PostgresBackend(url, agent, exact_below=0).open().replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
     with PostgresBackend(url, "big").connection() as conn:
         assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is not None
 
 
-def _small(url: str, **kw: Any) -> Any:
+def _open(url: str, agent: str, **kw: Any) -> Any:
     from clawmem_core.store.postgres import PostgresBackend
 
-    return PostgresBackend(url, "small", exact_below=0, **kw).open()
+    return PostgresBackend(url, agent, exact_below=0, **kw).open()
 
 
-def test_ef_search_reaches_the_query_and_iterative_scan_fills_a_small_agent(pg_url: str) -> None:
-    _fill(pg_url)
+def _queries() -> list[list[float]]:
     rng = random.Random(9)
-    queries = [[rng.gauss(0, 1) for _ in range(16)] for _ in range(10)]
+    return [[rng.gauss(0, 1) for _ in range(16)] for _ in range(10)]
+
+
+def test_ef_search_reaches_the_query_and_iterative_scan_fills_a_filtered_agent(pg_url: str) -> None:
+    _fill(pg_url)
+    queries = _queries()
     # Without iterative scan, HNSW returns ef_search candidates of the whole index and the
-    # agent filter keeps ~5% of them: with ef_search 10 most queries get fewer than 10 rows...
-    narrow = _small(pg_url, hnsw_ef_search=10, hnsw_iterative_scan="off")
-    assert sum(len(narrow.vector_search(q, 10)) for q in queries) < 50
+    # agent filter keeps about a third of them: with ef_search 10 queries get fewer than 10 rows...
+    narrow = _open(pg_url, "mid", hnsw_ef_search=10, hnsw_iterative_scan="off")
+    assert sum(len(narrow.vector_search(q, 10)) for q in queries) < 70
     # ...and with ef_search 1000 (half the index) every query gets its 10.
-    wide = _small(pg_url, hnsw_ef_search=1000, hnsw_iterative_scan="off")
+    wide = _open(pg_url, "mid", hnsw_ef_search=1000, hnsw_iterative_scan="off")
     assert all(len(wide.vector_search(q, 10)) == 10 for q in queries)
-    # The default (relaxed iterative scan) fills the small agent's results at a small ef_search too,
+    # The default (relaxed iterative scan) fills the agent's results at a small ef_search too,
     # and they are its own rows.
-    default = _small(pg_url, hnsw_ef_search=10)
+    default = _open(pg_url, "mid", hnsw_ef_search=10)
     assert default.backend.hnsw_iterative_scan == "relaxed_order"
     for q in queries:
         got = default.vector_search(q, 10)
-        assert len(got) == 10 and all(i.startswith("small") for i, _ in got)
+        assert len(got) == 10 and all(i.startswith("mid") for i, _ in got)
+
+
+def test_an_agent_with_a_small_share_of_the_index_is_searched_exactly(pg_url: str) -> None:
+    """A filtered graph walk for an agent with 2% of the index visits ~50 entries per row it
+    returns: exact search over the agent's rows is cheaper, and exact."""
+    _fill(pg_url)
+    queries = _queries()
+    from clawmem_core.store.postgres import PostgresBackend
+
+    truth = PostgresBackend(pg_url, "tiny", exact_below=10**9).open()
+    # Forced through HNSW without iterative scan, the 2% agent gets almost nothing back...
+    forced = _open(pg_url, "tiny", hnsw_ef_search=10, hnsw_iterative_scan="off", hnsw_visit_cost=0)
+    assert sum(len(forced.vector_search(q, 10)) for q in queries) < 50
+    # ...while the store's own choice (same settings otherwise) answers exactly.
+    chosen = _open(pg_url, "tiny", hnsw_ef_search=10, hnsw_iterative_scan="off")
+    for q in queries:
+        assert chosen.vector_search(q, 10) == truth.vector_search(q, 10)
+    # The big agent (64% of the index) stays on the graph walk: with these narrow settings some of
+    # its 10 candidates are other agents' rows, filtered out (an exact search would give 10 each).
+    big = _open(pg_url, "big", hnsw_ef_search=10, hnsw_iterative_scan="off")
+    assert sum(len(big.vector_search(q, 10)) for q in queries) < 100
 
 
 def test_the_index_passes_hnsw_ef_search_to_the_store(pg_url: str, tmp_path: Path) -> None:
