@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 from .errors import InvalidQueryError
 from .results import SearchHits, SearchResult
 from .snippets import SNIPPET_MAX_CHARS, build_snippet
-from .text import search_terms, similarity_tokens
+from .text import index_terms, search_terms, similarity_tokens
 
 if TYPE_CHECKING:
     from .config import QueryConfig
@@ -168,10 +168,11 @@ def query_confidence(vocabulary: float | None, best_vector: float | None) -> flo
     return max(0.0, min(1.0, vocab)) * max(VECTOR_DOUBT_FLOOR, min(1.0, best_vector / VECTOR_FULL))
 
 
-#: The keyword score of a chunk of ``MEMORY.md`` counts this many times a note's: the curated
+#: The keyword score of a chunk of ``MEMORY.md``, or of a note whose file name names a query term
+#: (``memory/projects/billing.md`` for "billing"), counts this many times another note's: the curated
 #: long-term memory holds one fact a line, and BM25's length normalisation would otherwise rank its
-#: long chunk below every passing mention in a short daily note (the file that names a person or a
-#: decision comes first).
+#: long chunk below every passing mention in a short daily note; a note named for the thing is about
+#: it (the file that names a person, a project or a decision comes first).
 CURATED_PRIOR = 2.0
 
 
@@ -180,12 +181,30 @@ def is_curated(path: str, source: str) -> bool:
     return source == "memory" and path in ("MEMORY.md", "memory.md")
 
 
-def curated_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]]) -> list[float]:
-    """The keyword hits' BM25 ranks with those of ``MEMORY.md`` chunks times :data:`CURATED_PRIOR`."""
+def name_terms(path: str) -> set[str]:
+    """The terms of a file's name (its stem) that can name a thing: words and CJK character pairs,
+    not numbers (daily notes are named by date) and not single characters."""
+    stem = path.rsplit("/", 1)[-1]
+    stem = stem[: -len(".md")] if stem.lower().endswith(".md") else stem
+    return {t for t in index_terms(stem)
+            if len(t) > 1 and not t.isdigit()}
+
+
+def prior_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]],
+                terms: Sequence[str] = ()) -> list[float]:
+    """The keyword hits' BM25 ranks, those of ``MEMORY.md`` chunks and of notes whose file name
+    holds one of the query's ``terms`` times :data:`CURATED_PRIOR` (once, not compounded)."""
+    wanted = set(terms)
+    named: dict[str, bool] = {}
     out = []
     for cid, r in kw_hits:
         m = meta.get(cid)
-        out.append(r * CURATED_PRIOR if m is not None and is_curated(m[0], m[1]) else r)
+        if m is None or m[1] != "memory":
+            out.append(r)
+            continue
+        if m[0] not in named:
+            named[m[0]] = is_curated(m[0], m[1]) or bool(wanted and not wanted.isdisjoint(name_terms(m[0])))
+        out.append(r * CURATED_PRIOR if named[m[0]] else r)
     return out
 
 
@@ -579,7 +598,7 @@ def _choose(
         vec_scores = [s for _, s in vec_hits]
     else:
         hits = store.term_hits(terms) if kw_hits else None
-        ranks = curated_ranks(kw_hits, meta)
+        ranks = prior_ranks(kw_hits, meta, terms)
         if hits is None:
             scores = keyword_scores(ranks, "normalize")
         else:

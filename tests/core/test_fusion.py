@@ -149,13 +149,47 @@ def test_the_file_that_names_the_thing_ranks_first(make_workspace: WorkspaceFact
     assert hits[0].score == 1.0 and all(h.score < 1.0 for h in hits[1:])
 
 
+@pytest.mark.parametrize("query", ["billing", "billing invoices"])
+def test_the_note_named_for_the_thing_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
+                                                 keyword_only: MemoryConfig, query: str) -> None:
+    # MEMORY.md mentions billing in passing; memory/projects/billing.md is the note about it.
+    files = {str(p.relative_to(EXAMPLE_WORKSPACE)): p.read_text(encoding="utf-8")
+             for p in EXAMPLE_WORKSPACE.rglob("*.md")}
+    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem.sync()
+    assert mem.search(query)[0].path == "memory/projects/billing.md"
+
+
+def test_the_name_prior_counts_words_and_cjk_pairs_not_dates_or_single_characters(
+        make_workspace: WorkspaceFactory, open_index: IndexFactory, keyword_only: MemoryConfig) -> None:
+    from clawmem_core.search import name_terms, prior_ranks
+
+    assert name_terms("memory/项目/账单.md") == {"账单"}
+    assert name_terms("memory/2026-11-12.md") == set()
+    assert name_terms("memory/q3-roadmap.md") == {"q3", "roadmap"}
+    meta = {"n": ("memory/projects/billing.md", "memory", 1, 5), "d": ("memory/2026-11-12.md", "memory", 1, 5),
+            "s": ("sessions/billing.md", "sessions", 1, 5), "m": ("MEMORY.md", "memory", 1, 5)}
+    hits = [("n", -1.0), ("d", -1.0), ("s", -1.0), ("m", -1.0)]
+    assert prior_ranks(hits, meta, ["billing"]) == [-2.0, -1.0, -1.0, -2.0]  # once: MEMORY.md's is not doubled
+    assert prior_ranks(hits, meta, ["2026", "11"]) == [-1.0, -1.0, -1.0, -2.0]  # a date names nothing
+    assert prior_ranks(hits, meta, ["bill"]) == [-1.0, -1.0, -1.0, -2.0]
+    # Chinese: the note named 账单 comes first; a query sharing only one character with a name does not.
+    files = {"MEMORY.md": "# Memory\n\n- 账单服务由李伟负责，每月一号出账单。\n" + "- 其他事项。\n" * 30,
+             "memory/项目/账单.md": "# 账单服务\n\n" + "- 发票在每月一号生成，金额以分存储。\n" * 6 + "- 账单对账由李伟负责。\n",
+             "memory/2026-11-12.md": "# 2026-11-12\n\n- 账单金额核对完毕。\n- 单元测试补齐。\n"}
+    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem.sync()
+    assert mem.search("账单", min_score=0)[0].path == "memory/项目/账单.md"
+    assert mem.search("单元测试", min_score=0)[0].path == "memory/2026-11-12.md"
+
+
 def test_the_curated_prior_only_reorders_memory_md(make_workspace: WorkspaceFactory, open_index: IndexFactory,
                                                   keyword_only: MemoryConfig) -> None:
-    from clawmem_core.search import curated_ranks
+    from clawmem_core.search import prior_ranks
 
     meta = {"a": ("MEMORY.md", "memory", 1, 9), "b": ("memory/2026-01-01.md", "memory", 1, 3),
             "c": ("notes/MEMORY.md", "memory", 1, 3), "d": ("MEMORY.md", "sessions", 1, 3)}
-    assert curated_ranks([("a", -1.0), ("b", -1.5), ("c", -1.0), ("d", -1.0), ("gone", -1.0)], meta) == [
+    assert prior_ranks([("a", -1.0), ("b", -1.5), ("c", -1.0), ("d", -1.0), ("gone", -1.0)], meta) == [
         -2.0, -1.5, -1.0, -1.0, -1.0]
     files = {"MEMORY.md": "# Memory\n\n- 账单服务由李伟负责。\n" + "- 其他事项。\n" * 30,
              "memory/2026-11-12.md": "# 2026-11-12\n\n- 李伟请假一天。\n- 账单金额核对完毕。\n- 周会改到周四。\n"}
