@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MissingDependencyError, StoreError
@@ -206,6 +206,8 @@ def _tsquery(tokens: Sequence[str]) -> str:
 MAX_CACHED_POSTINGS = 8_000_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
+#: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
+_STALE = object()
 
 
 class _StaleKeywords(Exception):
@@ -1095,36 +1097,50 @@ class PostgresStore(Store):
             return stats, entries, checked  # type: ignore[return-value]
         raise _StaleKeywords("the agent's keyword rows kept changing")
 
-    def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
-        tokens = self.backend.terms.query(terms)
-        if not tokens or limit <= 0:
-            return []
+    def _from_keyword_cache(self, tokens: list[str], answer: Callable[..., Any]) -> Any:
+        """``answer(conn, stats, entries, checked)`` on the agent's cached keyword statistics (the
+        postings of ``tokens`` in ``entries``; ``checked``: their data version was just read),
+        asked again on refreshed statistics while it returns :data:`_STALE`. None while a
+        generation is being built or when the rows kept changing: the caller asks the server."""
         if self._gen is not None:  # a generation being built: straight from the tables
-            return self._keyword_search_sql(tokens, limit)
+            return None
         stale = None
         with self._conn() as conn:
             for _ in range(_KEYWORD_ATTEMPTS):
                 try:
-                    stats, entries, _ = self._keyword_postings(conn, tokens, stale)
+                    stats, entries, checked = self._keyword_postings(conn, tokens, stale)
                 except _StaleKeywords:
                     break
-                best = stats.search([entries[t] for t in tokens], int(limit))
-                # the ids of the best rows, and the version they were scored at (one statement)
-                rows = conn.execute(
-                    self._VERSION.format(
-                        cols=", c.rid, c.id",
-                        join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
-                        "AND c.generation = a.generation",
-                    ),
-                    {"agent": self.agent, "rids": [rid for rid, _ in best]},
-                ).fetchall()
-                if ((rows[0][0], rows[0][1]) if rows else None) != stats.token:
-                    stale = stats
-                    continue
-                ids = {r[2]: r[3] for r in rows}
-                return [(ids[rid], rank) for rid, rank in best if rid in ids]
+                result = answer(conn, stats, entries, checked)
+                if result is not _STALE:
+                    return result
+                stale = stats
         log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
-        return self._keyword_search_sql(tokens, limit)
+        return None
+
+    def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+        tokens = self.backend.terms.query(terms)
+        if not tokens or limit <= 0:
+            return []
+
+        def answer(conn: "psycopg.Connection", stats: _KeywordStats, entries: dict[str, Any], _: bool) -> Any:
+            best = stats.search([entries[t] for t in tokens], int(limit))
+            # the ids of the best rows, and the version they were scored at (one statement)
+            rows = conn.execute(
+                self._VERSION.format(
+                    cols=", c.rid, c.id",
+                    join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
+                    "AND c.generation = a.generation",
+                ),
+                {"agent": self.agent, "rids": [rid for rid, _ in best]},
+            ).fetchall()
+            if ((rows[0][0], rows[0][1]) if rows else None) != stats.token:
+                return _STALE
+            ids = {r[2]: r[3] for r in rows}
+            return [(ids[rid], rank) for rid, rank in best if rid in ids]
+
+        found = self._from_keyword_cache(tokens, answer)
+        return found if found is not None else self._keyword_search_sql(tokens, limit)
 
     def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
         """The keyword query scored by the server (every matching row; same scores)."""
@@ -1161,22 +1177,18 @@ class PostgresStore(Store):
     def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
         per_term = [self.backend.terms.query([term]) for term in terms]
         tokens = list(dict.fromkeys(t for toks in per_term for t in toks))
-        if self._gen is None:
-            stale = None
-            with self._conn() as conn:
-                for _ in range(_KEYWORD_ATTEMPTS):
-                    try:
-                        stats, entries, checked = self._keyword_postings(conn, tokens, stale)
-                    except _StaleKeywords:
-                        break
-                    if not checked:
-                        row = conn.execute(self._VERSION.format(cols="", join=""), {"agent": self.agent}).fetchone()
-                        if (tuple(row) if row else None) != stats.token:
-                            stale = stats
-                            continue
-                    # a term of several tokens: the rows holding all of them
-                    return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0
-                                        for toks in per_term]
+
+        def answer(conn: "psycopg.Connection", stats: _KeywordStats, entries: dict[str, Any], checked: bool) -> Any:
+            if not checked:
+                row = conn.execute(self._VERSION.format(cols="", join=""), {"agent": self.agent}).fetchone()
+                if (tuple(row) if row else None) != stats.token:
+                    return _STALE
+            # a term of several tokens: the rows holding all of them
+            return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0 for toks in per_term]
+
+        found = self._from_keyword_cache(tokens, answer)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
         with self._conn() as conn:
             n, _ = self._corpus_stats(conn)
             out = []

@@ -135,14 +135,17 @@ def test_small_workspace_scores_are_not_zero(make_workspace: WorkspaceFactory, o
 EXAMPLE_WORKSPACE = Path(__file__).resolve().parents[2] / "examples" / "workspace"
 
 
+def _example_files() -> dict[str, str]:
+    """The example workspace's Markdown, by relative path."""
+    return {str(p.relative_to(EXAMPLE_WORKSPACE)): p.read_text(encoding="utf-8") for p in EXAMPLE_WORKSPACE.rglob("*.md")}
+
+
 @pytest.mark.parametrize("query", ["Dana", "Priya", "Marco", "李伟"])
 def test_the_file_that_names_the_thing_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
                                                    keyword_only: MemoryConfig, query: str) -> None:
     # MEMORY.md's one long chunk names them (e.g. "Name: Dana Whitfield", "李伟 (Li Wei): data engineer");
     # short daily notes mention them in passing, and BM25's length normalisation favoured those.
-    files = {str(p.relative_to(EXAMPLE_WORKSPACE)): p.read_text(encoding="utf-8")
-             for p in EXAMPLE_WORKSPACE.rglob("*.md")}
-    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem = open_index(make_workspace(_example_files()), embedder=None, config=keyword_only)
     mem.sync()
     hits = mem.search(query)
     assert len(hits) >= 2 and hits[0].path == "MEMORY.md", [(h.path, h.score) for h in hits]
@@ -153,9 +156,7 @@ def test_the_file_that_names_the_thing_ranks_first(make_workspace: WorkspaceFact
 def test_the_note_named_for_the_thing_ranks_first(make_workspace: WorkspaceFactory, open_index: IndexFactory,
                                                  keyword_only: MemoryConfig, query: str) -> None:
     # MEMORY.md mentions billing in passing; memory/projects/billing.md is the note about it.
-    files = {str(p.relative_to(EXAMPLE_WORKSPACE)): p.read_text(encoding="utf-8")
-             for p in EXAMPLE_WORKSPACE.rglob("*.md")}
-    mem = open_index(make_workspace(files), embedder=None, config=keyword_only)
+    mem = open_index(make_workspace(_example_files()), embedder=None, config=keyword_only)
     mem.sync()
     assert mem.search(query)[0].path == "memory/projects/billing.md"
 
