@@ -351,7 +351,9 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         f"Commit `{env['commit']}`" + (f" (rows from runs at {', '.join(f'`{c}`' for c in env['commits'])})"
                                        if len(env.get("commits") or []) > 1 else "") + f" · {env['when']} · load average {env['load_start']} at start, {env['load_end']} at end "
-        f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix` (indexes cached under `bench/results/raw/matrix`).",
+        f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix --work DIR` (indexes, vectors and each question's "
+        "outcome are kept in `DIR`; `python -m bench.matrix_diag --work DIR` compares each embedder with keyword-only "
+        "question by question). Differences below keyword-only are in bold.",
         "",
         "Every figure comes from `MemoryIndex.search()` on a real index built by `sync()` with the embedder passed as a "
         "user would (see `bench/matrix.py`): LoCoMo English (760 questions, 5 conversations) and Chinese (150, conv-26), "
@@ -377,25 +379,24 @@ def markdown(res: dict[str, Any]) -> str:
         beir = d == "scifact"
         head = f"#### {d} ({n_of.get(d, '?')} questions)"
         cols = ["embedder", "fusion", "rerank", "hit@1", "hit@5"] + (["nDCG@10"] if beir else []) + \
-               ["hit@5 at default", "vs keyword-only (hit@1 / hit@5" + (" / nDCG@10" if beir else "") + ")"]
+               ["hit@5 at default", "vs keyword-only (hit@1 / hit@5" + (" / nDCG@10" if beir else "") + " / hit@5 at default)"]
         lines += [head, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        base = by.get(("none", d, "calibrated", reranks[0]))
         for e in emb_order:
             for f in FUSIONS:
                 for rr in reranks:
                     r = by.get((e, d, f, rr))
                     if r is None:
                         continue
+                    base = by.get(("none", d, FUSIONS[0], reranks[0]))  # keyword-only at its defaults
                     cells = [LABELS.get(e, e) if (f, rr) == (FUSIONS[0], reranks[0]) else "", f, rr,
                              _fmt(r["hit@1"]), _fmt(r["hit@5"])]
                     if beir:
                         cells.append(_fmt(r["ndcg@10"]))
                     cells.append(_fmt(r["hit@5 default"]))
                     if base is not None and e != "none":
-                        diffs = [r["hit@1"] - base["hit@1"], r["hit@5"] - base["hit@5"]]
-                        if beir:
-                            diffs.append(r["ndcg@10"] - base["ndcg@10"])
-                        cells.append(" / ".join(f"{x:+.3f}" for x in diffs))
+                        keys = ["hit@1", "hit@5"] + (["ndcg@10"] if beir else []) + ["hit@5 default"]
+                        cells.append(" / ".join(f"**{r[k] - base[k]:+.3f}**" if r[k] < base[k] - 1e-9
+                                                else f"{r[k] - base[k]:+.3f}" for k in keys))
                     else:
                         cells.append("")
                     if r.get("degraded"):
