@@ -946,7 +946,11 @@ class MemoryIndex:
                     self._retired.append(self._shared.pop(ns))  # a search in another thread may still use it
                     store = None
                 if store is not None:
-                    continue
+                    try:  # rewritten in place (damaged, restored)? then seen as it is now, by every search
+                        store.follow()
+                        continue
+                    except StoreError:  # reopened below: the same reason as any index that cannot be read
+                        self._retired.append(self._shared.pop(ns))
                 try:
                     opened = self._backend.open_namespace(ns)
                     if opened.get_meta() is None:  # no such agent in the store, or it never synced

@@ -255,6 +255,11 @@ class Store(ABC):
         """Remove what crashed rebuilds left behind (call only while holding the sync lock);
         returns how many pieces were removed."""
 
+    def follow(self) -> None:
+        """Catch up with changes made to the index behind this handle's back (a read-only handle
+        whose file was rewritten in place reopens it); raises :class:`StoreError` when the index
+        can no longer be read. Nothing to do by default."""
+
     def superseded(self) -> bool:
         """Whether the index this handle opened was replaced by another process (set aside as
         damaged and rebuilt): the handle should be reopened."""
