@@ -134,6 +134,12 @@ class Store(ABC):
         """A token that changes whenever anything (this handle or another connection) commits to
         the index: what was read under one token is stale under another."""
 
+    def others_version(self) -> Hashable:
+        """A token that changes whenever another connection commits to the index and, where the
+        backend can tell, stays as it is for this handle's own commits (by default
+        :meth:`data_version`, which moves for both)."""
+        return self.data_version()
+
     @abstractmethod
     def refresh(self) -> None:
         """Re-read what another connection may have changed (vector dimensions after a rebuild)."""

@@ -346,6 +346,12 @@ class SQLiteStore(Store):
         own commits."""
         return self._data_token()
 
+    @_locked
+    def others_version(self) -> Any:
+        """``PRAGMA data_version`` alone: it moves when another connection commits, never for
+        this handle's own commits."""
+        return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._opens)
+
     def _current_sig(self) -> tuple[int, ...] | None:
         try:
             st = os.stat(self.path)
