@@ -78,6 +78,7 @@ def run(work: Path, chunks: int, queries: int, batch_ms: float) -> dict[str, Any
         for q in qs[:3]:  # the journal starts on the second search; the first starts the vector phase
             mem.search(q)
             off.search(q)
+        walks.update({n: 0 for n in SYSTEMS})  # the first walks (and the session-start sync's) are not timed
         load_before = load()
         i = 0
         while i < len(qs) and mem._store.vector_counts().done < total:
