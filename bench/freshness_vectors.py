@@ -59,8 +59,8 @@ def run(work: Path, chunks: int, queries: int, batch_ms: float) -> dict[str, Any
     emb = SlowHash(batch_ms / 1000)
     mem = MemoryIndex(ws, embedder=emb, state_dir=state)
     mem.fresh_budget = 60.0
-    off = MemoryIndex(ws, embedder=SlowHash(0), config=MemoryConfig.from_dict({"sync": {"on_search": False, "on_session_start": False}}),
-                      state_dir=state)
+    quiet = MemoryConfig.from_dict({"sync": {"on_search": False, "on_session_start": False}})
+    off = MemoryIndex(ws, embedder=SlowHash(0), config=quiet, state_dir=state)
     walks = {n: 0 for n in SYSTEMS}
     times: dict[str, list[float]] = {n: [] for n in SYSTEMS}
     current = ["off"]
