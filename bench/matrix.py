@@ -410,6 +410,31 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' results as one (lanes run side by side write separate files): rows and indexing times
+    by key, a later run's winning; the commits of all; the load range."""
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    index: dict[tuple[str, ...], dict[str, Any]] = {}
+    out: dict[str, Any] = {"env": dict(runs[-1]["env"]), "scifact_docs": None}
+    commits: set[str] = set()
+    for r in runs:
+        rows.update({(x["embedder"], x["dataset"], x["fusion"], x["rerank"]): x for x in r["rows"]})
+        for i in r.get("index", []):  # the first build (embedding included) is the slow one
+            k = (i["embedder"], i["dataset"])
+            if k not in index or i["seconds"] > index[k]["seconds"]:
+                index[k] = i
+        commits |= set(r["env"].get("commits") or [r["env"]["commit"]])
+        out["scifact_docs"] = r.get("scifact_docs") or out["scifact_docs"]
+        for key in ("rerank_note", "notes"):
+            if r.get(key):
+                out[key] = r[key]
+    out["env"]["commits"] = sorted(commits)
+    out["env"]["load_start"] = min(r["env"]["load_start"] for r in runs)
+    out["env"]["load_end"] = max(r["env"]["load_end"] for r in runs)
+    out["rows"], out["index"] = list(rows.values()), list(index.values())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.matrix", description=__doc__.split("\n\n")[0])
     ap.add_argument("--embedders", default=",".join(EMBEDDERS))
@@ -421,8 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "matrix.json")
     ap.add_argument("--merge", action="store_true", help="keep rows of --out that this run does not redo")
     ap.add_argument("--markdown-only", action="store_true")
+    ap.add_argument("--combine", type=Path, nargs="+", metavar="JSON",
+                    help="merge the rows of several runs' JSON into --out (a later file's row wins) and stop")
     a = ap.parse_args(argv)
     md_path = a.out.with_suffix(".md")
+    if a.combine:
+        a.out.write_text(json.dumps(combine([json.loads(f.read_text()) for f in a.combine]), indent=1) + "\n",
+                         encoding="utf-8")
+        a.markdown_only = True
     if a.markdown_only:
         md_path.write_text(markdown(json.loads(a.out.read_text())) + "\n", encoding="utf-8")
         return 0
