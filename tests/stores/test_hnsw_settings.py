@@ -46,8 +46,10 @@ def _fill(url: str) -> None:
     for agent, n in (("big", 1300), ("mid", 700), ("tiny", 40)):
         rows = [ChunkRow(f"{agent}{i}", "memory/v.md", "memory", i, i, f"h{i}", "m", "t", vec()) for i in range(n)]
         PostgresBackend(url, agent, exact_below=0).open().replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
+    from clawmem_core.store.postgres import hnsw_index
+
     with PostgresBackend(url, "big").connection() as conn:
-        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is not None
+        assert hnsw_index(conn, 16) == "halfvec"
 
 
 def _open(url: str, agent: str, **kw: Any) -> Any:
