@@ -241,7 +241,7 @@ class VectorStoreConfig:
     enabled: bool = True
     extension_path: str | None = None
     exact_below: int = 20_000
-    hnsw_ef_search: int = 400
+    hnsw_ef_search: int = 600
     hnsw_build_memory: str = "256MB"
 
     def __post_init__(self) -> None:

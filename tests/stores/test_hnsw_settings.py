@@ -14,7 +14,7 @@ from clawmem_core.errors import ConfigError
 
 
 def test_hnsw_ef_search_config_default_and_bounds() -> None:
-    assert MemoryConfig().store.vector.hnsw_ef_search == 400
+    assert MemoryConfig().store.vector.hnsw_ef_search == 600
     assert MemoryConfig.from_dict({"store": {"vector": {"hnsw_ef_search": 40}}}).store.vector.hnsw_ef_search == 40
     assert MemoryConfig.from_dict({"store": {"vector": {"hnsw_ef_search": 1000.0}}}).store.vector.hnsw_ef_search == 1000
     for bad in (0, -5, 1001, 40.5, "200", True, None):
