@@ -505,8 +505,25 @@ def interleaved(url: str, vecs: Any, size: int, queries: Any, variants: list[tup
 # -- report --------------------------------------------------------------------------------------
 
 
+def _upgrade(h: dict[str, Any]) -> dict[str, Any]:
+    """Results written before the halfvec index (one ``vector`` index, ef_search-only comparisons)
+    in the current layout."""
+    h = dict(h)
+    if "indexes" not in h and "index_def" in h:
+        h["indexes"] = {"vector": {"def": h["index_def"], "bytes": h["index_bytes"]}}
+        if "build_seconds" in h:
+            h["builds"] = {"vector": {"seconds": h["build_seconds"], "load": h.get("build_load", float("nan")),
+                                      "build_memory": h.get("maintenance_work_mem"), "notices": []}}
+    ab = h.get("ab")
+    if ab and "load" in ab and not isinstance(ab["load"], list):
+        h["ab"] = {"LoCoMo questions": {**{f"vector:{ef}": v for ef, v in ab.items() if isinstance(v, dict)},
+                                        "k": 200, "n": h["queries"], "load": [ab["load"], ab["load"]]}}
+    return h
+
+
 def report_lines(h: dict[str, Any]) -> list[str]:
     """The HNSW section of POSTGRES.md."""
+    h = _upgrade(h)
     gb = 1024**3
     ag = h["agents"]
     builds = h.get("builds", {})
@@ -536,8 +553,9 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         "Mean cosine of the exact neighbours: " + "; ".join(
             f"{k}: top-1 {v['top1_cos']:.3f}, 10th {v['top10_cos']:.3f}" for k, v in h.get("neighbours", {}).items())
         + ".", "",
-        f"**Indexes** (pgvector {h['pgvector']}, defaults m=16, ef_construction=64; table {h['heap_bytes'] / gb:.2f} GiB, "
-        f"{h['table_bytes'] / gb:.2f} GiB with its indexes; shared_buffers {h['shared_buffers']}; COPY of all rows "
+        f"**Indexes** (pgvector {h['pgvector']}, defaults m=16, ef_construction=64; table "
+        + (f"{h['heap_bytes'] / gb:.2f} GiB, " if "heap_bytes" in h else "")
+        + f"{h['table_bytes'] / gb:.2f} GiB with its indexes; shared_buffers {h['shared_buffers']}; COPY of all rows "
         f"{h.get('load_seconds', float('nan')) / 60:.1f} min). The store builds the `halfvec` one; the `vector` one "
         "is what earlier versions built, kept for the comparison:", "", *index_lines, "",
     ]
