@@ -640,12 +640,10 @@ def main(argv: list[str] | None = None) -> int:
                 key = ("agent", "queries", "index", "iterative_scan", "ef_search", "k")
                 new = {tuple(r.get(k) for k in key) for r in out["runs"]}
                 runs = [r for r in old.get("runs", []) if tuple(r.get(k) for k in key) not in new] + out["runs"]
-                for name in ("exact", "neighbours", "ab"):
-                    out[name] = {**old.get(name, {}), **out.get(name, {})}
-                out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"], str(r.get("index")),
-                                                          str(r["ef_search"]).zfill(5), r["k"]))
-                if old.get("findings"):
-                    out["findings"] = old["findings"]
+                merged = {name: {**old.get(name, {}), **out.get(name, {})} for name in ("exact", "neighbours", "ab")}
+                runs = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"], str(r.get("index")),
+                                                   str(r["ef_search"]).zfill(5), r["k"]))
+                out = {**old, **merged, "runs": runs}  # the rest (query count, sizes, findings) as stored
         res.write_text(json.dumps(out, indent=2), encoding="utf-8")
         from .postgres import write_report_file
 
