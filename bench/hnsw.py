@@ -395,11 +395,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(11)
     qreal = questions[rng.permutation(len(questions))[: a.queries]]
     sets = {"held-out draws": qsyn, "LoCoMo questions": qreal}
-    server = Server(cache / f"pgdata-{a.size}", a.shared_buffers)
+    server = None if a.url else Server(cache / f"pgdata-{a.size}", a.shared_buffers)
     info_file = cache / f"run-{a.size}.json"
     info = json.loads(info_file.read_text()) if info_file.exists() else {}
     try:
-        url = server.database("hnsw")
+        url = a.url or server.database("hnsw")  # type: ignore[union-attr]
         log(f"loading {layout(a.size)[-1][2]:,} rows (load {load_avg():.1f})")
         secs = load(url, a.size, vecs)
         if secs is not None:
@@ -480,7 +480,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             out["ab"] = {qname: interleaved(url, vecs, a.size, qs, variants, a.ab_k) for qname, qs in sets.items()}
         return out
     finally:
-        server.close()
+        if server is not None:
+            server.close()
+        else:
+            PostgresBackend.close_pools()
 
 
 def interleaved(url: str, vecs: Any, size: int, queries: Any, variants: list[tuple[str, int]], k: int) -> dict[str, Any]:
@@ -539,7 +542,8 @@ def report_lines(h: dict[str, Any]) -> list[str]:
     index_lines = []
     for kind, ix in h.get("indexes", {}).items():
         b = builds.get(kind, {})
-        built = (f"built in {b['seconds'] / 60:.1f} min (load average {b['load']:.1f}) with maintenance_work_mem "
+        built = (f"built in {b['seconds'] / 60:.1f} min (load average {b['load']:.1f}"
+                 + (f"; {b['how']}" if b.get("how") else "") + f") with maintenance_work_mem "
                  f"{b['build_memory']}" + ("; the server said: " + "; ".join(f"\"{n}\"" for n in b["notices"])
                                             if b.get("notices") else "; the graph fitted in memory (no notice)")
                  if b else "")
@@ -615,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "clawmem-hnsw"))
     ap.add_argument("--data", default=None, help="the evaluation data folder (LoCoMo, SciFact)")
     ap.add_argument("--shared-buffers", default="1GB")
+    ap.add_argument("--url", default=None,
+                    help="a running server's database holding the data (started by hand, e.g. at a chosen priority); "
+                         "default: start the embedded server on the cached data directory")
     ap.add_argument("--build-memory", default="2GB", help="store.vector.hnsw_build_memory for the build")
     ap.add_argument("--no-report", action="store_true", help="do not write the results files")
     ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure (comma-separated, or none)")
