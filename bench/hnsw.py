@@ -329,6 +329,19 @@ def indexes(url: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def priority(url: str) -> str:
+    """The scheduling priority of this process and of its server connection (Linux)."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    with PostgresBackend(url, MAIN).connection() as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    try:
+        server = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]
+    except (OSError, IndexError):
+        server = "unknown"
+    return f"bench at nice {os.nice(0)}, server at nice {server}"
+
+
 def store_for(url: str, agent: str, index: str, **kw: Any) -> Any:
     """The store's own handle on ``agent``, searching through the ``index`` type's HNSW index (the
     store picks halfvec when both exist; the bench compares them)."""
@@ -431,8 +444,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "size": a.size, "dims": DIMS, "rows": layout(a.size)[-1][2], "agents": {n: e - f for n, f, e in layout(a.size)},
             "anchors": int(len(anc)), "cos_to_anchor": a.cos, "queries": a.queries, **info,
             "indexes": have, "heap_bytes": int(sizes[0]), "table_bytes": int(sizes[1]),  # type: ignore[index]
-            "shared_buffers": sizes[2], "pgvector": sizes[3], "prewarmed": a.prewarm, "runs": [],  # type: ignore[index]
+            "shared_buffers": sizes[2], "pgvector": sizes[3], "prewarmed": a.prewarm, "priority": priority(url),
+            "runs": [],  # type: ignore[index]
         }
+        log(out["priority"])
         kinds = [k for k in a.index.split(",") if k in have]
         agents = a.agents.split(",")
         for agent, first, end in [x for x in layout(a.size) if x[0] in agents]:
@@ -582,7 +597,7 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         for qname, r in ab.items():
             lines += [f"**Interleaved, {qname}** (main agent, k={r['k']}, the candidate pool `search()` asks for; "
                       f"{r['n']} queries, each through every variant in turn; load {r['load'][0]:.1f} to "
-                      f"{r['load'][1]:.1f}):", "",
+                      f"{r['load'][1]:.1f}" + (f"; {h['priority']}" if h.get("priority") else "") + "):", "",
                       "| index | ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|---|"]
             for name, v in r.items():
                 if isinstance(v, dict):
