@@ -281,6 +281,13 @@ class MemoryIndex:
         )
 
     def _new_store(self) -> Store:
+        if self.workspace is None:  # a replica reads the agent's index; it never creates one
+            store = self._backend.open_namespace(self.agent_id)
+            if store.get_meta() is None:
+                store.close()
+                raise MissingIndexError(f"replica of agent {self.agent_id!r}: {self._backend.location} holds no index "
+                                        "of this agent (check --agent; its workspace must be synced to the store first)")
+            return store
         return self._backend.open()
 
     def _open_store(self) -> Store:

@@ -19,16 +19,17 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
-from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
+from .base import ChunkRow, CorruptIndexError, FileRow, MissingIndexError, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -109,6 +110,11 @@ CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_
 """
 
 
+def _is_password_key(key: str) -> bool:
+    """A URI query key libpq reads as the password (it decodes ``pass%77ord`` too)."""
+    return unquote(key).strip().lower() == "password"
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password replaced by ``***`` (also a ``password=`` query parameter)."""
     try:
@@ -121,18 +127,23 @@ def redact_url(url: str) -> str:
         if ":" in userinfo:
             userinfo = userinfo.split(":", 1)[0] + ":***"
         netloc = f"{userinfo}@{host}"
-    query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
+    query = "&".join(f"{part.split('=', 1)[0]}=***" if "=" in part and _is_password_key(part.split("=", 1)[0])
+                     else part for part in parts.query.split("&"))
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def _password_of(url: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-        pw = parts.password
-    except ValueError:
-        return None
-    m = re.search(r"(?i)(?:^|&)password=([^&]*)", parts.query)
-    return pw or (m.group(1) if m else None)
+def _passwords_of(url: str) -> list[str]:
+    """Every password ``url`` holds, as written and percent-decoded (longest first); also of a URL
+    ``urlsplit`` refuses, whose text libpq may quote in its error."""
+    found: list[str] = []
+    m = re.match(r"[^:/?#]*://([^@/?#]*)@", url)
+    if m and ":" in m.group(1):
+        found.append(m.group(1).split(":", 1)[1])
+    query = url.split("?", 1)[1].split("#", 1)[0] if "?" in url else ""
+    found += [part.split("=", 1)[1] for part in query.split("&")
+              if "=" in part and _is_password_key(part.split("=", 1)[0])]
+    found += [unquote(pw) for pw in found]
+    return sorted({pw for pw in found if pw}, key=len, reverse=True)
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -141,6 +152,12 @@ def is_postgres_url(url: str | None) -> bool:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _pg_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: a NUL character (text fields refuse it; SQLite keeps
+    it) becomes U+FFFD, which no tokenizer indexes either."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _vec(v: Sequence[float]) -> str:
@@ -389,8 +406,10 @@ class PostgresBackend(StoreBackend):
     ) -> None:
         if hnsw_iterative_scan not in _ITERATIVE_SCANS:
             raise ConfigError(f"hnsw_iterative_scan must be one of {', '.join(_ITERATIVE_SCANS)}, got {hnsw_iterative_scan!r}")
+        if any("\ud800" <= c <= "\udfff" for c in url):  # refused before any driver echoes it
+            raise ConfigError("store.url is not valid UTF-8 (it holds an undecodable byte)")
         self._url = url
-        self._password = _password_of(url)
+        self._passwords = _passwords_of(url)
         self.agent_id = agent_id
         self.location = f"{redact_url(url)} (agent {agent_id})"
         self.exact_below = exact_below
@@ -419,11 +438,21 @@ class PostgresBackend(StoreBackend):
 
     def clean(self, text: str) -> str:
         """``text`` without the password (error messages of the driver)."""
-        if self._password:
-            text = text.replace(self._password, "***")
+        for pw in (*self._passwords, os.environ.get("PGPASSWORD")):
+            if pw:
+                text = text.replace(pw, "***")
         return text
 
     def error(self, what: str, exc: BaseException) -> StoreError:
+        """A :class:`StoreError` for the driver's ``exc``; ``exc`` and the errors chained to it
+        (still reachable as ``__context__``) are cleaned of the password too."""
+        seen: set[int] = set()
+        e: BaseException | None = exc
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            with contextlib.suppress(Exception):
+                e.args = tuple(self.clean(a) if isinstance(a, str) else a for a in e.args)
+            e = e.__cause__ or e.__context__
         return StoreError(self.clean(f"{what} ({redact_url(self._url)}): {exc}".strip()))
 
     @property
@@ -523,8 +552,14 @@ class PostgresBackend(StoreBackend):
         return PostgresStore(self, self.agent_id)
 
     def open_namespace(self, agent_id: str) -> "PostgresStore":
-        """A handle on another agent's index in the same database (for shared namespaces)."""
-        self.ensure_schema()
+        """A handle on another agent's index in the same database (for shared namespaces and
+        replicas): read, never created (a database without clawmem's tables is not given them)."""
+        if not self._schema_ready:
+            with self.connection() as conn:
+                version = self._schema_version(conn)
+            if version is None:
+                raise MissingIndexError(f"{redact_url(self._url)} holds no clawmem index")
+        self.ensure_schema()  # refuses a newer schema version
         return PostgresStore(self, agent_id, create=False)
 
     @contextlib.contextmanager
@@ -749,13 +784,14 @@ class PostgresStore(Store):
     def _chunk_values(self, c: ChunkRow, gen: int, now: int) -> tuple[Any, ...]:
         terms: str | None = None
         doc_len = 0
+        text = _pg_text(c.text)
         if not c.window:
-            tokens = self.backend.terms.document(c.text)
+            tokens = self.backend.terms.document(text)
             doc_len = len(tokens)
             counts = Counter(t for t in tokens if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES)
             terms = _tsvector(counts)
         emb = list(c.embedding) if c.embedding else None
-        return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text,
+        return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, text,
                 int(c.window), terms, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now,
                 int(c.pending))
 
@@ -782,7 +818,8 @@ class PostgresStore(Store):
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent, generation, source, path) "
                     "DO UPDATE SET hash = excluded.hash, mtime = excluded.mtime, size = excluded.size, "
                     "content = excluded.content, ctime = excluded.ctime, ino = excluded.ino",
-                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text, f.ctime, f.ino) for f, _ in items],
+                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text if f.text is None else _pg_text(f.text),
+                      f.ctime, f.ino) for f, _ in items],
                 )
                 if rows:
                     cur.executemany(
