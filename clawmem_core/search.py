@@ -20,7 +20,7 @@ from .text import index_terms, search_terms, similarity_tokens
 
 if TYPE_CHECKING:
     from .config import QueryConfig
-    from .store.base import Store
+    from .store.base import ChunkRow, Store
 
 MAX_QUERY_TERMS = 64
 #: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
@@ -512,6 +512,10 @@ def _rerank_head(
     return out, rel
 
 
+#: Reads of the candidate lists when a sync replaced some of them between the reads.
+_CANDIDATE_READS = 3
+
+
 def rank(
     store: "Store",
     cfg: "QueryConfig",
@@ -541,14 +545,19 @@ def rank(
     args = (store, cfg, query, terms, qvec, min_score, keyword_only, mtime_of)
     extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline,
                  vectors_partial=vectors_partial)
-    chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
-    if k > CANDIDATE_POOL:
-        # More than the fixed pool: the first results stay those the fixed pool gives (so results
-        # are monotonic in max_results), the rest come in order from the widest pool.
-        shown = {(c.source, c.path, c.start_line, c.end_line) for c in chosen}
-        wide = _choose(*args, pool=MAX_RESULTS, k=MAX_RESULTS, reranker=None, info={}, **extra)
-        chosen += [c for c in wide if (c.source, c.path, c.start_line, c.end_line) not in shown][: k - len(chosen)]
-    return SearchHits(results_with_snippets(store, chosen, terms), info=info)
+    for attempt in range(_CANDIDATE_READS):
+        chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
+        if k > CANDIDATE_POOL:
+            # More than the fixed pool: the first results stay those the fixed pool gives (so results
+            # are monotonic in max_results), the rest come in order from the widest pool.
+            shown = {(c.source, c.path, c.start_line, c.end_line) for c in chosen}
+            wide = _choose(*args, pool=MAX_RESULTS, k=MAX_RESULTS, reranker=None, info={}, **extra)
+            chosen += [c for c in wide if (c.source, c.path, c.start_line, c.end_line) not in shown][: k - len(chosen)]
+        rows = store.get_chunks([c.id for c in chosen])
+        if all(c.id in rows for c in chosen):
+            break
+        # a sync replaced a chosen chunk since it was ranked: rank again (never a result without its text)
+    return SearchHits(results_with_snippets(store, chosen, terms, rows), info=info)
 
 
 def _choose(
@@ -578,11 +587,17 @@ def _choose(
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
-    kw_hits = store.keyword_search(terms, pool) if keyword_side else []
-    vec_hits: list[tuple[str, float]] = []
-    if qvec is not None and any(v != 0 for v in qvec):
-        vec_hits = store.vector_search(qvec, pool)
-    meta = store.get_chunk_meta([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
+    for _ in range(_CANDIDATE_READS):
+        kw_hits = store.keyword_search(terms, pool) if keyword_side else []
+        vec_hits: list[tuple[str, float]] = []
+        if qvec is not None and any(v != 0 for v in qvec):
+            vec_hits = store.vector_search(qvec, pool)
+        ids = {i for i, _ in kw_hits} | {i for i, _ in vec_hits}
+        meta = store.get_chunk_meta(ids)
+        if len(meta) == len(ids):
+            break
+        # a sync replaced chunks between these reads (a file's old chunks are gone, and its new
+        # ones were not among the candidates): read the candidates again, not a file in neither state
 
     def cand(cid: str, **scores: float) -> Candidate | None:
         m = meta.get(cid)  # None: removed since the candidate lists were read
@@ -664,10 +679,13 @@ def _choose(
 
 
 
-def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:
+def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str],
+                          rows: "dict[str, ChunkRow] | None" = None) -> list[SearchResult]:
     """The results, each with the part of its chunk that matched ``terms`` as its snippet (a vector
-    hit's row is its best embedding window) and the lines that part shows."""
-    rows = store.get_chunks([c.id for c in chosen])
+    hit's row is its best embedding window) and the lines that part shows (``rows``: the chunks'
+    rows, when read already)."""
+    if rows is None:
+        rows = store.get_chunks([c.id for c in chosen])
     out = []
     for c in chosen:
         row = rows.get(c.id)

@@ -176,3 +176,40 @@ def test_a_connection_killed_before_each_statement_of_a_sync(tmp_path: Path, pg_
     kills = _sweep(tmp_path, pg_url, monkeypatch, full, step=1 if stress else 3)
     assert kills >= 5
 
+
+
+def test_two_processes_sync_one_agent_while_a_third_searches(tmp_path: Path, store_config: dict[str, Any]) -> None:
+    """Both backends: two syncing processes and a searching one on the same agent; the searcher
+    finds each note in exactly one version (old or new) at every search, and never fails."""
+    import json
+    import subprocess
+    import sys
+
+    from .test_coordination import ROOT, wait_for
+
+    n = 16
+    ws = notes(tmp_path / "ws", n, tag="v1")
+    state = tmp_path / "state"
+    with MemoryIndex(ws, config={"store": store_config}, embedder=HashEmbedder(), state_dir=state) as mem:
+        mem.sync()
+    stop = tmp_path / "stop"
+    cmd = [sys.executable, str(Path(__file__).with_name("search_worker.py")), str(ws), str(state), str(n), str(stop)]
+    searcher = subprocess.Popen(cmd + (["--store", store_config["url"]] if store_config else []),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        wait_for(searcher, "ready")
+        for tag in ("v2", "v1", "v2"):
+            notes(ws, n, tag=tag)
+            syncers = [worker(ws, state, store_config, "--sleep", "0.01") for _ in range(2)]
+            outs = [p.communicate(timeout=180) for p in syncers]
+            assert all(p.returncode == 0 for p in syncers), [o[1][-2000:] for o in outs]
+    finally:
+        stop.touch()
+        out, err = searcher.communicate(timeout=180)
+    assert searcher.returncode == 0, err[-2000:]
+    report = json.loads(next(line for line in out.splitlines() if line.startswith("done "))[5:])
+    assert report["rounds"] >= 2 and not report["errors"] and not report["torn"], report
+    with MemoryIndex(ws, config={"store": store_config}, embedder=HashEmbedder(), state_dir=state) as mem:
+        assert mem.sync().files_indexed == 0 and mem.status().files == n + 1
+        assert all(mem.search(f"topic{i}xv2", min_score=0)[0].path == f"memory/n{i:03d}.md" for i in range(n))
