@@ -326,11 +326,11 @@ def test_hnsw_above_the_exact_threshold(pg_url: str) -> None:
     exact = PostgresBackend(pg_url, "vec", exact_below=10**9).open()
     exact.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
     with exact.backend.connection() as conn:
-        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is None
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_half_16')").fetchone()[0] is None
     approx = PostgresBackend(pg_url, "vec", exact_below=100).open()
     approx.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])  # crosses the threshold: builds HNSW
     with approx.backend.connection() as conn:
-        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is not None
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_half_16')").fetchone()[0] is not None
     other = PostgresBackend(pg_url, "other-agent", exact_below=100).open()
     other.replace_files([(FileRow("memory/o.md", "memory", "h", 1, 1),
                           [ChunkRow(f"o{i}", "memory/o.md", "memory", i, i, f"o{i}", "m", "x", vec()) for i in range(50)])])
@@ -345,7 +345,7 @@ def test_hnsw_above_the_exact_threshold(pg_url: str) -> None:
     assert agree >= 0.9 * 20 * 5
     with approx.backend.connection() as conn:  # the searches went through the HNSW index
         conn.execute("SELECT pg_stat_force_next_flush()")
-        scans = conn.execute("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'clawmem_chunks_hnsw_16'")
+        scans = conn.execute("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'clawmem_chunks_hnsw_half_16'")
         assert scans.fetchone()[0] >= 20
 
 
