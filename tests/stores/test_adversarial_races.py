@@ -213,3 +213,37 @@ def test_two_processes_sync_one_agent_while_a_third_searches(tmp_path: Path, sto
     with MemoryIndex(ws, config={"store": store_config}, embedder=HashEmbedder(), state_dir=state) as mem:
         assert mem.sync().files_indexed == 0 and mem.status().files == n + 1
         assert all(mem.search(f"topic{i}xv2", min_score=0)[0].path == f"memory/n{i:03d}.md" for i in range(n))
+
+
+def test_a_shared_namespace_switching_generations_under_a_reader(tmp_path: Path, store_config: dict[str, Any]) -> None:
+    """Both backends: the team's process rebuilds its index (a full reindex: a new generation on
+    PostgreSQL, a swapped file on SQLite) while alice searches and reads the team's namespace; each
+    search finds the note in exactly one version, with its text, and each read returns one version."""
+    n = 8
+    team = notes(tmp_path / "team", n, tag="v1")
+    state = tmp_path / "state"
+    cfg = {"store": store_config, **QUIET}
+    with MemoryIndex(team, agent_id="team", config=cfg, embedder=HashEmbedder(), state_dir=state) as mem:
+        mem.sync()
+    alice_ws = tmp_path / "alice"
+    alice_ws.mkdir()
+    (alice_ws / "MEMORY.md").write_text("# Alice\n", encoding="utf-8")
+    bad: list[Any] = []
+    searches = 0
+    with MemoryIndex(alice_ws, agent_id="alice", config={**cfg, "shared": ["team"]}, embedder=HashEmbedder(),
+                     state_dir=state) as alice:
+        for tag in ("v2", "v1", "v2"):
+            notes(team, n, tag=tag)
+            proc = worker(team, state, store_config, "--agent", "team", "--force", "--sleep", "0.01")
+            while proc.poll() is None or searches < 3:
+                searches += 1
+                hits = [r for r in alice.search("topic3xv1 topic3xv2", max_results=4, min_score=0)
+                        if r.path == "@team/memory/n003.md"]
+                versions = {t for r in hits for t in ("v1", "v2") if f"topic3x{t}" in r.snippet}
+                text = alice.read("@team/memory/n003.md").text
+                if len(versions) != 1 or ("topic3xv1" in text) == ("topic3xv2" in text):
+                    bad.append((tag, [(r.snippet[:40], r.score) for r in hits], text[:40]))
+            out, err = proc.communicate(timeout=180)
+            assert proc.returncode == 0, err[-2000:]
+        assert "topic3xv2" in alice.read("@team/memory/n003.md").text
+    assert searches >= 9 and not bad, bad[:3]
