@@ -409,10 +409,12 @@ class _Reading:
         #: the next snapshot starts).
         self._verify: tuple[set[tuple[str, int | None]], dict[tuple[str, int | None], Any]] | None = None
         self.interrupted = False
+        self._check_next = False
 
     def connection(self) -> "psycopg.Connection":
         if self.conn is None:
-            _UNCHECKED.on = True
+            # after a lost connection, the pool's others may be lost too (a server restart): checked
+            _UNCHECKED.on = not self._check_next
             try:
                 conn = self.backend.pool.getconn(timeout=30)
             finally:
@@ -444,6 +446,7 @@ class _Reading:
         except Exception:
             discard = True
         if discard:
+            self._check_next = True
             with contextlib.suppress(Exception):
                 conn.close()
         self.backend.pool.putconn(conn)
@@ -810,7 +813,9 @@ class PostgresStore(Store):
                     memo["writes"] = _WRITES[0]
                 out = fn(conn, memo)
             except psycopg.Error as exc:
-                lost = block.lost()
+                # gone (killed, server restarted: AdminShutdown is seen before the connection's
+                # state says so) or another operational failure: once more, on a checked connection
+                lost = block.lost() or isinstance(exc, psycopg.OperationalError)
                 block.release(discard=True)
                 block.forget()
                 if not lost or attempt:
