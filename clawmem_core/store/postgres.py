@@ -1525,8 +1525,7 @@ class PostgresStore(Store):
         else:
             ef = max(self.backend.hnsw_ef_search, min(limit, 1000))
             # The settings hold for this query only (rolled back with it), sent with it in one round trip.
-            pipelined = self._in_snapshot()
-            with (contextlib.nullcontext() if pipelined else conn.pipeline()), conn.transaction(force_rollback=True):
+            with self._rolled_back(conn):
                 # (enable_sort off: the agent's rows by the btree, then a sort, can look cheaper on
                 # stale statistics)
                 conn.execute(
@@ -1543,6 +1542,19 @@ class PostgresStore(Store):
                 ).fetchall()
         self._remember(memo, (r[1:] for r in rows))
         return [(r[1], r[0]) for r in rows]
+
+    @contextlib.contextmanager
+    def _rolled_back(self, conn: "psycopg.Connection") -> Iterator[None]:
+        """Statements whose effects (``SET LOCAL``-like settings) end with them, pipelined: in a
+        search's snapshot up to a savepoint (that snapshot's transaction is this store's, not
+        psycopg's), else in a transaction of their own."""
+        if self._in_snapshot():
+            conn.execute("SAVEPOINT clawmem_settings")
+            yield
+            conn.execute("ROLLBACK TO SAVEPOINT clawmem_settings")
+            return
+        with conn.pipeline(), conn.transaction(force_rollback=True):
+            yield
 
     def _index_rows(self, conn: "psycopg.Connection", dims: int) -> float:
         """The planner's estimate of the rows in the (all agents') HNSW index for ``dims``; 0 if unknown."""

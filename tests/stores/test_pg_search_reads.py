@@ -17,6 +17,8 @@ from clawmem_core import MemoryIndex
 from clawmem_core.store.postgres import KEYWORD_CACHE, PostgresBackend, PostgresStore
 from clawmem_core.testing import HashEmbedder
 
+from clawmem_core.store.base import ChunkRow, FileRow
+
 from .conftest import chunk, file
 from .test_index_backends import write
 
@@ -260,3 +262,26 @@ def test_reading_blocks_never_mix_agents(pg_url: str) -> None:
             assert a.get_chunks([same.id])[same.id].text == "shared words"
             assert b.get_chunks([same.id])[same.id].text == "shared words of b"
             assert a.get_chunk_meta([same.id])[same.id][2] == 0 and b.get_chunk_meta([same.id])[same.id][2] == 5
+
+
+def test_a_graph_search_in_a_snapshot_keeps_its_settings_to_itself(pg_url: str) -> None:
+    """Through HNSW inside a search's snapshot: the same rows as outside one, and the query's
+    settings (ef_search, iterative scan, no sorts) end with it, not with the snapshot."""
+    import random
+
+    rng = random.Random(3)
+    rows = [ChunkRow(f"g{i}", "memory/v.md", "memory", i, i, f"h{i}", "m", "t", [rng.gauss(0, 1) for _ in range(16)])
+            for i in range(300)]
+    s = PostgresBackend(pg_url, "graph", exact_below=0, hnsw_visit_cost=0).open()
+    s.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
+    q = [rng.gauss(0, 1) for _ in range(16)]
+    outside = s.vector_search(q, 20)
+    assert len(outside) == 20
+    with s.reading(snapshot=True):
+        assert s.vector_search(q, 20) == outside
+        conn = s.backend._reading().conn  # type: ignore[union-attr]
+        got = conn.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.ef_search', true), "
+                           "current_setting('transaction_isolation')").fetchone()
+        assert got[0] == "on" and got[1] != str(s.backend.hnsw_ef_search) and got[2] == "repeatable read"
+        assert s.get_chunk_meta([outside[0][0]]) == {outside[0][0]: ("memory/v.md", "memory", int(outside[0][0][1:]),
+                                                                     int(outside[0][0][1:]))}
