@@ -777,11 +777,27 @@ class PostgresStore(Store):
     # -- plumbing ---------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _conn(self) -> Iterator["psycopg.Connection"]:
+    def _conn(self, read: bool = False) -> Iterator["psycopg.Connection"]:
+        """A connection: this thread's reading block's when one is open (a search holds one
+        connection at a time, so concurrent searches never wait on each other for a second), except
+        for statements that are not all reads (``read`` false) inside a snapshot; else a pooled one."""
         if self._closed:
             raise StoreError(f"index {self.backend.location} is closed")
-        with self.backend.connection() as conn:
-            yield conn
+        block = self.backend._reading()
+        if block is None or (block.snapshot and not read) or block.interrupted:
+            with self.backend.connection() as conn:
+                yield conn
+            return
+        import psycopg
+
+        try:
+            yield block.connection()
+        except psycopg.Error as exc:
+            block.release(discard=True)
+            block.forget()
+            raise self.backend.error("PostgreSQL error", exc) from None
+        if block.snapshot:
+            block.read.add((self.agent, self._gen))
 
     def reading(self, snapshot: bool = False) -> ContextManager[None]:
         return self.backend.reading(snapshot)
@@ -885,7 +901,7 @@ class PostgresStore(Store):
     # -- identity and bookkeeping -----------------------------------------------------------------
 
     def _get(self, key: str) -> str | None:
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             row = conn.execute(
                 f"SELECT value FROM clawmem_meta WHERE agent = %(agent)s AND generation = {self._g()} AND key = %(key)s",
                 {"agent": self.agent, "key": key},
@@ -932,7 +948,7 @@ class PostgresStore(Store):
         return {path: state[1] for path, state in self.file_states(source).items()}
 
     def file_states(self, source: str) -> dict[str, FileState]:
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT path, hash, size, mtime, ctime, ino FROM clawmem_files WHERE agent = %(agent)s "
                 f"AND generation = {self._g()} AND source = %(source)s",
@@ -942,7 +958,7 @@ class PostgresStore(Store):
 
     def file_text(self, source: str, path: str) -> tuple[str, int] | None:
         """The text of an indexed file as last indexed, and its mtime (ms); ``None`` if not indexed."""
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             row = conn.execute(
                 f"SELECT content, mtime FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND source = %(source)s AND path = %(path)s",
@@ -1044,7 +1060,7 @@ class PostgresStore(Store):
         if paths is not None and not paths:
             return []
         where = "" if paths is None else " AND path = ANY(%(paths)s)"
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
                 f"WHERE agent = %(agent)s AND generation = {self._g()} AND pending = 1 AND rid > %(after)s{where} "
@@ -1116,7 +1132,7 @@ class PostgresStore(Store):
 
     def vector_counts(self) -> VectorCounts:
         if self._gen is not None:  # a generation being built
-            with self._conn() as conn:
+            with self._conn(read=True) as conn:
                 row = conn.execute(
                     f"SELECT count(*), coalesce(sum(pending), 0), "
                     f"coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) FROM clawmem_chunks "
@@ -1596,7 +1612,7 @@ class PostgresStore(Store):
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         if not hashes:
             return {}
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 "SELECT hash, embedding::real[] FROM clawmem_embedding_cache WHERE provider = %s AND model = %s "
                 "AND provider_key = %s AND hash = ANY(%s)",
@@ -1675,7 +1691,7 @@ class PostgresStore(Store):
 
     def counts(self) -> StoreCounts:
         self.refresh()
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT 'f', source, count(*) FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"GROUP BY source UNION ALL SELECT 'c', source, count(*) FROM clawmem_chunks WHERE agent = %(agent)s "

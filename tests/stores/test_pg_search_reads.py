@@ -285,3 +285,22 @@ def test_a_graph_search_in_a_snapshot_keeps_its_settings_to_itself(pg_url: str) 
         assert got[0] == "on" and got[1] != str(s.backend.hnsw_ef_search) and got[2] == "repeatable read"
         assert s.get_chunk_meta([outside[0][0]]) == {outside[0][0]: ("memory/v.md", "memory", int(outside[0][0][1:]),
                                                                      int(outside[0][0][1:]))}
+
+
+def test_a_search_holds_one_connection_at_a_time(pg_url: str) -> None:
+    """The checks before a search may sync (write) and a ranking may read what is not cached:
+    through the block's own connection, so concurrent searches never each hold one connection
+    while waiting for a second (a pool of one would stall here for its 30 s timeout)."""
+    s = PostgresBackend(pg_url, "one", pool_size=1).open()
+    with s.reading():
+        assert not s.has_content()
+        s.replace_files([(file("memory/a.md", "a"), [chunk("memory/a.md", 0, "green tea 绿茶")])])
+        assert s.has_content() and list(s.file_states("memory")) == ["memory/a.md"]
+        s.set_meta({"k": 1})
+        assert s.get_meta() == {"k": 1}
+    with s.reading(snapshot=True):
+        hits = s.keyword_search(["绿茶"], 5)
+        assert s.file_states("memory")["memory/a.md"][1] == "hash-a"
+        assert s.get_meta() == {"k": 1} and s.cache_get("p", "m", "k", ["h"]) == {}
+        assert s.get_chunks([hits[0][0]])[hits[0][0]].text == "green tea 绿茶"
+        assert s.counts().chunks == 1
