@@ -14,6 +14,8 @@ import pytest
 from clawmem_core import MemoryConfig, MemoryIndex
 from clawmem_core.calibration import BACKGROUND_LATIN, BACKGROUND_TEXTS, blind_scripts
 from clawmem_core.search import (
+    VECTOR_ALONE,
+    VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
     VECTOR_FULL,
     VECTOR_VOUCHES,
@@ -95,17 +97,26 @@ def test_vocabulary_share_counts_terms_the_index_knows() -> None:
 
 def test_query_confidence_bounds_and_factors() -> None:
     assert query_confidence(None, None) == 1.0
-    assert query_confidence(1.0, 1.0) == 1.0
     assert query_confidence(0.0, None) == 0.0
     assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.5)
-    assert query_confidence(1.0, VECTOR_FULL * 0.8) == pytest.approx(max(0.8, VECTOR_DOUBT_FLOOR))
-    assert query_confidence(1.0, 0.0) == VECTOR_DOUBT_FLOOR
+    # Keyword-only: the vocabulary alone, never above 1.
+    assert query_confidence(1.0, None) == 1.0
+    # The vector side agrees with the keyword side's chunks at exactly VECTOR_FULL: unchanged.
+    assert query_confidence(1.0, VECTOR_FULL, VECTOR_FULL) == pytest.approx(1.0)
+    # Agreement well above it confirms (up to VECTOR_CONFIRMS) ...
+    assert query_confidence(1.0, 0.9, 0.9) == pytest.approx(VECTOR_CONFIRMS)
+    # ... a vector match the keyword side's chunks do not share counts at VECTOR_ALONE ...
+    assert query_confidence(1.0, VECTOR_FULL, 0.0) == pytest.approx(VECTOR_ALONE)
+    assert query_confidence(1.0, VECTOR_FULL) == pytest.approx(VECTOR_ALONE)
+    # ... and nothing above unrelated text doubts down to the floor, not below.
+    assert query_confidence(1.0, 0.0, 0.0) == VECTOR_DOUBT_FLOOR
     # A strong vector match vouches for a query whose words the index does not know (a paraphrase).
-    assert query_confidence(0.0, VECTOR_VOUCHES) == 1.0
-    assert query_confidence(0.0, 0.3) == pytest.approx(0.3 / VECTOR_VOUCHES)
+    assert query_confidence(0.0, VECTOR_VOUCHES, VECTOR_FULL) == pytest.approx(1.0)
+    assert query_confidence(0.0, 0.1, 0.0) == pytest.approx(0.1 / VECTOR_VOUCHES * VECTOR_DOUBT_FLOOR)
     for vocab in (None, 0.0, 0.2, 0.7, 1.0, math.nan):
         for best in (None, 0.0, 0.1, 0.3, 0.9, math.nan, -1.0, 5.0):
-            assert 0.0 <= query_confidence(vocab, best) <= 1.0
+            for agree in (None, 0.0, 0.3, math.nan, 7.0, -2.0):
+                assert 0.0 <= query_confidence(vocab, best, agree) <= VECTOR_CONFIRMS
 
 
 def test_query_script() -> None:
