@@ -20,6 +20,7 @@ from clawmem_core.search import (
     VECTOR_FULL,
     VECTOR_VOUCHES,
     VOCABULARY_FULL,
+    keyword_agreement,
     query_confidence,
     query_script,
     select_confident,
@@ -307,6 +308,64 @@ def test_hybrid_vector_side_has_no_say_in_a_script_the_embedder_cannot_read(tmp_
         assert hit.path == "memory/2026-03-08.md"
         assert mem.search(OFF_TOPIC[1]) == []
         _abstains_where_the_match_alone_answered(mem, FOREIGN_ZH[0])
+    finally:
+        mem.close()
+
+
+def test_keyword_agreement_reads_the_keyword_sides_first_chunks() -> None:
+    vector_of = {"garden": 0.6, "store": 0.05, "番茄": 0.4, "vector-only": 0.9}
+    # The keyword side's first three chunks by score; a chunk the vector side did not return is 0.
+    assert keyword_agreement(["store", "garden", "x"], [0.9, 0.5, 0.1], vector_of) == 0.6
+    assert keyword_agreement(["store", "x", "y", "garden"], [0.9, 0.8, 0.7, 0.6], vector_of) == 0.05
+    assert keyword_agreement(["番茄", "store"], [0.2, 0.9], vector_of) == 0.4
+    # A chunk only the vector side found is not agreement.
+    assert keyword_agreement(["x"], [1.0], vector_of) == 0.0
+    assert keyword_agreement([], [], vector_of) == 0.0
+    assert keyword_agreement(["garden", "store"], [0.1, 0.9], vector_of, n=1) == 0.05
+
+
+@pytest.mark.parametrize("files,query,path", [
+    (EN_FILES, "tomato beds water every morning", "MEMORY.md"),
+    (ZH_FILES, "每天早上给番茄浇水", "MEMORY.md"),
+])
+def test_agreeing_sides_confirm_a_question_scores_capped_at_one(tmp_path: Path, files: dict[str, str], query: str,
+                                                                path: str) -> None:
+    """When the chunks the keywords rank first are also clearly above unrelated text for the
+    embedder, the query's confidence exceeds 1: its scores rise (capped at 1), the order stands."""
+    mem = _index(tmp_path, files, embedder=HashEmbedder(dims=256))
+    try:
+        hits = mem.search(query, min_score=0)
+        assert hits[0].path == path
+        conf = hits.info["confidence"]
+        assert 1.0 < conf <= VECTOR_CONFIRMS
+        vw, tw = mem.config.query.hybrid.weights
+        for h in hits:
+            unscaled = vw * h.vector_score + tw * h.text_score
+            assert h.score == pytest.approx(min(1.0, unscaled * conf), abs=1e-3)
+            assert h.score <= 1.0
+        assert hits[0].score > vw * hits[0].vector_score + tw * hits[0].text_score
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert mem.search(query)[0].path == path
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("files,query", [
+    # The best vector match is another chunk than the ones "tomatoes" and "Friday" pick.
+    (EN_FILES, "How many tomatoes were sold on Friday?"),
+    # "Jon" and "horses" are unknown; watering is in the memory, nothing near it for the embedder.
+    (ZH_FILES, "乔恩什么时候给马浇水？"),
+])
+def test_vector_side_that_does_not_back_the_keyword_chunks_doubts(tmp_path: Path, files: dict[str, str],
+                                                                  query: str) -> None:
+    """A question about something absent from the memory matches a word or two of some chunk; the
+    embedder places those chunks no higher than unrelated text: its scores are scaled down to
+    :data:`VECTOR_DOUBT_FLOOR`, not to 0.7 as before, and it gets no answer."""
+    mem = _index(tmp_path, files, embedder=HashEmbedder(dims=256))
+    try:
+        _abstains_where_the_match_alone_answered(mem, query)
+        top = mem.search(query, min_score=0)[0]
+        assert top.vector_score < VECTOR_FULL  # the chunk the keywords pick is not backed
     finally:
         mem.close()
 
