@@ -80,6 +80,7 @@ class Capture:
         def background_level(*args, **kw):  # type: ignore[no-untyped-def]
             level = self._level(*args, **kw)
             self.last["level"] = level
+            self.last["bg"] = list(args[0]) if args else []  # the query's cosines to the calibration passages
             return level
 
         self._cal = C.calibrated_cosine

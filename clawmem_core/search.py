@@ -121,7 +121,7 @@ VOCABULARY_FULL = 0.6
 VECTOR_FULL = 0.25
 #: The vector side alone at most scales a query's scores down to this share: it doubts, the keyword
 #: evidence keeps a say.
-VECTOR_DOUBT_FLOOR = 0.4
+VECTOR_DOUBT_FLOOR = 0.7
 #: ... and at most up by this factor (scores stay at most 1): when the chunks the keywords rank
 #: first are also clearly above unrelated text for the embedder, two independent sides agree.
 VECTOR_CONFIRMS = 4 / 3
@@ -658,6 +658,11 @@ def _choose(
                 agree = keyword_agreement([i for i, _ in kw_hits], scores, vector_of)
             conf = query_confidence(vocab, best, agree)
             info["confidence"] = round(conf, 4)
+            info["confidence_signals"] = {
+                "vocabulary": None if vocab is None else round(vocab, 4),
+                "vector_best": None if best is None else round(best, 4),
+                "agreement": None if agree is None else round(agree, 4),
+            }
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
     vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
     if no_vectors:

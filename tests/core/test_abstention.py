@@ -107,8 +107,9 @@ def test_query_confidence_bounds_and_factors() -> None:
     # Agreement well above it confirms (up to VECTOR_CONFIRMS) ...
     assert query_confidence(1.0, 0.9, 0.9) == pytest.approx(VECTOR_CONFIRMS)
     # ... a vector match the keyword side's chunks do not share counts at VECTOR_ALONE ...
-    assert query_confidence(1.0, VECTOR_FULL, 0.0) == pytest.approx(VECTOR_ALONE)
-    assert query_confidence(1.0, VECTOR_FULL) == pytest.approx(VECTOR_ALONE)
+    assert query_confidence(1.0, 0.3, 0.0) == pytest.approx(VECTOR_ALONE * 0.3 / VECTOR_FULL)
+    assert query_confidence(1.0, 0.3) == pytest.approx(VECTOR_ALONE * 0.3 / VECTOR_FULL)
+    assert query_confidence(1.0, 0.3, 0.3) == pytest.approx(0.3 / VECTOR_FULL)
     # ... and nothing above unrelated text doubts down to the floor, not below.
     assert query_confidence(1.0, 0.0, 0.0) == VECTOR_DOUBT_FLOOR
     # A strong vector match vouches for a query whose words the index does not know (a paraphrase).
@@ -350,22 +351,42 @@ def test_agreeing_sides_confirm_a_question_scores_capped_at_one(tmp_path: Path, 
         mem.close()
 
 
-@pytest.mark.parametrize("files,query", [
-    # The best vector match is another chunk than the ones "tomatoes" and "Friday" pick.
-    (EN_FILES, "How many tomatoes were sold on Friday?"),
-    # "Jon" and "horses" are unknown; watering is in the memory, nothing near it for the embedder.
-    (ZH_FILES, "乔恩什么时候给马浇水？"),
-])
-def test_vector_side_that_does_not_back_the_keyword_chunks_doubts(tmp_path: Path, files: dict[str, str],
-                                                                  query: str) -> None:
+def test_vector_side_that_does_not_back_the_keyword_chunks_doubts(tmp_path: Path) -> None:
     """A question about something absent from the memory matches a word or two of some chunk; the
-    embedder places those chunks no higher than unrelated text: its scores are scaled down to
-    :data:`VECTOR_DOUBT_FLOOR`, not to 0.7 as before, and it gets no answer."""
+    best vector match is another chunk, and the embedder places the keyword side's chunks lower:
+    the vector side's evidence is its agreement with them, and the question gets no answer (with
+    the best vector score alone it was answered)."""
+    mem = _index(tmp_path, EN_FILES, embedder=HashEmbedder(dims=256))
+    try:
+        query = "How many tomatoes were sold on Friday?"
+        _abstains_where_the_match_alone_answered(mem, query)
+        sig = mem.search(query, min_score=0).info["confidence_signals"]
+        assert sig["agreement"] < sig["vector_best"]
+        assert query_confidence(sig["vocabulary"], sig["vector_best"], sig["vector_best"]) \
+            > query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"])
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("files,query", [
+    (EN_FILES, "How many tomatoes were sold on Friday?"),
+    (EN_FILES, "Which store stocks seed trays?"),
+    (ZH_FILES, "乔恩在金店了什么？"),
+    (ZH_FILES, "每天早上给番茄浇水"),
+])
+def test_confidence_signals_are_read_from_both_sides(tmp_path: Path, files: dict[str, str], query: str) -> None:
+    """``info["confidence_signals"]``: the agreement is the best vector score among the keyword
+    side's first chunks, the best vector score is over all chunks, and the confidence is made of
+    them (English and Chinese)."""
     mem = _index(tmp_path, files, embedder=HashEmbedder(dims=256))
     try:
-        _abstains_where_the_match_alone_answered(mem, query)
-        top = mem.search(query, min_score=0)[0]
-        assert top.vector_score < VECTOR_FULL  # the chunk the keywords pick is not backed
+        hits = mem.search(query, min_score=0, max_results=50)
+        sig = hits.info["confidence_signals"]
+        assert sig["vector_best"] == pytest.approx(max(h.vector_score for h in hits), abs=1e-3)
+        by_text = sorted((h for h in hits if h.text_score > 0), key=lambda h: -h.text_score)[:3]
+        assert sig["agreement"] == pytest.approx(max(h.vector_score for h in by_text), abs=1e-3)
+        assert hits.info["confidence"] == pytest.approx(
+            query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"]), abs=1e-3)
     finally:
         mem.close()
 
