@@ -164,7 +164,7 @@ def markdown(results: dict[tuple[str, str], list[dict[str, Any]]], default: floa
     for key in keys:
         c = curve(results[key], tuple(sorted(set(CURVE) | {default})))
         at = c["at"][default]
-        f = lambda v: "-" if v[0] is None else f"{v[0]:.2f}"  # noqa: E731
+        f = lambda v: "-" if v[0] is None else f"{v[0]:.3f}"  # noqa: E731
         lines.append(f"| {LABELS.get(key[0], key[0])} | {key[1]} | {c['n_real']} | {at['EN'][1]} / {at['ZH'][1]} | "
                      f"{c['hit@5']:.3f} | {f(at['all'])} / {f(at['EN'])} / {f(at['ZH'])} | {at['lost']:.3f} |")
         curves.append(f"| {LABELS.get(key[0], key[0])} | {key[1]} | " +
