@@ -144,8 +144,8 @@ def _now_ms() -> int:
 
 
 def _vec(v: Sequence[float]) -> str:
-    """A pgvector text literal."""
-    return "[" + ",".join(repr(float(x)) for x in v) + "]"
+    """A pgvector text literal (``[1.0, 0.5]``: pgvector skips the spaces)."""
+    return str(list(map(float, v)))
 
 
 class _Terms:
@@ -169,9 +169,19 @@ class _Terms:
 
     def document(self, text: str) -> list[str]:
         doc = index_document(text) if self.cjk else text
-        with self._lock:
-            got = self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False)
-        return [t[0] for t in got if t]
+        with self._lock:  # (no colocated tokens: the first of each group, as FTS5 indexes it)
+            return self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False,  # type: ignore[no-any-return]
+                             include_colocated=False)
+
+    def counts(self, text: str) -> tuple["Counter[str]", int]:
+        """Each term of a document with its count (terms PostgreSQL cannot hold left out), and the
+        document's length in tokens (all of them, as FTS5 counts it)."""
+        tokens = self.document(text)
+        counts = Counter(tokens)
+        # a term of at most 511 characters is at most 2044 bytes: only longer ones are measured
+        for t in [t for t in counts if len(t) > _MAX_LEXEME_BYTES // 4 and len(t.encode("utf-8")) > _MAX_LEXEME_BYTES]:
+            del counts[t]
+        return counts, len(tokens)
 
     def query(self, terms: Sequence[str]) -> list[str]:
         """The tokens of query terms (a term of several tokens counts as each of them)."""
@@ -191,10 +201,15 @@ def _quote_lexeme(t: str) -> str:
     return "'" + t.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: ``1,2,...,n`` for every n up to :data:`_MAX_POSITIONS`.
+_POSITIONS = [""] + [",".join(map(str, range(1, n + 1))) for n in range(1, _MAX_POSITIONS + 1)]
+
+
 def _tsvector(counts: "Counter[str]") -> str:
     """A ``tsvector`` literal holding each term with as many positions as occurrences (its tf)."""
-    return " ".join(f"{_quote_lexeme(t)}:{','.join(map(str, range(1, min(n, _MAX_POSITIONS) + 1)))}"
-                    for t, n in counts.items())
+    pos, top = _POSITIONS, _MAX_POSITIONS
+    return " ".join(["'" + t.replace("\\", "\\\\").replace("'", "''") + "':" + pos[n if n < top else top]
+                     for t, n in counts.items()])
 
 
 def _tsquery(tokens: Sequence[str]) -> str:
@@ -616,6 +631,9 @@ class PostgresStore(Store):
         #: ((generation, data version), keyword rows) as last counted
         self._total: tuple[tuple[int, int], int] | None = None
         self._hnsw: set[int] = set()
+        #: dims -> at least how many vectors of those dimensions the agent has (counted, plus
+        #: those written since): when below ``exact_below``, no HNSW index is due yet
+        self._vec_bound: dict[int, int] = {}
         self.vector_path = None
         if create:
             with self.backend.connection() as conn:
@@ -750,9 +768,7 @@ class PostgresStore(Store):
         terms: str | None = None
         doc_len = 0
         if not c.window:
-            tokens = self.backend.terms.document(c.text)
-            doc_len = len(tokens)
-            counts = Counter(t for t in tokens if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES)
+            counts, doc_len = self.backend.terms.counts(c.text)
             terms = _tsvector(counts)
         emb = list(c.embedding) if c.embedding else None
         return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text,
@@ -800,7 +816,7 @@ class PostgresStore(Store):
                 )
         if dims:
             self.vector_dims = dims
-            self._maybe_build_hnsw(dims)
+            self._maybe_build_hnsw(dims, sum(1 for r in rows if r[14] is not None))
 
     def touch_files(self, files: Sequence[FileRow]) -> None:
         with self._tx() as conn:
@@ -846,18 +862,25 @@ class PostgresStore(Store):
         first: dict[str, tuple[Sequence[float] | None, list[ChunkRow]]] = {}
         for cid, vec, windows in items:
             first.setdefault(cid, (vec, windows))
-        ids = list(first)
-        embs = [_vec(v) if v else None for v, _ in first.values()]
         with self._tx() as conn:
             gen = self._generation(conn)
-            # one statement for the whole batch; a chunk no longer pending (replaced or deleted
-            # since it was read) is not among the rows returned
-            rows = conn.execute(
-                "UPDATE clawmem_chunks AS c SET embedding = u.emb::vector, dims = vector_dims(u.emb::vector), "
-                "pending = 0, updated_at = %(now)s FROM unnest(%(ids)s::text[], %(embs)s::text[]) AS u(id, emb) "
-                "WHERE c.agent = %(agent)s AND c.generation = %(gen)s AND c.id = u.id AND c.pending = 1 RETURNING c.id",
-                {"now": now, "ids": ids, "embs": embs, "agent": self.agent, "gen": gen},
-            ).fetchall()
+            # One statement a chunk, by its unique key, sent together (one round trip): a single
+            # join against the batch may be planned as a scan of every pending row of the agent
+            # (statistics lag behind a keyword phase that just wrote them). A chunk no longer
+            # pending (replaced or deleted since it was read) is not updated and returns nothing.
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
+                    "WHERE agent = %s AND generation = %s AND id = %s AND pending = 1 RETURNING id",
+                    [(_vec(v) if v else None, len(v) if v else None, now, self.agent, gen, cid)
+                     for cid, (v, _) in first.items()],
+                    returning=True,
+                )
+                rows = []
+                while True:
+                    rows.extend(cur.fetchall())
+                    if not cur.nextset():
+                        break
             done = len(rows)
             windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
             if windows:
@@ -877,7 +900,7 @@ class PostgresStore(Store):
                 )
         if dims and done:
             self.vector_dims = dims
-            self._maybe_build_hnsw(dims)
+            self._maybe_build_hnsw(dims, sum(1 for (cid,) in rows if first[cid][0]) + sum(1 for w in windows if w[14] is not None))
         return done
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
@@ -1273,9 +1296,18 @@ class PostgresStore(Store):
             return True
         return False
 
-    def _maybe_build_hnsw(self, dims: int) -> None:
+    def _maybe_build_hnsw(self, dims: int, written: int) -> None:
         """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
-        (one index per dimension count, shared by every agent)."""
+        (one index per dimension count, shared by every agent). ``written``: vectors just written.
+        The agent's vectors are counted only when the last count plus those written since could
+        reach the threshold (not after every batch of a vector phase)."""
+        if dims in self._hnsw:
+            return
+        bound = self._vec_bound.get(dims)
+        if bound is not None:
+            bound = self._vec_bound[dims] = bound + written
+            if bound < self.backend.exact_below:
+                return
         with self._conn() as conn:
             if self._has_hnsw(conn, dims):
                 return
@@ -1284,7 +1316,8 @@ class PostgresStore(Store):
                 f"AND dims = {dims}",
                 {"agent": self.agent},
             ).fetchone()
-            if int(row[0]) < self.backend.exact_below:  # type: ignore[index]
+            self._vec_bound[dims] = int(row[0])  # type: ignore[index]
+            if self._vec_bound[dims] < self.backend.exact_below:
                 return
             build_hnsw(conn, dims)
             self._hnsw.add(dims)
@@ -1303,15 +1336,18 @@ class PostgresStore(Store):
         return {h: [float(x) for x in v] for h, v in rows if v}
 
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
-        values = [(provider, model, provider_key, h, len(v), _vec(v), _now_ms()) for h, v in items.items() if len(v)]
-        if not values:
+        entries = [(h, _vec(v)) for h, v in items.items() if len(v)]
+        if not entries:
             return
-        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
+        with self._conn() as conn:  # one statement: atomic without a transaction around it
+            conn.execute(
                 "INSERT INTO clawmem_embedding_cache (provider, model, provider_key, hash, dims, embedding, updated_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s::vector, %s) ON CONFLICT (provider, model, provider_key, hash) "
-                "DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
-                values,
+                "SELECT %(provider)s, %(model)s, %(key)s, u.hash, vector_dims(u.emb::vector), u.emb::vector, %(now)s "
+                "FROM unnest(%(hashes)s::text[], %(embs)s::text[]) AS u(hash, emb) "
+                "ON CONFLICT (provider, model, provider_key, hash) DO UPDATE SET embedding = excluded.embedding, "
+                "dims = excluded.dims, updated_at = excluded.updated_at",
+                {"provider": provider, "model": model, "key": provider_key, "now": _now_ms(),
+                 "hashes": [h for h, _ in entries], "embs": [e for _, e in entries]},
             )
 
     def cache_prune(self, max_entries: int) -> int:
