@@ -91,11 +91,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         from .embedders import EmbedderUnavailable, resolve
 
         data_dir = Path(a.data).expanduser().resolve() if a.data else default_data_dir()
-        datasets = load_all(data_dir, prof["datasets"], limit=a.limit)
-        if not datasets:
-            _log("no evaluation data found (use --data DIR or CLAWMEM_BENCH_DATA); quality skipped")
-            res["notes"].append("quality skipped: no evaluation data")
-        else:
+        datasets = load_all(data_dir, prof["datasets"], limit=a.limit)  # stops, naming what it looked for, if absent
+        if datasets:
             choices, skipped = [], {}
             for spec in ["none"] + [e for e in a.embedder if e != "none"]:
                 try:

@@ -12,11 +12,80 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 
-def default_data_dir() -> Path:
-    env = os.environ.get("CLAWMEM_BENCH_DATA")
+#: The environment variable naming the evaluation data directory (it holds ``locomo/``,
+#: ``locomo-zh/`` and ``scifact/``).
+DATA_ENV = "CLAWMEM_BENCH_DATA"
+#: Where each data set lives in that directory, and the file its loader reads first.
+DATASET_FILES = {"locomo-en": "locomo/queries.jsonl", "locomo-zh": "locomo-zh/queries.jsonl",
+                 "scifact": "scifact/queries-train.jsonl"}
+
+
+class MissingDataError(SystemExit):
+    """The evaluation data is not where the benchmark looked: it stops with a message naming
+    every place it looked (a benchmark never writes an empty quality table instead)."""
+
+
+def _main_checkout(repo_root: Path) -> Path | None:
+    """The main checkout of a git worktree at ``repo_root`` (``None`` for a main checkout or no git)."""
+    marker = repo_root / ".git"
+    try:
+        if not marker.is_file():
+            return None
+        line = marker.read_text(encoding="utf-8").strip()
+        if not line.startswith("gitdir:"):
+            return None
+        gitdir = (repo_root / line[len("gitdir:"):].strip()).resolve()
+        common = gitdir
+        if (gitdir / "commondir").is_file():
+            common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    except OSError:
+        return None
+    return common.parent if common.name == ".git" else None
+
+
+def candidate_data_dirs(repo_root: Path = REPO_ROOT) -> list[Path]:
+    """Where the evaluation data is looked for, in order: ``$CLAWMEM_BENCH_DATA`` alone when it is
+    set; otherwise ``../shared/data`` next to this checkout, then next to the main checkout when
+    this one is a git worktree."""
+    env = os.environ.get(DATA_ENV)
     if env:
-        return Path(env).expanduser()
-    return (REPO_ROOT / ".." / "shared" / "data").resolve()
+        return [Path(env).expanduser().resolve()]
+    out = [(repo_root.parent / "shared" / "data").resolve()]
+    main = _main_checkout(repo_root)
+    if main is not None:
+        there = (main.parent / "shared" / "data").resolve()
+        if there not in out:
+            out.append(there)
+    return out
+
+
+def default_data_dir(repo_root: Path = REPO_ROOT) -> Path:
+    """The first of :func:`candidate_data_dirs` that exists (the first one when none does: the
+    loaders then stop with :class:`MissingDataError`)."""
+    dirs = candidate_data_dirs(repo_root)
+    return next((d for d in dirs if d.is_dir()), dirs[0])
+
+
+def _missing(data_dir: Path, wanted: list[str]) -> MissingDataError:
+    looked = [f"{data_dir / DATASET_FILES.get(n, n)} ({n})" for n in wanted]
+    env = os.environ.get(DATA_ENV)
+    if env:
+        origin = f"the directory comes from {DATA_ENV}={env}"
+    elif data_dir in candidate_data_dirs():
+        others = [str(d) for d in candidate_data_dirs() if d != data_dir]
+        origin = (f"{DATA_ENV} is not set; looked next to this checkout ({REPO_ROOT.parent / 'shared' / 'data'})"
+                  + (f" and next to the main checkout ({', '.join(others)})" if others else ""))
+    else:
+        origin = "the directory was given with --data"
+    return MissingDataError(
+        "evaluation data not found: no " + "; no ".join(looked) + f" ({origin}). Set {DATA_ENV} (or --data) to the "
+        "directory holding locomo/, locomo-zh/ and scifact/, or leave the data sets out (--datasets, --skip-quality)."
+    )
+
+
+def _require(path: Path, data_dir: Path, name: str) -> None:
+    if not path.is_file():
+        raise _missing(data_dir, [name])
 
 
 @dataclass
@@ -48,6 +117,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 def load_locomo(root: Path, name: str, language: str, limit: int | None = None) -> Dataset:
     """LoCoMo: category 5 (adversarial, no answer in the conversation) and questions without gold are skipped."""
+    _require(root / "queries.jsonl", root.parent, name)
     rows = _read_jsonl(root / "queries.jsonl")
     queries: list[Query] = []
     skipped = {"adversarial": 0, "no_gold": 0}
@@ -75,6 +145,7 @@ def load_locomo(root: Path, name: str, language: str, limit: int | None = None) 
 
 
 def load_scifact(root: Path, limit: int | None = None) -> Dataset:
+    _require(root / "queries-train.jsonl", root.parent, "scifact")
     rows = _read_jsonl(root / "queries-train.jsonl")
     ws = root / "workspace"
     queries = [
@@ -88,20 +159,20 @@ def load_scifact(root: Path, limit: int | None = None) -> Dataset:
 
 
 def load_all(data_dir: Path, names: list[str], limit: int | None = None) -> list[Dataset]:
+    """The named data sets from ``data_dir``; raises :class:`MissingDataError` naming every one
+    that is not there (never a shorter list)."""
+    unknown = [n for n in names if n not in DATASET_FILES]
+    if unknown:
+        raise ValueError(f"unknown data set {unknown[0]!r} (locomo-en, locomo-zh, scifact)")
+    missing = [n for n in names if not (data_dir / DATASET_FILES[n]).is_file()]
+    if missing:
+        raise _missing(data_dir, missing)
     out = []
     for name in names:
         if name == "locomo-en":
-            root = data_dir / "locomo"
-            if root.is_dir():
-                out.append(load_locomo(root, "locomo-en", "en", limit))
+            out.append(load_locomo(data_dir / "locomo", "locomo-en", "en", limit))
         elif name == "locomo-zh":
-            root = data_dir / "locomo-zh"
-            if root.is_dir():
-                out.append(load_locomo(root, "locomo-zh", "zh", limit))
-        elif name == "scifact":
-            root = data_dir / "scifact"
-            if root.is_dir():
-                out.append(load_scifact(root, limit))
+            out.append(load_locomo(data_dir / "locomo-zh", "locomo-zh", "zh", limit))
         else:
-            raise ValueError(f"unknown data set {name!r} (locomo-en, locomo-zh, scifact)")
+            out.append(load_scifact(data_dir / "scifact", limit))
     return out

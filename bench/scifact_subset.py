@@ -14,7 +14,10 @@ from .data import default_data_dir
 
 
 def build(out: Path, data: Path, n_queries: int = 150, n_distractors: int = 600, seed: int = 7) -> Path:
+    from .data import _require
+
     src = data / "scifact"
+    _require(src / "queries-train.jsonl", data, "scifact")
     rows = [json.loads(line) for line in (src / "queries-train.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = [r for r in rows if r.get("relevant_paths")]
     rng = random.Random(seed)

@@ -240,7 +240,9 @@ class MemoryIndex:
         self._journal: ChangeJournal | None = None
         self._journal_tried = False
         self._fresh_checks = 0
-        self._fresh_at: tuple[Store, Any] | None = None
+        #: When a walk last found the index matching the Markdown: ``(search handle, its data
+        #: version, the vector phase's handle, what that handle had seen of other writers)``.
+        self._fresh_at: tuple[Store, Any, Store | None, Any] | None = None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -827,7 +829,8 @@ class MemoryIndex:
         """Whether the index is known to match the Markdown without checking any file: the
         journal saw no change since it last did, nothing marked the index dirty, and no
         connection wrote to the index since (another process or instance may have written files'
-        states older than the Markdown). Call with the sync lock held."""
+        states older than the Markdown) but this index's own vector phase (which writes vectors,
+        never a file's state). Call with the sync lock held."""
         journal = self._journal
         if journal is None:
             if self.change_journal and not self._journal_tried and self._fresh_checks >= 2 and self.workspace:
@@ -837,12 +840,30 @@ class MemoryIndex:
         if journal.changed() or self._dirty:
             return False
         at = self._fresh_at
-        return at is not None and at[0] is self._store and at[1] == self._store.data_version()
+        if at is None or at[0] is not self._store:
+            return False
+        if at[1] == self._store.data_version():
+            return True
+        # Written since: by nobody but the vector phase's handle, if that handle saw no other
+        # connection commit since the walk.
+        return at[2] is not None and at[2] is self._vector_store and self._vector_mark()[1] == at[3]
 
-    def _confirm_fresh(self, store: Store, version: Any) -> None:
+    def _vector_mark(self) -> tuple[Store | None, Any]:
+        """The vector phase's handle and its token of other connections' commits (``(None,
+        None)`` before the first vector phase). Read before the walk whose result it marks: a
+        commit by anyone else after that moves it."""
+        vstore = self._vector_store
+        if vstore is None:
+            return None, None
+        try:
+            return vstore, vstore.others_version()
+        except (StoreError, *vstore.driver_errors):  # closed or replaced meanwhile: not trusted
+            return None, None
+
+    def _confirm_fresh(self, store: Store, version: Any, mark: tuple[Store | None, Any]) -> None:
         """The index (``store`` at ``version``) was found to match the Markdown by a walk started
-        after the journal was last read."""
-        self._fresh_at = (store, version)
+        after the journal was last read, and after ``mark`` (:meth:`_vector_mark`) was taken."""
+        self._fresh_at = (store, version, *mark)
         if self._journal is not None:
             self._journal.confirm()
 
@@ -859,16 +880,17 @@ class MemoryIndex:
             if self._trust_journal():
                 return False
             gen = self._dirty_gen
+            mark = self._vector_mark()
             scan = self._unlocked_scan()
             if scan is not None and scan.clean:
                 self._nothing_changed(scan, "search", gen, time.perf_counter())
-                self._confirm_fresh(scan.store, scan.version)
+                self._confirm_fresh(scan.store, scan.version, mark)
                 return False
             changed = _changed_files(scan) if scan is not None else -1
             if changed == 0:
                 # only files written just before the last scan, each with the size, mtime, ctime
                 # and inode it was indexed with: nothing to write (a sync re-reads them later)
-                self._confirm_fresh(scan.store, scan.version)  # type: ignore[union-attr]
+                self._confirm_fresh(scan.store, scan.version, mark)  # type: ignore[union-attr]
                 return False
             small = (
                 scan is not None
@@ -898,7 +920,7 @@ class MemoryIndex:
                 except EmbeddingError as exc:
                     log.warning("embedding the changed files failed: %s", exc)
             # (files skipped as unreadable are the state of the disk: a change to them is an event)
-            self._confirm_fresh(self._store, self._store.data_version())
+            self._confirm_fresh(self._store, self._store.data_version(), self._vector_mark())
             return False
         finally:
             self._sync_lock.release()
@@ -946,7 +968,11 @@ class MemoryIndex:
                     self._retired.append(self._shared.pop(ns))  # a search in another thread may still use it
                     store = None
                 if store is not None:
-                    continue
+                    try:  # rewritten in place (damaged, restored)? then seen as it is now, by every search
+                        store.follow()
+                        continue
+                    except StoreError:  # reopened below: the same reason as any index that cannot be read
+                        self._retired.append(self._shared.pop(ns))
                 try:
                     opened = self._backend.open_namespace(ns)
                     if opened.get_meta() is None:  # no such agent in the store, or it never synced

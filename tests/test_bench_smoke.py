@@ -184,3 +184,60 @@ def test_freshness_bench_runs_every_system(tmp_path: Path) -> None:
     if sys.platform.startswith("linux") and scale["journal_healthy"]:
         assert walks["journal"] == 0  # trusted: no search walked
     assert "`journal`" in (tmp_path / "out" / "freshness.md").read_text()
+
+
+def test_missing_evaluation_data_stops_the_benchmark_naming_what_it_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from a checkout with no data beside it, the quality run used to write an empty table;
+    it now stops and says where it looked."""
+    from bench import data as D
+    from bench.__main__ import main
+
+    empty = tmp_path / "nothing-here"
+    empty.mkdir()
+    monkeypatch.setenv(D.DATA_ENV, str(empty))
+    assert D.default_data_dir() == empty.resolve()
+    out = tmp_path / "results"
+    with pytest.raises(D.MissingDataError) as exc:
+        main(["run", "--profile", "quick", "--skip-speed", "--out", str(out), "--datasets", "locomo-en,scifact"])
+    message = str(exc.value)
+    assert str(empty / "locomo" / "queries.jsonl") in message and str(empty / "scifact" / "queries-train.jsonl") in message
+    assert D.DATA_ENV in message
+    assert exc.value.code == message  # SystemExit: the message on stderr, exit status 1
+    assert not out.exists() or not list(out.glob("*.json"))  # no results written
+    # one data set of two present: still no shorter table
+    data = _tiny_data(tmp_path / "partial")
+    import shutil
+
+    shutil.rmtree(data / "scifact")
+    with pytest.raises(D.MissingDataError, match="scifact"):
+        load_all(data, ["locomo-en", "scifact"])
+    # the loaders other benchmarks call directly say the same
+    with pytest.raises(D.MissingDataError, match="locomo-zh"):
+        D.load_locomo(data / "locomo-zh", "locomo-zh", "zh")
+    with pytest.raises(D.MissingDataError, match="scifact"):
+        D.load_scifact(data / "scifact")
+    # with the variable unset, the message names the places next to the checkout
+    monkeypatch.delenv(D.DATA_ENV)
+    message = str(D._missing(D.candidate_data_dirs()[0], ["locomo-en"]))
+    assert f"{D.DATA_ENV} is not set; looked next to this checkout" in message
+    assert str(D.candidate_data_dirs()[0] / "locomo" / "queries.jsonl") in message
+
+
+def test_the_data_is_found_beside_the_main_checkout_of_a_worktree(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import data as D
+
+    monkeypatch.delenv(D.DATA_ENV, raising=False)
+    main_co, wt = tmp_path / "main", tmp_path / "trees" / "feature"
+    (main_co / ".git" / "worktrees" / "feature").mkdir(parents=True)
+    (main_co / ".git" / "worktrees" / "feature" / "commondir").write_text("../..\n")
+    wt.mkdir(parents=True)
+    (wt / ".git").write_text(f"gitdir: {main_co / '.git' / 'worktrees' / 'feature'}\n")
+    shared = _tiny_data(tmp_path / "shared" / "data")
+    assert D.candidate_data_dirs(wt) == [(tmp_path / "trees" / "shared" / "data").resolve(), shared.resolve()]
+    assert D.default_data_dir(wt) == shared.resolve()
+    assert [d.name for d in D.load_all(D.default_data_dir(wt), ["locomo-en", "scifact"])] == ["locomo-en", "scifact"]
+    assert D.candidate_data_dirs(main_co) == [shared.resolve()]  # a main checkout: beside it
+    monkeypatch.setenv(D.DATA_ENV, str(tmp_path / "mine"))
+    assert D.candidate_data_dirs(wt) == [(tmp_path / "mine").resolve()]  # the variable alone

@@ -9,8 +9,9 @@ different models.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, EmbeddingError
@@ -159,9 +160,13 @@ def _provider_error(exc: Exception, provider: str) -> EmbeddingError:
 
 
 class FrameworkEmbedder(Embedder):
-    """Common part of the LangChain and LlamaIndex bridges: identity and key."""
+    """Common part of the LangChain and LlamaIndex bridges: identity, key, and the calls, made
+    through the wrapped object's methods that :attr:`methods` names."""
 
     framework = ""
+    #: The wrapped object's methods: a batch of documents, a query, and their async twins (when the
+    #: object lacks an async one, the sync one runs in a thread).
+    methods: tuple[str, str, str, str] = ("", "", "", "")
     normalize = False
     query_timeout = 60.0
 
@@ -188,40 +193,51 @@ class FrameworkEmbedder(Embedder):
         fn = getattr(self.inner, name, None)
         return fn if callable(fn) else None
 
-    # The wrapped object is the embedding provider: whatever it raises is a provider failure (an
-    # EmbeddingError, quota errors recognised, secrets masked), not a crash of the index or a bad argument.
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return _as_vectors(getattr(self.inner, self.methods[0])(texts))  # type: ignore[no-any-return]
+
+    def _embed_query(self, text: str) -> list[float]:
+        return _as_vector(getattr(self.inner, self.methods[1])(text))
+
+    async def _aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        fn = self._async_method(self.methods[2])
+        if fn is None:
+            return await super()._aembed_documents(texts)
+        return _as_vectors(await fn(texts))  # type: ignore[no-any-return]
+
+    async def _aembed_query(self, text: str) -> list[float]:
+        fn = self._async_method(self.methods[3])
+        if fn is None:
+            return await super()._aembed_query(text)
+        return _as_vector(await fn(text))
+
+    @contextlib.contextmanager
+    def _provider_failures(self) -> Iterator[None]:
+        """The wrapped object is the embedding provider: whatever it raises is a provider failure
+        (an :class:`EmbeddingError`, quota errors recognised, secrets masked), not a crash of the
+        index or a bad argument."""
+        try:
+            yield
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _provider_error(exc, self.provider) from exc
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        try:
+        with self._provider_failures():
             return super().embed_documents(texts)
-        except EmbeddingError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _provider_error(exc, self.provider) from exc
 
     def embed_query(self, text: str) -> list[float]:
-        try:
+        with self._provider_failures():
             return super().embed_query(text)
-        except EmbeddingError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _provider_error(exc, self.provider) from exc
 
     async def aembed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        try:
+        with self._provider_failures():
             return await super().aembed_documents(texts)
-        except EmbeddingError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _provider_error(exc, self.provider) from exc
 
     async def aembed_query(self, text: str) -> list[float]:
-        try:
+        with self._provider_failures():
             return await super().aembed_query(text)
-        except EmbeddingError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _provider_error(exc, self.provider) from exc
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(class={self.class_path!r}, model={self.model!r})"
@@ -231,45 +247,11 @@ class LangChainEmbedder(FrameworkEmbedder):
     """A LangChain ``Embeddings`` object seen as a clawmem embedder."""
 
     framework = "langchain"
-
-    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return _as_vectors(self.inner.embed_documents(texts))  # type: ignore[no-any-return]
-
-    def _embed_query(self, text: str) -> list[float]:
-        return _as_vector(self.inner.embed_query(text))
-
-    async def _aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        fn = self._async_method("aembed_documents")
-        if fn is None:
-            return await super()._aembed_documents(texts)
-        return _as_vectors(await fn(texts))  # type: ignore[no-any-return]
-
-    async def _aembed_query(self, text: str) -> list[float]:
-        fn = self._async_method("aembed_query")
-        if fn is None:
-            return await super()._aembed_query(text)
-        return _as_vector(await fn(text))
+    methods = (*_LANGCHAIN_METHODS, "aembed_documents", "aembed_query")
 
 
 class LlamaIndexEmbedder(FrameworkEmbedder):
     """A LlamaIndex ``BaseEmbedding`` seen as a clawmem embedder."""
 
     framework = "llama_index"
-
-    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return _as_vectors(self.inner.get_text_embedding_batch(texts))  # type: ignore[no-any-return]
-
-    def _embed_query(self, text: str) -> list[float]:
-        return _as_vector(self.inner.get_query_embedding(text))
-
-    async def _aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        fn = self._async_method("aget_text_embedding_batch")
-        if fn is None:
-            return await super()._aembed_documents(texts)
-        return _as_vectors(await fn(texts))  # type: ignore[no-any-return]
-
-    async def _aembed_query(self, text: str) -> list[float]:
-        fn = self._async_method("aget_query_embedding")
-        if fn is None:
-            return await super()._aembed_query(text)
-        return _as_vector(await fn(text))
+    methods = (*_LLAMA_METHODS, "aget_text_embedding_batch", "aget_query_embedding")

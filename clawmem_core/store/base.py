@@ -134,6 +134,12 @@ class Store(ABC):
         """A token that changes whenever anything (this handle or another connection) commits to
         the index: what was read under one token is stale under another."""
 
+    def others_version(self) -> Hashable:
+        """A token that changes whenever another connection commits to the index and, where the
+        backend can tell, stays as it is for this handle's own commits (by default
+        :meth:`data_version`, which moves for both)."""
+        return self.data_version()
+
     @abstractmethod
     def refresh(self) -> None:
         """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
@@ -261,6 +267,11 @@ class Store(ABC):
     def remove_leftovers(self) -> int:
         """Remove what crashed rebuilds left behind (call only while holding the sync lock);
         returns how many pieces were removed."""
+
+    def follow(self) -> None:
+        """Catch up with changes made to the index behind this handle's back (a read-only handle
+        whose file was rewritten in place reopens it); raises :class:`StoreError` when the index
+        can no longer be read. Nothing to do by default."""
 
     def superseded(self) -> bool:
         """Whether the index this handle opened was replaced by another process (set aside as

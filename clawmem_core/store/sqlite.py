@@ -169,14 +169,16 @@ def _now_ms() -> int:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _locked(method: _F) -> _F:
+def _locked(method: _F, *, follow: bool = True) -> _F:
     """Run a store method holding the store's lock: one apsw connection serves one thread at a
     time, and the caches it keeps (BM25 statistics, vector matrix, candidate metadata) change
-    with it."""
+    with it. A read-only handle first follows its file (see :meth:`SQLiteStore._follow_file`)."""
 
     @functools.wraps(method)
     def run(self: "SQLiteStore", *args: Any, **kwargs: Any) -> Any:
         with self._lock:
+            if follow and self.read_only:
+                self._follow_file()
             return method(self, *args, **kwargs)
 
     return run  # type: ignore[return-value]
@@ -212,6 +214,10 @@ class SQLiteStore(Store):
         self.vector_table_ok = False
         self._conn: apsw.Connection | None = None
         self.file_id: tuple[int, int] | None = None
+        #: The file's identity, size and times when this handle opened it (see :meth:`_follow_file`).
+        self._file_sig: tuple[int, ...] | None = None
+        #: How many times this handle (re)opened its file: part of every cache's key.
+        self._opens = 0
         self._writes = 0
         self._vec_queries = 0
         self._matrix: tuple[Any, list[str], Any, Any] | None = None
@@ -250,6 +256,8 @@ class SQLiteStore(Store):
             except OSError as exc:
                 raise StoreError(f"cannot create the index directory {self.path.parent}: {exc.strerror or exc}") from None
         _check_file_header(self.path)
+        self._opens += 1
+        self._file_sig = self._current_sig()  # before any page is read: a later change is seen
         try:
             if self.read_only:  # never creates the file, never writes to it
                 conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
@@ -337,6 +345,39 @@ class SQLiteStore(Store):
         """``PRAGMA data_version`` (changes when another connection commits) and this handle's
         own commits."""
         return self._data_token()
+
+    @_locked
+    def others_version(self) -> Any:
+        """``PRAGMA data_version`` alone: it moves when another connection commits, never for
+        this handle's own commits."""
+        return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._opens)
+
+    def _current_sig(self) -> tuple[int, ...] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _follow_file(self) -> None:
+        """Reopen a read-only handle whose file changed since it opened it (call holding the
+        lock). SQLite trusts the pages it cached while the file's change counter (or WAL index) is
+        unchanged, and so do this handle's caches while ``PRAGMA data_version`` is: a file rewritten
+        in place behind SQLite's back (damaged, restored from a backup) would keep answering from
+        what was read before, and damage would be seen only by a search that happens to read an
+        uncached page. A new connection reads the file as it is now, and a damaged one fails here,
+        whatever the search reads. The owner's own checkpoints change the file too: the reopen
+        then costs an open, no more."""
+        if self._conn is None or self._file_sig == self._current_sig():
+            return
+        log.debug("index %s changed on disk since it was opened: reopening it", self.path)
+        self._close_conn()
+        self._open()
+
+    @_locked
+    def follow(self) -> None:
+        """See the index file as it is now (a read-only handle reopens a file changed since it
+        opened it, raising :class:`CorruptIndexError` when it can no longer be read)."""
 
     def current_file_id(self) -> tuple[int, int] | None:
         """Device and inode of the file now at :attr:`path` (changes when it is replaced)."""
@@ -455,8 +496,11 @@ class SQLiteStore(Store):
                 self.conn.execute("COMMIT")
                 self._writes += 1
 
-    @_locked
+    @functools.partial(_locked, follow=False)
     def close(self) -> None:
+        self._close_conn()
+
+    def _close_conn(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(apsw.Error):
                 self._conn.close()
@@ -893,7 +937,7 @@ class SQLiteStore(Store):
         ]
 
     def _data_token(self) -> Any:
-        return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes)
+        return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes, self._opens)
 
     def _matrix_fresh(self) -> bool:
         return self._matrix is not None and self._matrix[0] == self._data_token()

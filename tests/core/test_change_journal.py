@@ -318,3 +318,88 @@ def test_walk_reuses_unchanged_directory_listings_and_sees_every_change(make_wor
     listed.clear()
     (day / "projects" / "roadmap.md").write_text("# Roadmap\n\nShip the quokka feature.\n", encoding="utf-8")
     assert paths(mem, "quokka") == {"memory/projects/roadmap.md"}  # an edit in place: per-file stats
+
+
+class _Stepped:
+    """Wraps a :class:`HashEmbedder` so that the background vector phase embeds one group of
+    chunks each time the test calls :meth:`step` (searches are never held up)."""
+
+    def __init__(self, mem: MemoryIndex, emb: Any) -> None:
+        import threading
+
+        self.mem = mem
+        self.gate = threading.Semaphore(0)
+        embed = emb._embed_documents
+
+        def gated(texts: list[str]) -> list[list[float]]:
+            if threading.current_thread().name == "clawmem-sync":
+                assert self.gate.acquire(timeout=60)
+            return embed(texts)
+
+        emb._embed_documents = gated
+
+    def done(self) -> int:
+        return self.mem._store.vector_counts().done
+
+    def step(self) -> None:
+        """Let one group through and wait until its vectors are committed."""
+        before = self.done()
+        self.gate.release()
+        for _ in range(6000):
+            if self.done() > before:
+                return
+            time.sleep(0.01)
+        raise AssertionError("the vector phase wrote nothing")
+
+
+_MANY = {"MEMORY.md": "# Preferences\n\nI like espresso.\n",
+         **{f"memory/notes/n{i:02d}.md": f"Note {i}: the {i}th topic, 第{i}个话题。\n" for i in range(70)}}
+
+
+@pytest.mark.parametrize("writer", ["another index", "another process"])
+def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(make_workspace: WorkspaceFactory,
+                                                                      open_index: IndexFactory, state_dir: Path,
+                                                                      writer: str) -> None:
+    """Vectors made in the background move the store's data version; they are this index's own
+    writes (vectors, never a file's state), so searches keep trusting the journal while they
+    land. A write by anyone else in the meantime is still seen and walked for."""
+    from clawmem_core.testing import HashEmbedder
+
+    ws = make_workspace(_MANY)
+    emb = HashEmbedder()
+    mem = open_index(ws, embedder=emb)
+    stepped = _Stepped(mem, emb)
+    mem.fresh_budget = 60.0
+    try:
+        mem.sync(vectors=False)
+        walks = Walks(mem)
+        for _ in range(3):  # starts the journal and the (held) background vector phase
+            assert paths(mem, "espresso") == {"MEMORY.md"}
+        if mem._journal is None:
+            pytest.skip("no inotify instance available")
+        total = mem._store.vector_counts().total
+        stepped.step()
+        assert paths(mem, "espresso") == {"MEMORY.md"}  # one walk marks the vector phase's handle
+        n = walks.count
+        for _ in range(3):
+            stepped.step()
+            assert paths(mem, "咖啡") == set() and paths(mem, "第3个话题") >= {"memory/notes/n03.md"}
+        assert walks.count == n, "the index's own vectors cost a walk"
+        assert 0 < stepped.done() < total  # still in the vector phase
+        # someone else writes the index (no change to the Markdown): seen, walked for, repaired
+        if writer == "another index":
+            other = open_index(ws)
+            other._writer_store().delete_files("memory", ["MEMORY.md"])
+        else:
+            import subprocess
+
+            code = ("import sys; from clawmem_core import MemoryIndex; from clawmem_core.testing import HashEmbedder; "
+                    "m = MemoryIndex(sys.argv[1], agent_id='main', embedder=HashEmbedder(), state_dir=sys.argv[2]); "
+                    "m._writer_store().delete_files('memory', ['MEMORY.md']); m.close()")
+            subprocess.run([sys.executable, "-c", code, str(ws), str(state_dir)], check=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        stepped.step()  # the vector phase goes on meanwhile
+        assert paths(mem, "espresso") == {"MEMORY.md"}
+        assert walks.count > n
+    finally:
+        stepped.gate.release(1000)

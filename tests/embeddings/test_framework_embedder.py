@@ -235,3 +235,57 @@ def test_llama_index_mock_embedding() -> None:
     assert wrap_embedder(base.MockEmbedding(embed_dim=DIMS)).provider_key == emb.provider_key
     assert wrap_embedder(base.MockEmbedding(embed_dim=DIMS * 2)).provider_key != emb.provider_key
     assert wrap_embedder(base.MockEmbedding(embed_dim=DIMS, model_name="mock-2")).provider_key != emb.provider_key
+
+
+class _Failing:
+    """Every embedding method, sync and async, of both frameworks raises what it is given."""
+
+    model_name = "failing"
+
+    def __init__(self, error: BaseException, with_async: bool) -> None:
+        self.error = error
+        if with_async:
+            for name in ("aembed_documents", "aembed_query", "aget_text_embedding_batch", "aget_query_embedding"):
+                setattr(self, name, self._araise)
+
+    def _raise(self, *_: Any, **__: Any) -> Any:
+        raise self.error
+
+    async def _araise(self, *_: Any, **__: Any) -> Any:
+        raise self.error
+
+
+def _failing(framework: str, error: BaseException, with_async: bool) -> Any:
+    obj = _Failing(error, with_async)
+    names = ("embed_documents", "embed_query") if framework == "langchain" else (
+        "get_text_embedding_batch", "get_query_embedding")
+    for name in names:
+        setattr(obj, name, obj._raise)
+    return obj
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llama_index"])
+@pytest.mark.parametrize("with_async", [True, False])
+def test_what_the_wrapped_object_raises_is_a_provider_failure(framework: str, with_async: bool) -> None:
+    """Any error from the framework object, in each of the four calls (the async ones through the
+    object's own async methods, or its sync ones in a thread), is an ``EmbeddingError`` naming
+    the framework with secrets masked; an ``EmbeddingError`` passes through as it is."""
+    from clawmem_core.errors import EmbeddingError
+
+    key = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"
+    emb = wrap_embedder(_failing(framework, RuntimeError(f"upstream said no to key {key}"), with_async))
+    assert emb.provider == framework
+    calls = [lambda: emb.embed_documents(["a"]), lambda: emb.embed_query("a"),
+             lambda: asyncio.run(emb.aembed_documents(["a"])), lambda: asyncio.run(emb.aembed_query("a"))]
+    for call in calls:
+        with pytest.raises(EmbeddingError) as exc:
+            call()
+        assert "upstream said no" in str(exc.value) and key not in str(exc.value)
+        assert isinstance(exc.value.__cause__, RuntimeError)
+    own = EmbeddingError("already typed")
+    emb = wrap_embedder(_failing(framework, own, with_async))
+    for call in [lambda: emb.embed_documents(["a"]), lambda: emb.embed_query("a"),
+                 lambda: asyncio.run(emb.aembed_documents(["a"])), lambda: asyncio.run(emb.aembed_query("a"))]:
+        with pytest.raises(EmbeddingError) as exc:
+            call()
+        assert exc.value is own

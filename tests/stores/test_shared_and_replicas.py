@@ -373,3 +373,88 @@ def test_a_shared_sqlite_index_damaged_under_an_open_reader(tmp_path: Path) -> N
         assert alice.read("MEMORY.md").text.startswith("# Alice")
     assert index.read_bytes() == damaged
     assert not list((tmp_path / "s" / "memory").glob("alice.sqlite.corrupt-*"))
+
+
+class _WithheldVectors(HashEmbedder):
+    """Embeds queries at once and documents only once :attr:`released` is set: the agent's
+    searches stay keyword-only meanwhile (its vector phase is slow, as under load)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.released = threading.Event()
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.released.wait(30)
+        return super()._embed_documents(texts)
+
+
+def _damage_after_first_page(index: Path) -> bytes:
+    """Every page after the first overwritten in place (same inode, same size, same header)."""
+    data = bytearray(index.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    data[page:] = b"\xa5" * (len(data) - page)
+    index.write_bytes(bytes(data))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("vectors", ["withheld", "made"])
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_shared_index_damaged_in_place_is_reported_whatever_path_the_search_takes(
+        tmp_path: Path, vectors: str, how: str) -> None:
+    """SQLite keeps serving the pages a connection cached while the file's header is unchanged,
+    and the handle's own caches hold while ``PRAGMA data_version`` does: the team's index damaged
+    in place behind alice's open handle was noticed only by a search that read an uncached page
+    (the vector table, once alice's own vectors existed). A keyword-only search (her vector phase
+    not done yet, as in a loaded run) answered from the damaged index and said nothing. Every
+    search after the damage must report it the same way."""
+    import asyncio
+
+    from clawmem_core.tools import asearch_payload
+
+    team, alice_ws, store = _team_and_alice_sqlite(tmp_path)
+    index = tmp_path / "s" / "memory" / "team.sqlite"
+    emb = _WithheldVectors()
+    if vectors == "made":
+        emb.released.set()
+    cfg = {"store": store, "shared": ["team"]}
+    with MemoryIndex(alice_ws, agent_id="alice", config=cfg, embedder=emb, state_dir=tmp_path / "s") as alice:
+        try:
+            if vectors == "made":
+                alice.sync()
+            hits = alice.search("staging database password")
+            assert hits[0].path == "@team/memory/2026-01-05.md"
+            done, total = hits.vectors["done"], hits.vectors["total"]  # type: ignore[index]
+            assert (done, total) == ((total, total) if vectors == "made" else (0, total)) and total > 0
+            damaged = _damage_after_first_page(index)
+            for query in ("staging database password", "deploy freeze Fridays", "green tea", "the"):
+                if how == "sync":
+                    payload = search_payload(alice, query, min_score=0)
+                else:
+                    payload = asyncio.run(asearch_payload(alice, query, min_score=0))
+                assert not payload.get("error")
+                assert payload["sharedUnavailable"] == {"team": "its index cannot be read (see clawmem status)"}, query
+                assert not any(r["path"].startswith("@") for r in payload["results"]), query
+            assert any("shared namespace 'team'" in i for i in alice.status().issues)
+        finally:
+            emb.released.set()
+    assert index.read_bytes() == damaged
+    assert not list((tmp_path / "s" / "memory").glob("alice.sqlite.corrupt-*"))
+
+
+def test_a_shared_index_its_owner_writes_is_followed_without_piling_up_handles(tmp_path: Path) -> None:
+    """The owner's commits and checkpoints (the file changes on disk) are seen by alice's next
+    search; the read-only handle reopens in place rather than being set aside each time."""
+    team, alice_ws, store = _team_and_alice_sqlite(tmp_path)
+    with _alice(alice_ws, tmp_path, store) as alice:
+        assert alice.search("deploy freeze Fridays")[0].path == "@team/MEMORY.md"
+        for n, day in enumerate(("Mondays", "Tuesdays", "Wednesdays")):
+            (team / "MEMORY.md").write_text(f"# Team\n\nThe deploy freeze moved to {day}.\n", encoding="utf-8")
+            with MemoryIndex(team, agent_id="team", embedder=HashEmbedder(), state_dir=tmp_path / "s") as mem:
+                mem.sync()  # closing checkpoints the WAL into the file alice holds open
+            payload = search_payload(alice, f"deploy freeze {day}", min_score=0)
+            assert payload["results"][0]["path"] == "@team/MEMORY.md"
+            assert day in payload["results"][0]["snippet"]
+            assert "sharedUnavailable" not in payload
+        assert len(alice._retired) == 0
