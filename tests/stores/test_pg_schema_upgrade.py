@@ -274,3 +274,21 @@ def test_two_processes_opening_an_old_schema_upgrade_it_once(reference: Any, pg_
     assert table_rows(pg_url) == rows  # nothing written but the schema
     with open_index(ws, tmp_path / "state", pg_url) as mem:
         assert fingerprint(mem) == before
+
+
+def test_a_newer_schema_is_refused_and_left_untouched(reference: Any, pg_url: str, tmp_path: Path) -> None:
+    from clawmem_core.errors import StoreError
+    from clawmem_core.store.postgres import SCHEMA_VERSION
+
+    ws, ref, _, rows = reference
+    make_old(pg_url, ref, "v3")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE clawmem_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        open_index(ws, tmp_path / "state", pg_url)
+    assert table_rows(pg_url) == rows
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT version FROM clawmem_schema").fetchall() == [(SCHEMA_VERSION + 1,)]
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_keyword') IS NOT NULL").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE column_name = 'vectors_inline'"
+                            ).fetchone()[0] == 0
