@@ -279,27 +279,70 @@ def load(url: str, size: int, vecs: Any) -> float | None:
     return time.perf_counter() - t0
 
 
-def build(url: str, mwm: str) -> float | None:
-    """The store's HNSW index (once); returns the seconds taken, None when it exists."""
-    from clawmem_core.store.postgres import PostgresBackend, build_hnsw
+def build(url: str, memory: str) -> tuple[float, list[str]] | None:
+    """The store's own HNSW index, built the way the store builds it (``build_hnsw`` on a connection
+    of its own, ``maintenance_work_mem`` raised to ``memory``), once; returns the seconds taken and
+    the server's notices, None when the index exists."""
+    import logging
 
-    backend = PostgresBackend(url, MAIN)
+    from clawmem_core.store.postgres import PostgresBackend, hnsw_index
+
+    backend = PostgresBackend(url, MAIN, hnsw_build_memory=memory)
     with backend.connection() as conn:
-        if conn.execute(f"SELECT to_regclass('clawmem_chunks_hnsw_{DIMS}') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+        if hnsw_index(conn, DIMS) is not None:
             return None
-        conn.execute(f"SET maintenance_work_mem = '{mwm}'")
-        conn.execute("SET max_parallel_maintenance_workers = 1")
-        conn.execute("SET client_min_messages = notice")
-        conn.add_notice_handler(lambda d: log(f"  server: {d.message_primary}"))
+    notices: list[str] = []
+
+    class Notices(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            notices.append(record.getMessage())
+            log(f"  {record.getMessage()}")
+
+    handler = Notices()
+    logger = logging.getLogger("clawmem")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
         t0 = time.perf_counter()
-        build_hnsw(conn, DIMS)
-        return time.perf_counter() - t0
+        if not backend.build_hnsw(DIMS):
+            raise SystemExit("the HNSW build failed (see the log above)")
+        return time.perf_counter() - t0, notices
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def indexes(url: str) -> dict[str, dict[str, Any]]:
+    """The valid HNSW indexes over the data, by type: definition and size."""
+    from clawmem_core.store.postgres import PostgresBackend, _hnsw_name
+
+    out = {}
+    with PostgresBackend(url, MAIN).connection() as conn:
+        for kind in ("halfvec", "vector"):
+            row = conn.execute(
+                "SELECT pg_get_indexdef(indexrelid), pg_relation_size(indexrelid) FROM pg_index "
+                "WHERE indexrelid = to_regclass(%s) AND indisvalid", (_hnsw_name(kind, DIMS),)
+            ).fetchone()
+            if row:
+                out[kind] = {"def": row[0], "bytes": int(row[1])}
+    return out
+
+
+def store_for(url: str, agent: str, index: str, **kw: Any) -> Any:
+    """The store's own handle on ``agent``, searching through the ``index`` type's HNSW index (the
+    store picks halfvec when both exist; the bench compares them)."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    store = PostgresBackend(url, agent, exact_below=0, **kw).open()
+    store._hnsw[DIMS] = index
+    return store
 
 
 # -- measuring -----------------------------------------------------------------------------------
 
 
-def exact_top(vecs: Any, first: int, end: int, queries: Any, k: int = 10) -> list[list[str]]:
+def exact_top(vecs: Any, first: int, end: int, queries: Any, k: int = 10) -> tuple[list[list[str]], Any]:
     """Exact cosine top ``k`` ids among rows [first, end) (unit vectors: dot product)."""
     import numpy as np
 
@@ -351,6 +394,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     qsyn = mix.draw(a.queries, seed=7)  # held out: seeds the data never used
     rng = np.random.default_rng(11)
     qreal = questions[rng.permutation(len(questions))[: a.queries]]
+    sets = {"held-out draws": qsyn, "LoCoMo questions": qreal}
     server = Server(cache / f"pgdata-{a.size}", a.shared_buffers)
     info_file = cache / f"run-{a.size}.json"
     info = json.loads(info_file.read_text()) if info_file.exists() else {}
@@ -362,33 +406,41 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             info = {"load_seconds": secs, "load_load": load_avg()}
             info_file.write_text(json.dumps(info))
         log(f"loaded: {info.get('load_seconds', 0):.0f} s; building the index (load {load_avg():.1f})")
-        secs = build(url, a.maintenance_work_mem)
-        if secs is not None:
-            info.update(build_seconds=secs, build_load=load_avg(), maintenance_work_mem=a.maintenance_work_mem)
+        built = build(url, a.build_memory)
+        if built is not None:
+            info["builds"] = {**info.get("builds", {}), "halfvec": {
+                "seconds": built[0], "load": load_avg(), "build_memory": a.build_memory, "notices": built[1]}}
             info_file.write_text(json.dumps(info))
-        log(f"built: {info.get('build_seconds', 0):.0f} s")
+        have = indexes(url)
+        log("indexes: " + ", ".join(f"{k} {v['bytes'] / 1024**3:.2f} GiB" for k, v in have.items()))
+        if a.prewarm:  # the table and every index into the OS page cache: both index types start warm
+            from clawmem_core.store.postgres import _hnsw_name
+
+            t0 = time.perf_counter()
+            with PostgresBackend(url, MAIN).connection() as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+                for rel in ["clawmem_chunks", *(_hnsw_name(k, DIMS) for k in have)]:
+                    conn.execute("SELECT pg_prewarm(%s, 'read')", (rel,))
+            log(f"read the table and the indexes into the page cache in {time.perf_counter() - t0:.0f} s")
         with PostgresBackend(url, MAIN).connection() as conn:
             sizes = conn.execute(
-                f"SELECT pg_relation_size('clawmem_chunks_hnsw_{DIMS}'), pg_total_relation_size('clawmem_chunks'), "
+                "SELECT pg_relation_size('clawmem_chunks'), pg_total_relation_size('clawmem_chunks'), "
                 "current_setting('shared_buffers'), extversion FROM pg_extension WHERE extname = 'vector'"
-            ).fetchone()
-            params = conn.execute(
-                "SELECT reloptions, pg_get_indexdef(indexrelid) FROM pg_index JOIN pg_class c ON c.oid = indexrelid "
-                f"WHERE c.relname = 'clawmem_chunks_hnsw_{DIMS}'"
             ).fetchone()
         out: dict[str, Any] = {
             "size": a.size, "dims": DIMS, "rows": layout(a.size)[-1][2], "agents": {n: e - f for n, f, e in layout(a.size)},
             "anchors": int(len(anc)), "cos_to_anchor": a.cos, "queries": a.queries, **info,
-            "index_bytes": int(sizes[0]), "table_bytes": int(sizes[1]), "shared_buffers": sizes[2],
-            "pgvector": sizes[3], "index_options": params[0], "index_def": params[1], "runs": [],
+            "indexes": have, "heap_bytes": int(sizes[0]), "table_bytes": int(sizes[1]),  # type: ignore[index]
+            "shared_buffers": sizes[2], "pgvector": sizes[3], "prewarmed": a.prewarm, "runs": [],  # type: ignore[index]
         }
+        kinds = [k for k in a.index.split(",") if k in have]
         agents = a.agents.split(",")
         for agent, first, end in [x for x in layout(a.size) if x[0] in agents]:
-            for qname, qs in (("held-out draws", qsyn), ("LoCoMo questions", qreal)):
+            for qname, qs in sets.items():
                 truth, scores = exact_top(vecs, first, end, qs)
                 out.setdefault("neighbours", {})[f"{agent}/{qname}"] = {
                     "top1_cos": float(np.mean(scores[:, 0])), "top10_cos": float(np.mean(scores[:, 9]))}
-                if qname == "held-out draws":  # the store's exact path agrees with NumPy
+                if qname == "held-out draws" and a.exact:  # the store's exact path agrees with NumPy
                     ex = PostgresBackend(url, agent, exact_below=10**12).open()
                     lat, agree = [], 0
                     for q, want in list(zip(qs, truth))[:5]:
@@ -401,69 +453,97 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                     log(f"exact {agent}: p50 {_pct(lat, 0.5):.0f} ms, agrees with NumPy {agree / 50:.2f}")
                 if agent != MAIN:  # the store's own choice for a small share of the index: exact
                     for k in (10, 200):
-                        r = measure(PostgresBackend(url, agent, exact_below=0).open(), qs, truth, k)
-                        out["runs"].append({"agent": agent, "queries": qname, "iterative_scan": "-",
-                                            "ef_search": "store default", "effective_ef_search": "-",
-                                            "k": k, **r})
+                        r = measure(PostgresBackend(url, agent).open(), qs, truth, k)
+                        out["runs"].append({"agent": agent, "queries": qname, "index": "store's choice",
+                                            "iterative_scan": "-", "ef_search": "store default",
+                                            "effective_ef_search": "-", "k": k, **r})
                         log(f"{agent:5} {qname:17} store's choice k {k:3}: p50 {r['p50_ms']:6.1f} ms "
                             f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} (load {r['load']:.1f})")
-                for it in a.iterative.split(","):
-                    for ef in [int(x) for x in a.ef.split(",")]:
-                        for k in (10, 200):
-                            if it == "off" and k == 200 and agent == MAIN:
-                                continue
-                            store = PostgresBackend(url, agent, exact_below=0, hnsw_ef_search=ef,
-                                                    hnsw_iterative_scan=it, hnsw_visit_cost=0).open()
-                            r = measure(store, qs, truth, k)
-                            row = {"agent": agent, "queries": qname, "iterative_scan": it, "ef_search": ef,
-                                   "effective_ef_search": max(ef, min(k, 1000)), "k": k, **r}
-                            out["runs"].append(row)
-                            log(f"{agent:5} {qname:17} {it:14} ef {ef:4} k {k:3}: p50 {r['p50_ms']:6.1f} ms "
-                                f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} short {r['short_results']} "
-                                f"(load {r['load']:.1f})")
+                for kind in kinds:
+                    for it in a.iterative.split(","):
+                        for ef in [int(x) for x in a.ef.split(",") if x]:
+                            for k in (10, 200):
+                                if it == "off" and k == 200 and agent == MAIN:
+                                    continue
+                                store = store_for(url, agent, kind, hnsw_ef_search=ef, hnsw_iterative_scan=it,
+                                                  hnsw_visit_cost=0)
+                                r = measure(store, qs, truth, k)
+                                row = {"agent": agent, "queries": qname, "index": kind, "iterative_scan": it,
+                                       "ef_search": ef, "effective_ef_search": max(ef, min(k, 1000)), "k": k, **r}
+                                out["runs"].append(row)
+                                log(f"{agent:5} {qname:17} {kind:7} {it:14} ef {ef:4} k {k:3}: p50 {r['p50_ms']:6.1f} ms "
+                                    f"p95 {r['p95_ms']:6.1f} ms recall@10 {r['recall@10']:.3f} "
+                                    f"short {r['short_results']} (load {r['load']:.1f})")
         if a.ab:
-            out["ab"] = interleaved(url, vecs, a.size, qreal, [int(x) for x in a.ab.split(",")])
+            variants = [(v.split(":")[0], int(v.split(":")[1])) for v in a.ab.split(",")]
+            variants = [v for v in variants if v[0] in have]
+            out["ab"] = {qname: interleaved(url, vecs, a.size, qs, variants, a.ab_k) for qname, qs in sets.items()}
         return out
     finally:
         server.close()
 
 
-def interleaved(url: str, vecs: Any, size: int, queries: Any, efs: list[int]) -> dict[str, Any]:
-    """ef_search settings compared query by query (each query at every setting in turn, the order
-    rotating), on the
-    measured agent with k=200: ratios that hold under a shared machine's changing load."""
-    from clawmem_core.store.postgres import PostgresBackend
-
+def interleaved(url: str, vecs: Any, size: int, queries: Any, variants: list[tuple[str, int]], k: int) -> dict[str, Any]:
+    """Index types and ef_search values compared query by query on the measured agent (each query
+    through every variant in turn, the order rotating): ratios that hold under a shared machine's
+    changing load."""
     truth, _ = exact_top(vecs, 0, size, queries)
-    stores = {ef: PostgresBackend(url, MAIN, exact_below=0, hnsw_ef_search=ef).open() for ef in efs}
-    lat: dict[int, list[float]] = {ef: [] for ef in efs}
-    rec: dict[int, list[float]] = {ef: [] for ef in efs}
+    names = [f"{kind}:{ef}" for kind, ef in variants]
+    stores = {f"{kind}:{ef}": store_for(url, MAIN, kind, hnsw_ef_search=ef) for kind, ef in variants}
+    lat: dict[str, list[float]] = {n: [] for n in names}
+    rec: dict[str, list[float]] = {n: [] for n in names}
     for q in queries[:10]:  # warm up
         for st in stores.values():
-            st.vector_search(q.tolist(), 200)
+            st.vector_search(q.tolist(), k)
+    load_start = load_avg()
     for n, (q, want) in enumerate(zip(queries, truth)):
-        order = efs[n % len(efs):] + efs[:n % len(efs)]  # each setting first as often: no cache favourite
-        for ef in order:
-            st = stores[ef]
+        for name in names[n % len(names):] + names[:n % len(names)]:  # each variant first as often
             t = time.perf_counter()
-            got = st.vector_search(q.tolist(), 200)
-            lat[ef].append(time.perf_counter() - t)
-            rec[ef].append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
-    out: dict[str, Any] = {str(ef): {"p50_ms": _pct(lat[ef], 0.5), "p95_ms": _pct(lat[ef], 0.95),
-                                     "recall@10": statistics.mean(rec[ef])} for ef in efs}
-    out["load"] = load_avg()
-    for ef in efs:
-        log(f"interleaved ef {ef}: p50 {out[str(ef)]['p50_ms']:.1f} ms, recall@10 {out[str(ef)]['recall@10']:.3f}")
+            got = stores[name].vector_search(q.tolist(), k)
+            lat[name].append(time.perf_counter() - t)
+            rec[name].append(len(set(want) & {i for i, _ in got[:10]}) / len(want))
+    out: dict[str, Any] = {name: {"p50_ms": _pct(lat[name], 0.5), "p95_ms": _pct(lat[name], 0.95),
+                                  "recall@10": statistics.mean(rec[name])} for name in names}
+    out["k"], out["n"], out["load"] = k, len(queries), [load_start, load_avg()]
+    for name in names:
+        log(f"interleaved {name:12} k {k}: p50 {out[name]['p50_ms']:.1f} ms p95 {out[name]['p95_ms']:.1f} ms, "
+            f"recall@10 {out[name]['recall@10']:.3f}")
     return out
 
 
 # -- report --------------------------------------------------------------------------------------
 
 
+def _upgrade(h: dict[str, Any]) -> dict[str, Any]:
+    """Results written before the halfvec index (one ``vector`` index, ef_search-only comparisons)
+    in the current layout."""
+    h = dict(h)
+    if "indexes" not in h and "index_def" in h:
+        h["indexes"] = {"vector": {"def": h["index_def"], "bytes": h["index_bytes"]}}
+        if "build_seconds" in h:
+            h["builds"] = {"vector": {"seconds": h["build_seconds"], "load": h.get("build_load", float("nan")),
+                                      "build_memory": h.get("maintenance_work_mem"), "notices": []}}
+    ab = h.get("ab")
+    if ab and "load" in ab and not isinstance(ab["load"], list):
+        h["ab"] = {"LoCoMo questions": {**{f"vector:{ef}": v for ef, v in ab.items() if isinstance(v, dict)},
+                                        "k": 200, "n": h["queries"], "load": [ab["load"], ab["load"]]}}
+    return h
+
+
 def report_lines(h: dict[str, Any]) -> list[str]:
     """The HNSW section of POSTGRES.md."""
+    h = _upgrade(h)
     gb = 1024**3
     ag = h["agents"]
+    builds = h.get("builds", {})
+    index_lines = []
+    for kind, ix in h.get("indexes", {}).items():
+        b = builds.get(kind, {})
+        built = (f"built in {b['seconds'] / 60:.1f} min (load average {b['load']:.1f}) with maintenance_work_mem "
+                 f"{b['build_memory']}" + ("; the server said: " + "; ".join(f"\"{n}\"" for n in b["notices"])
+                                            if b.get("notices") else "; the graph fitted in memory (no notice)")
+                 if b else "")
+        index_lines.append(f"- `{ix['def']}`: {ix['bytes'] / gb:.2f} GiB" + (f", {built}" if built else "") + ".")
     lines = [
         "## pgvector HNSW", "",
         f"Regenerate with `python -m bench.hnsw --size {h['size']}` (the data and the server's data directory "
@@ -476,53 +556,74 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         f"embeddings vary in), scaled to a cosine of about {h['cos_to_anchor']} with its anchor, normalised. "
         "Two query sets of "
         f"{h['queries']}: held-out draws from the same mixture, and real LoCoMo questions embedded with the same "
-        "model. Ground truth: exact cosine top 10 over the agent's rows (NumPy; the store's exact path agrees: "
-        + ", ".join(f"{k} {v['agreement']:.2f}" for k, v in h.get("exact", {}).items()) + ").", "",
+        "model. Ground truth: exact cosine top 10 over the agent's rows (NumPy"
+        + ("; the store's exact path agrees: " + ", ".join(f"{k} {v['agreement']:.2f}" for k, v in h["exact"].items())
+           if h.get("exact") else "") + ").", "",
         "Mean cosine of the exact neighbours: " + "; ".join(
             f"{k}: top-1 {v['top1_cos']:.3f}, 10th {v['top10_cos']:.3f}" for k, v in h.get("neighbours", {}).items())
         + ".", "",
-        f"**Index.** `{h['index_def']}` (pgvector {h['pgvector']} defaults m=16, ef_construction=64; full-precision "
-        f"`vector`). Built in {h.get('build_seconds', float('nan')) / 60:.1f} min (load average "
-        f"{h.get('build_load', float('nan')):.1f}) with maintenance_work_mem {h.get('maintenance_work_mem')} (in "
-        f"memory) and one parallel worker; index {h['index_bytes'] / gb:.2f} GiB, table "
-        f"{h['table_bytes'] / gb:.2f} GiB; shared_buffers {h['shared_buffers']}. COPY of all rows "
-        f"{h.get('load_seconds', float('nan')) / 60:.1f} min. Exact search through the store (its exact path, k=10, 5 queries) p50: "
-        + ", ".join(f"{k} {v['p50_ms']:.0f} ms" for k, v in h.get("exact", {}).items()) + ".", "",
-        "**Search**, through `PostgresStore.vector_search` (agent-scoped; k=200 is the candidate pool `search()` "
-        "asks for, recall@10 is over its first 10). `short` counts queries answered with fewer than k rows.", "",
-        "| agent | queries (n) | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"**Indexes** (pgvector {h['pgvector']}, defaults m=16, ef_construction=64; table "
+        + (f"{h['heap_bytes'] / gb:.2f} GiB, " if "heap_bytes" in h else "")
+        + f"{h['table_bytes'] / gb:.2f} GiB with its indexes; shared_buffers {h['shared_buffers']}; COPY of all rows "
+        f"{h.get('load_seconds', float('nan')) / 60:.1f} min). The store builds the `halfvec` one; the `vector` one "
+        "is what earlier versions built, kept for the comparison"
+        + (" (the table and both indexes were read into the OS page cache before measuring, with pg_prewarm: "
+           "shared_buffers holds neither index whole)" if h.get("prewarmed") else "") + ":", "", *index_lines, "",
     ]
-    for r in h["runs"]:
-        lines.append(f"| {r['agent']} | {r['queries']} ({r.get('n', h['queries'])}) | {r['iterative_scan']} | {r['ef_search']} "
-                     f"({r['effective_ef_search']}) | {r['k']} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | "
-                     f"{r['p95_ms']:.1f} | {r['short_results']} | {r['load']:.1f} |")
+    if h.get("exact"):
+        lines += ["Exact search through the store (its exact path, k=10, 5 queries) p50: "
+                  + ", ".join(f"{k} {v['p50_ms']:.0f} ms (load {v['load']:.1f})" for k, v in h["exact"].items()) + ".", ""]
     ab = h.get("ab")
     if ab:
-        lines += ["", f"**ef_search, interleaved** (main agent, LoCoMo questions, k=200, each query at every setting in "
-                  f"turn; load {ab['load']:.1f}):", "", "| ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|"]
-        for ef, r in ab.items():
-            if isinstance(r, dict):
-                lines.append(f"| {ef} | {r['recall@10']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+        for qname, r in ab.items():
+            lines += [f"**Interleaved, {qname}** (main agent, k={r['k']}, the candidate pool `search()` asks for; "
+                      f"{r['n']} queries, each through every variant in turn; load {r['load'][0]:.1f} to "
+                      f"{r['load'][1]:.1f}):", "",
+                      "| index | ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|---|"]
+            for name, v in r.items():
+                if isinstance(v, dict):
+                    kind, ef = name.split(":")
+                    lines.append(f"| {kind} | {ef} | {v['recall@10']:.3f} | {v['p50_ms']:.1f} | {v['p95_ms']:.1f} |")
+            lines.append("")
+    if h.get("runs"):
+        lines += [
+            "**Settings, one after another**, through `PostgresStore.vector_search` (agent-scoped; recall@10 over the "
+            "first 10). `short` counts queries answered with fewer than k rows. Rows measured minutes apart: compare "
+            "within the interleaved tables above.", "",
+            "| agent | queries (n) | index | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in h["runs"]:
+            lines.append(f"| {r['agent']} | {r['queries']} ({r.get('n', h['queries'])}) | {r.get('index', 'vector')} | "
+                         f"{r['iterative_scan']} | {r['ef_search']} ({r['effective_ef_search']}) | {r['k']} | "
+                         f"{r['recall@10']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['short_results']} | "
+                         f"{r['load']:.1f} |")
+        lines.append("")
     if h.get("findings"):
-        lines += ["", *h["findings"]]
-    return lines + [""]
+        lines += [*h["findings"], ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hnsw", description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=20_000, help="chunks of the measured agent (default 20,000)")
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--ef", default="40,100,200,400", help="hnsw.ef_search values to try")
-    ap.add_argument("--iterative", default="relaxed_order,off", help="hnsw.iterative_scan values to try")
+    ap.add_argument("--ef", default="200,400,600", help="hnsw.ef_search values to try one after another ('' for none)")
+    ap.add_argument("--iterative", default="relaxed_order", help="hnsw.iterative_scan values to try")
+    ap.add_argument("--index", default="halfvec,vector", help="index types to measure (those that exist)")
     ap.add_argument("--cos", type=float, default=0.8, help="mean cosine of a chunk with its anchor")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "clawmem-hnsw"))
     ap.add_argument("--data", default=None, help="the evaluation data folder (LoCoMo, SciFact)")
     ap.add_argument("--shared-buffers", default="1GB")
-    ap.add_argument("--maintenance-work-mem", default="3GB")
+    ap.add_argument("--build-memory", default="2GB", help="store.vector.hnsw_build_memory for the build")
     ap.add_argument("--no-report", action="store_true", help="do not write the results files")
     ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure (comma-separated, or none)")
-    ap.add_argument("--ab", default="", help="ef_search values to compare query by query (e.g. 200,400,800)")
+    ap.add_argument("--no-exact", dest="exact", action="store_false", help="skip the exact-search check")
+    ap.add_argument("--no-prewarm", dest="prewarm", action="store_false",
+                    help="do not read the table and indexes into the OS page cache first (pg_prewarm)")
+    ap.add_argument("--ab", default="halfvec:400,vector:400,halfvec:600,vector:600",
+                    help="index:ef_search variants compared query by query at k=--ab-k ('' for none)")
+    ap.add_argument("--ab-k", type=int, default=200)
     ap.add_argument("--merge", action="store_true",
                     help="add these runs to the stored results (same size) instead of replacing them")
     a = ap.parse_args(argv)
@@ -536,15 +637,15 @@ def main(argv: list[str] | None = None) -> int:
         if a.merge and res.exists():
             old = json.loads(res.read_text(encoding="utf-8"))
             if old.get("size") == out["size"]:
-                key = ("agent", "queries", "iterative_scan", "ef_search", "k")
-                new = {tuple(r[k] for k in key) for r in out["runs"]}
-                runs = [r for r in old["runs"] if tuple(r[k] for k in key) not in new] + out["runs"]
-                for name in ("exact", "neighbours"):
+                key = ("agent", "queries", "index", "iterative_scan", "ef_search", "k")
+                new = {tuple(r.get(k) for k in key) for r in out["runs"]}
+                runs = [r for r in old.get("runs", []) if tuple(r.get(k) for k in key) not in new] + out["runs"]
+                for name in ("exact", "neighbours", "ab"):
                     out[name] = {**old.get(name, {}), **out.get(name, {})}
-                out = {**old, "runs": out["runs"], "exact": out["exact"], "neighbours": out["neighbours"],
-                       **({"ab": out["ab"]} if "ab" in out else {})}
-                out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"],
-                                                          r["iterative_scan"] != "relaxed_order", str(r["ef_search"]).zfill(5), r["k"]))
+                out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"], str(r.get("index")),
+                                                          str(r["ef_search"]).zfill(5), r["k"]))
+                if old.get("findings"):
+                    out["findings"] = old["findings"]
         res.write_text(json.dumps(out, indent=2), encoding="utf-8")
         from .postgres import write_report_file
 

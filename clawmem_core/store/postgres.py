@@ -26,6 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from ..config import memory_kb
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
 from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
@@ -48,9 +49,10 @@ META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
 #: HNSW candidates examined per query (at least the number asked for): ``store.vector.hnsw_ef_search``.
-#: At 1M 384-d chunks and search()'s 200 candidates, 400 costs no more than 200 and lifts recall@10
-#: of real questions from 0.87 to 0.94 (bench/results/POSTGRES.md).
-HNSW_EF_SEARCH = 400
+#: At 1M 384-d chunks, for search()'s 200 candidates through the halfvec index, recall@10 of real
+#: questions (far from every chunk) is 0.93 at 400 and 0.96 at 600, for about 1.3 times the time
+#: (bench/results/POSTGRES.md); draws like the data are at 0.99 from 400 up.
+HNSW_EF_SEARCH = 600
 #: pgvector's ``hnsw.iterative_scan``: keep scanning the graph until enough rows pass the agent
 #: filter (an agent with few of the index's rows would otherwise get fewer results than asked for).
 HNSW_ITERATIVE_SCAN = "relaxed_order"
@@ -60,6 +62,14 @@ _ITERATIVE_SCANS = ("off", "relaxed_order", "strict_order")
 #: exact comparisons (measured at 1M 384-d rows: ~80 us a visited entry against ~5 us an exact row).
 #: Exact is chosen when ``count < HNSW_VISIT_COST * limit / share``, i.e. ``count**2 < cost * limit * rows``.
 HNSW_VISIT_COST = 20
+#: ``maintenance_work_mem`` for the store's own HNSW build (``store.vector.hnsw_build_memory``):
+#: raised to this for the build only, never lowered below the server's setting. Small enough for
+#: a 1 GB managed server; a larger graph is built partly on disk (slower, same index).
+HNSW_BUILD_MEMORY = "256MB"
+#: pgvector's limits on the dimensions of an HNSW index: ``vector`` 2,000, ``halfvec`` 4,000.
+_HNSW_MAX_DIMS = {"vector": 2000, "halfvec": 4000}
+#: A failed automatic build is tried again after this many seconds (searches stay exact meanwhile).
+_HNSW_RETRY_SECONDS = 600.0
 #: FTS5's ``bm25()`` constants.
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
@@ -412,10 +422,12 @@ class PostgresBackend(StoreBackend):
         hnsw_ef_search: int = HNSW_EF_SEARCH,
         hnsw_iterative_scan: str = HNSW_ITERATIVE_SCAN,
         hnsw_visit_cost: float = HNSW_VISIT_COST,
+        hnsw_build_memory: str = HNSW_BUILD_MEMORY,
         pool_size: int = 4,
     ) -> None:
         if hnsw_iterative_scan not in _ITERATIVE_SCANS:
             raise ConfigError(f"hnsw_iterative_scan must be one of {', '.join(_ITERATIVE_SCANS)}, got {hnsw_iterative_scan!r}")
+        self.hnsw_build_memory_kb = memory_kb(hnsw_build_memory, "hnsw_build_memory")
         self._url = url
         self._password = _password_of(url)
         self.agent_id = agent_id
@@ -430,6 +442,8 @@ class PostgresBackend(StoreBackend):
         self._lock_depth = 0
         self._lock_guard = threading.RLock()
         self._schema_ready = False
+        #: dims -> when the last automatic HNSW build failed (monotonic seconds)
+        self._hnsw_failed: dict[int, float] = {}
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self.location!r})"
@@ -685,6 +699,66 @@ class PostgresBackend(StoreBackend):
         digest = hashlib.sha256(f"clawmem:{self.agent_id}".encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
 
+    def build_hnsw(self, dims: int) -> bool:
+        """Build the HNSW index over ``dims``-dimensional vectors (one for all agents), without
+        blocking writers, on a connection of its own whose ``maintenance_work_mem`` is raised to
+        ``hnsw_build_memory`` (never lowered): the setting ends with that connection. One process
+        builds at a time (an advisory lock); an invalid index left by a build that died is dropped
+        and built again. A build that fails is logged, not raised (the rows are written and
+        searches stay exact) and tried again after a while. Returns whether the index is there."""
+        import psycopg
+
+        if hnsw_type(dims) is None:
+            return False
+        failed = self._hnsw_failed.get(dims)
+        if failed is not None and time.monotonic() - failed < _HNSW_RETRY_SECONDS:
+            return False
+        import hashlib
+
+        key = int.from_bytes(hashlib.sha256(f"clawmem:hnsw:{int(dims)}".encode()).digest()[:8], "big", signed=True)
+        try:
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            self._build_failed(dims, exc)
+            return False
+        # pgvector's notices (a graph that no longer fits in memory, ...) go to the log
+        conn.add_notice_handler(lambda diag: log.info("PostgreSQL: %s", diag.message_primary))
+        try:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:  # type: ignore[index]
+                return False  # another process is building it
+            if hnsw_index(conn, dims) is not None:
+                return True
+            _drop_invalid_hnsw(conn, dims)
+            server_kb = int(conn.execute(
+                "SELECT pg_size_bytes(current_setting('maintenance_work_mem')) / 1024").fetchone()[0])  # type: ignore[index]
+            if self.hnsw_build_memory_kb > server_kb:
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{self.hnsw_build_memory_kb}kB",))
+            try:
+                build_hnsw(conn, dims)
+            except psycopg.Error as exc:
+                if not (exc.sqlstate or "").startswith("53"):
+                    raise
+                # out of memory or of shared memory (a parallel build takes all of
+                # maintenance_work_mem as shared memory, more than a container's /dev/shm may
+                # hold): once more without parallel workers, which take only what they use
+                log.warning("HNSW index build for %d-d vectors ran out of resources (%s); building it "
+                            "again without parallel workers", dims, self.clean(str(exc)).strip())
+                _drop_invalid_hnsw(conn, dims)
+                conn.execute("SET max_parallel_maintenance_workers = 0")
+                build_hnsw(conn, dims)
+            self._hnsw_failed.pop(dims, None)
+            return hnsw_index(conn, dims) is not None
+        except psycopg.Error as exc:
+            self._build_failed(dims, exc)
+            return False
+        finally:
+            conn.close()
+
+    def _build_failed(self, dims: int, exc: BaseException) -> None:
+        self._hnsw_failed[dims] = time.monotonic()
+        log.warning("could not build the HNSW index for %d-d vectors (searches stay exact; tried again in %d "
+                    "minutes): %s", dims, _HNSW_RETRY_SECONDS // 60, self.error("PostgreSQL error", exc))
+
     def set_aside(self, exc: BaseException) -> str:
         """Nothing to move: the server keeps its data consistent. The agent's rows are dropped
         so that the next sync rebuilds them."""
@@ -712,7 +786,8 @@ class PostgresStore(Store):
         self._vec_token: Any = None
         #: ((generation, data version), keyword rows) as last counted
         self._total: tuple[tuple[int, int], int] | None = None
-        self._hnsw: set[int] = set()
+        #: dims -> the type of the valid HNSW index over them ("halfvec" or "vector")
+        self._hnsw: dict[int, str] = {}
         #: dims -> at least how many vectors of those dimensions the agent has (counted, plus
         #: those written since): when below ``exact_below``, no HNSW index is due yet
         self._vec_bound: dict[int, int] = {}
@@ -1368,8 +1443,8 @@ class PostgresStore(Store):
             if not count:
                 return []
             params = {"agent": self.agent, "q": q, "limit": int(limit)}
-            if (count < self.backend.exact_below or not self._has_hnsw(conn, dims)
-                    or count * count < self.backend.hnsw_visit_cost * int(limit) * self._index_rows(conn, dims)):
+            kind = self._hnsw_type(conn, dims) if count >= self.backend.exact_below else None
+            if kind is None or count * count < self.backend.hnsw_visit_cost * int(limit) * self._index_rows(conn, dims):
                 rows = conn.execute(
                     f"SELECT id, embedding <=> %(q)s::vector AS d FROM clawmem_chunks WHERE agent = %(agent)s "
                     f"AND generation = {self._g()} AND dims = {dims} ORDER BY d, rid LIMIT %(limit)s",
@@ -1378,14 +1453,19 @@ class PostgresStore(Store):
             else:
                 with conn.transaction():
                     ef = max(self.backend.hnsw_ef_search, min(int(limit), 1000))
-                    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                    conn.execute(f"SET LOCAL hnsw.iterative_scan = {self.backend.hnsw_iterative_scan}")
-                    # the agent's rows by the btree, then a sort, can look cheaper on stale statistics
-                    conn.execute("SET LOCAL enable_sort = off")
+                    # one round trip; the agent's rows by the btree, then a sort, can look cheaper
+                    # on stale statistics (enable_sort off)
+                    conn.execute(
+                        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true), "
+                        "set_config('enable_sort', 'off', true)",
+                        (str(ef), self.backend.hnsw_iterative_scan),
+                    )
+                    # the graph walk orders by the index's own expression; the candidates are then
+                    # ranked by their full-precision distance (the heap row is read anyway)
                     rows = conn.execute(
-                        f"WITH c AS MATERIALIZED (SELECT id, rid, embedding::vector({dims}) <=> %(q)s::vector({dims}) AS d "
+                        f"WITH c AS MATERIALIZED (SELECT id, rid, embedding <=> %(q)s::vector AS d "
                         f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "
-                        f"ORDER BY embedding::vector({dims}) <=> %(q)s::vector({dims}) LIMIT %(limit)s) "
+                        f"ORDER BY embedding::{kind}({dims}) <=> %(q)s::{kind}({dims}) LIMIT %(limit)s) "
                         f"SELECT id, d FROM c ORDER BY d, rid",
                         params,
                     ).fetchall()
@@ -1400,26 +1480,26 @@ class PostgresStore(Store):
         rows = self._index_size.get(dims)
         if rows is None:
             row = conn.execute(
-                "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (f"clawmem_chunks_hnsw_{dims}",)
+                "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (_hnsw_name(self._hnsw[dims], dims),)
             ).fetchone()
             rows = self._index_size[dims] = max(0.0, float(row[0])) if row else 0.0
         return rows
 
-    def _has_hnsw(self, conn: "psycopg.Connection", dims: int) -> bool:
-        if dims in self._hnsw:
-            return True
-        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"clawmem_chunks_hnsw_{dims}",)).fetchone()
-        if row and row[0]:
-            self._hnsw.add(dims)
-            return True
-        return False
+    def _hnsw_type(self, conn: "psycopg.Connection", dims: int) -> str | None:
+        """The type of the valid HNSW index over ``dims``-dimensional vectors, None without one."""
+        kind = self._hnsw.get(dims)
+        if kind is None:
+            kind = hnsw_index(conn, dims)
+            if kind is not None:
+                self._hnsw[dims] = kind
+        return kind
 
     def _maybe_build_hnsw(self, dims: int, written: int) -> None:
         """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
         (one index per dimension count, shared by every agent). ``written``: vectors just written.
         The agent's vectors are counted only when the last count plus those written since could
         reach the threshold (not after every batch of a vector phase)."""
-        if dims in self._hnsw:
+        if dims in self._hnsw or hnsw_type(dims) is None:
             return
         bound = self._vec_bound.get(dims)
         if bound is not None:
@@ -1427,7 +1507,7 @@ class PostgresStore(Store):
             if bound < self.backend.exact_below:
                 return
         with self._conn() as conn:
-            if self._has_hnsw(conn, dims):
+            if self._hnsw_type(conn, dims):
                 return
             row = conn.execute(
                 f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
@@ -1437,8 +1517,7 @@ class PostgresStore(Store):
             self._vec_bound[dims] = int(row[0])  # type: ignore[index]
             if self._vec_bound[dims] < self.backend.exact_below:
                 return
-            build_hnsw(conn, dims)
-            self._hnsw.add(dims)
+        self.backend.build_hnsw(dims)
 
     # -- embedding cache --------------------------------------------------------------------------
 
@@ -1582,10 +1661,52 @@ class PostgresStore(Store):
         self._closed = True
 
 
+#: The index types the store searches through, preferred first. Earlier versions built ``vector``
+#: indexes; they are still used where they exist.
+_HNSW_TYPES = ("halfvec", "vector")
+
+
+def _hnsw_name(kind: str, dims: int) -> str:
+    return f"clawmem_chunks_hnsw_half_{int(dims)}" if kind == "halfvec" else f"clawmem_chunks_hnsw_{int(dims)}"
+
+
+def hnsw_type(dims: int) -> str | None:
+    """The type the store builds its HNSW index for ``dims``-dimensional vectors in: ``halfvec``
+    (half the size of ``vector``, up to 4,000 dimensions); None above pgvector's limit (exact search)."""
+    return "halfvec" if 0 < dims <= _HNSW_MAX_DIMS["halfvec"] else None
+
+
+def hnsw_index(conn: "psycopg.Connection", dims: int) -> str | None:
+    """The type of the valid HNSW index over ``dims``-dimensional vectors, None without one (an index
+    still being built, or left invalid by a build that died, does not count)."""
+    for kind in _HNSW_TYPES:
+        row = conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (_hnsw_name(kind, dims),)
+        ).fetchone()
+        if row and row[0]:
+            return kind
+    return None
+
+
+def _drop_invalid_hnsw(conn: "psycopg.Connection", dims: int) -> None:
+    """Drop the HNSW indexes over ``dims`` left invalid by a build that died (the caller holds the
+    build lock, so none is being built)."""
+    for kind in _HNSW_TYPES:
+        row = conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (_hnsw_name(kind, dims),)
+        ).fetchone()
+        if row and not row[0]:
+            conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {_hnsw_name(kind, dims)}")
+
+
 def build_hnsw(conn: "psycopg.Connection", dims: int) -> None:
-    """Create the HNSW (cosine) index over ``dims``-dimensional vectors (all agents), without
-    blocking writers."""
+    """Create the HNSW (cosine) index over ``dims``-dimensional vectors (all agents) on ``conn``
+    (autocommit), without blocking writers: ``halfvec``, so the graph takes half the memory and
+    disk of full-precision vectors (searches rank its candidates at full precision)."""
+    kind = hnsw_type(dims)
+    if kind is None:
+        raise ValueError(f"pgvector cannot index {dims}-dimensional vectors with HNSW")
     conn.execute(
-        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS clawmem_chunks_hnsw_{int(dims)} ON clawmem_chunks "
-        f"USING hnsw ((embedding::vector({int(dims)})) vector_cosine_ops) WHERE dims = {int(dims)}"
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {_hnsw_name(kind, dims)} ON clawmem_chunks "
+        f"USING hnsw ((embedding::{kind}({int(dims)})) {kind}_cosine_ops) WHERE dims = {int(dims)}"
     )

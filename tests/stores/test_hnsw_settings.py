@@ -14,7 +14,7 @@ from clawmem_core.errors import ConfigError
 
 
 def test_hnsw_ef_search_config_default_and_bounds() -> None:
-    assert MemoryConfig().store.vector.hnsw_ef_search == 400
+    assert MemoryConfig().store.vector.hnsw_ef_search == 600
     assert MemoryConfig.from_dict({"store": {"vector": {"hnsw_ef_search": 40}}}).store.vector.hnsw_ef_search == 40
     assert MemoryConfig.from_dict({"store": {"vector": {"hnsw_ef_search": 1000.0}}}).store.vector.hnsw_ef_search == 1000
     for bad in (0, -5, 1001, 40.5, "200", True, None):
@@ -46,8 +46,10 @@ def _fill(url: str) -> None:
     for agent, n in (("big", 1300), ("mid", 700), ("tiny", 40)):
         rows = [ChunkRow(f"{agent}{i}", "memory/v.md", "memory", i, i, f"h{i}", "m", "t", vec()) for i in range(n)]
         PostgresBackend(url, agent, exact_below=0).open().replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
+    from clawmem_core.store.postgres import hnsw_index
+
     with PostgresBackend(url, "big").connection() as conn:
-        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is not None
+        assert hnsw_index(conn, 16) == "halfvec"
 
 
 def _open(url: str, agent: str, **kw: Any) -> Any:

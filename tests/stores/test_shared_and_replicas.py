@@ -326,11 +326,11 @@ def test_hnsw_above_the_exact_threshold(pg_url: str) -> None:
     exact = PostgresBackend(pg_url, "vec", exact_below=10**9).open()
     exact.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
     with exact.backend.connection() as conn:
-        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is None
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_half_16')").fetchone()[0] is None
     approx = PostgresBackend(pg_url, "vec", exact_below=100).open()
     approx.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])  # crosses the threshold: builds HNSW
     with approx.backend.connection() as conn:
-        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_16')").fetchone()[0] is not None
+        assert conn.execute("SELECT to_regclass('clawmem_chunks_hnsw_half_16')").fetchone()[0] is not None
     other = PostgresBackend(pg_url, "other-agent", exact_below=100).open()
     other.replace_files([(FileRow("memory/o.md", "memory", "h", 1, 1),
                           [ChunkRow(f"o{i}", "memory/o.md", "memory", i, i, f"o{i}", "m", "x", vec()) for i in range(50)])])
@@ -345,7 +345,7 @@ def test_hnsw_above_the_exact_threshold(pg_url: str) -> None:
     assert agree >= 0.9 * 20 * 5
     with approx.backend.connection() as conn:  # the searches went through the HNSW index
         conn.execute("SELECT pg_stat_force_next_flush()")
-        scans = conn.execute("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'clawmem_chunks_hnsw_16'")
+        scans = conn.execute("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'clawmem_chunks_hnsw_half_16'")
         assert scans.fetchone()[0] >= 20
 
 
@@ -444,17 +444,29 @@ def test_a_shared_index_damaged_in_place_is_reported_whatever_path_the_search_ta
 
 
 def test_a_shared_index_its_owner_writes_is_followed_without_piling_up_handles(tmp_path: Path) -> None:
-    """The owner's commits and checkpoints (the file changes on disk) are seen by alice's next
-    search; the read-only handle reopens in place rather than being set aside each time."""
+    """The owner's commits, and its checkpoints into the file alice holds open (the file changes on
+    disk), are seen by alice's next search; the read-only handle reopens in place rather than being
+    set aside each time."""
+    import apsw
+
     team, alice_ws, store = _team_and_alice_sqlite(tmp_path)
+    index = tmp_path / "s" / "memory" / "team.sqlite"
     with _alice(alice_ws, tmp_path, store) as alice:
         assert alice.search("deploy freeze Fridays")[0].path == "@team/MEMORY.md"
-        for n, day in enumerate(("Mondays", "Tuesdays", "Wednesdays")):
+        handle = alice._shared["team"]  # type: ignore[index]
+        opens = handle._opens  # type: ignore[attr-defined]
+        for day in ("Mondays", "Tuesdays", "Wednesdays"):
             (team / "MEMORY.md").write_text(f"# Team\n\nThe deploy freeze moved to {day}.\n", encoding="utf-8")
             with MemoryIndex(team, agent_id="team", embedder=HashEmbedder(), state_dir=tmp_path / "s") as mem:
-                mem.sync()  # closing checkpoints the WAL into the file alice holds open
+                mem.sync()
+            before = index.stat()
+            checkpoint = apsw.Connection(str(index))  # the owner's checkpoint (automatic in a longer sync)
+            checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            checkpoint.close()
+            assert index.stat().st_mtime_ns != before.st_mtime_ns  # the file alice holds open changed
             payload = search_payload(alice, f"deploy freeze {day}", min_score=0)
             assert payload["results"][0]["path"] == "@team/MEMORY.md"
             assert day in payload["results"][0]["snippet"]
             assert "sharedUnavailable" not in payload
+        assert alice._shared["team"] is handle and handle._opens == opens + 3  # type: ignore[index,attr-defined]
         assert len(alice._retired) == 0
