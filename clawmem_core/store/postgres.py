@@ -403,6 +403,26 @@ KEYWORD_CACHE = _KeywordCache()
 _WRITING = threading.local()
 
 
+def _again_if_lost(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a store call once more when it failed because the connection of this thread's writing
+    block was lost (the server ended it as the call began): the calls of the vector phase are
+    safe to repeat (a chunk no longer pending is not completed twice)."""
+    import functools
+
+    @functools.wraps(method)
+    def call(self: "PostgresStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            block = getattr(_WRITING, "by_url", {}).get(self.backend._url)
+            if block is None or not (block[0].closed or block[0].broken):
+                raise
+            log.debug("the connection of a writing block was lost during %s: once more", method.__name__)
+            return method(self, *args, **kwargs)
+
+    return call
+
+
 class PostgresBackend(StoreBackend):
     """One agent's index in a PostgreSQL database shared with other agents.
 
@@ -1016,6 +1036,7 @@ class PostgresStore(Store):
 
     # -- vectors after keywords --------------------------------------------------------------------
 
+    @_again_if_lost
     def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
         if paths is not None and not paths:
             return []
@@ -1030,6 +1051,7 @@ class PostgresStore(Store):
             ).fetchall()
         return [(int(r[0]), ChunkRow(*r[1:], pending=True)) for r in rows]
 
+    @_again_if_lost
     def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
         now = _now_ms()
         dims = next((len(v) for _, v, _ in items if v), None) or next(
@@ -1108,6 +1130,7 @@ class PostgresStore(Store):
             ).fetchall()
         return {r[0] for r in rows}
 
+    @_again_if_lost
     def vector_counts(self) -> VectorCounts:
         if self._gen is not None:  # a generation being built
             with self._conn() as conn:
@@ -1521,6 +1544,7 @@ class PostgresStore(Store):
 
     # -- embedding cache --------------------------------------------------------------------------
 
+    @_again_if_lost
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         if not hashes:
             return {}
@@ -1532,6 +1556,7 @@ class PostgresStore(Store):
             ).fetchall()
         return {h: [float(x) for x in v] for h, v in rows if v}
 
+    @_again_if_lost
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
         entries = [(h, _vec(v)) for h, v in items.items() if len(v)]
         if not entries:
