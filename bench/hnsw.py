@@ -329,6 +329,19 @@ def indexes(url: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def priority(url: str) -> str:
+    """The scheduling priority of this process and of its server connection (Linux)."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    with PostgresBackend(url, MAIN).connection() as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    try:
+        server = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]
+    except (OSError, IndexError):
+        server = "unknown"
+    return f"bench at nice {os.nice(0)}, server at nice {server}"
+
+
 def store_for(url: str, agent: str, index: str, **kw: Any) -> Any:
     """The store's own handle on ``agent``, searching through the ``index`` type's HNSW index (the
     store picks halfvec when both exist; the bench compares them)."""
@@ -395,11 +408,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(11)
     qreal = questions[rng.permutation(len(questions))[: a.queries]]
     sets = {"held-out draws": qsyn, "LoCoMo questions": qreal}
-    server = Server(cache / f"pgdata-{a.size}", a.shared_buffers)
+    server = None if a.url else Server(cache / f"pgdata-{a.size}", a.shared_buffers)
     info_file = cache / f"run-{a.size}.json"
     info = json.loads(info_file.read_text()) if info_file.exists() else {}
     try:
-        url = server.database("hnsw")
+        url = a.url or server.database("hnsw")  # type: ignore[union-attr]
         log(f"loading {layout(a.size)[-1][2]:,} rows (load {load_avg():.1f})")
         secs = load(url, a.size, vecs)
         if secs is not None:
@@ -431,8 +444,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "size": a.size, "dims": DIMS, "rows": layout(a.size)[-1][2], "agents": {n: e - f for n, f, e in layout(a.size)},
             "anchors": int(len(anc)), "cos_to_anchor": a.cos, "queries": a.queries, **info,
             "indexes": have, "heap_bytes": int(sizes[0]), "table_bytes": int(sizes[1]),  # type: ignore[index]
-            "shared_buffers": sizes[2], "pgvector": sizes[3], "prewarmed": a.prewarm, "runs": [],  # type: ignore[index]
+            "shared_buffers": sizes[2], "pgvector": sizes[3], "prewarmed": a.prewarm, "priority": priority(url),
+            "runs": [],  # type: ignore[index]
         }
+        log(out["priority"])
         kinds = [k for k in a.index.split(",") if k in have]
         agents = a.agents.split(",")
         for agent, first, end in [x for x in layout(a.size) if x[0] in agents]:
@@ -480,7 +495,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             out["ab"] = {qname: interleaved(url, vecs, a.size, qs, variants, a.ab_k) for qname, qs in sets.items()}
         return out
     finally:
-        server.close()
+        if server is not None:
+            server.close()
+        else:
+            PostgresBackend.close_pools()
 
 
 def interleaved(url: str, vecs: Any, size: int, queries: Any, variants: list[tuple[str, int]], k: int) -> dict[str, Any]:
@@ -539,7 +557,8 @@ def report_lines(h: dict[str, Any]) -> list[str]:
     index_lines = []
     for kind, ix in h.get("indexes", {}).items():
         b = builds.get(kind, {})
-        built = (f"built in {b['seconds'] / 60:.1f} min (load average {b['load']:.1f}) with maintenance_work_mem "
+        built = (f"built in {b['seconds'] / 60:.1f} min (load average {b['load']:.1f}"
+                 + (f"; {b['how']}" if b.get("how") else "") + f") with maintenance_work_mem "
                  f"{b['build_memory']}" + ("; the server said: " + "; ".join(f"\"{n}\"" for n in b["notices"])
                                             if b.get("notices") else "; the graph fitted in memory (no notice)")
                  if b else "")
@@ -578,7 +597,7 @@ def report_lines(h: dict[str, Any]) -> list[str]:
         for qname, r in ab.items():
             lines += [f"**Interleaved, {qname}** (main agent, k={r['k']}, the candidate pool `search()` asks for; "
                       f"{r['n']} queries, each through every variant in turn; load {r['load'][0]:.1f} to "
-                      f"{r['load'][1]:.1f}):", "",
+                      f"{r['load'][1]:.1f}" + (f"; {h['priority']}" if h.get("priority") else "") + "):", "",
                       "| index | ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|---|"]
             for name, v in r.items():
                 if isinstance(v, dict):
@@ -615,6 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "clawmem-hnsw"))
     ap.add_argument("--data", default=None, help="the evaluation data folder (LoCoMo, SciFact)")
     ap.add_argument("--shared-buffers", default="1GB")
+    ap.add_argument("--url", default=None,
+                    help="a running server's database holding the data (started by hand, e.g. at a chosen priority); "
+                         "default: start the embedded server on the cached data directory")
     ap.add_argument("--build-memory", default="2GB", help="store.vector.hnsw_build_memory for the build")
     ap.add_argument("--no-report", action="store_true", help="do not write the results files")
     ap.add_argument("--agents", default=f"{MAIN},{OTHERS[0]}", help="agents to measure (comma-separated, or none)")
@@ -640,12 +662,10 @@ def main(argv: list[str] | None = None) -> int:
                 key = ("agent", "queries", "index", "iterative_scan", "ef_search", "k")
                 new = {tuple(r.get(k) for k in key) for r in out["runs"]}
                 runs = [r for r in old.get("runs", []) if tuple(r.get(k) for k in key) not in new] + out["runs"]
-                for name in ("exact", "neighbours", "ab"):
-                    out[name] = {**old.get(name, {}), **out.get(name, {})}
-                out["runs"] = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"], str(r.get("index")),
-                                                          str(r["ef_search"]).zfill(5), r["k"]))
-                if old.get("findings"):
-                    out["findings"] = old["findings"]
+                merged = {name: {**old.get(name, {}), **out.get(name, {})} for name in ("exact", "neighbours", "ab")}
+                runs = sorted(runs, key=lambda r: (r["agent"] != MAIN, r["agent"], r["queries"], str(r.get("index")),
+                                                   str(r["ef_search"]).zfill(5), r["k"]))
+                out = {**old, **merged, "runs": runs}  # the rest (query count, sizes, findings) as stored
         res.write_text(json.dumps(out, indent=2), encoding="utf-8")
         from .postgres import write_report_file
 

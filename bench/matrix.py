@@ -362,7 +362,9 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res.get('scifact_docs', '?')} abstracts; `python -m bench.scifact_subset`), documents ranked by their best "
         "chunk. The ranking is scored with `min_score=0`; **hit@5 at default** is `search(q)` as an agent calls it "
         "(6 results, the fusion's default `min_score`). Remote-style: `provider=\"openai\"`, `remote.base_url` at "
-        "`bench.stub_embeddings` (the `openai` SDK over HTTP, whole chunks, all-MiniLM-L6-v2 vectors).",
+        "`bench.stub_embeddings` (the `openai` SDK over HTTP, whole chunks, all-MiniLM-L6-v2 vectors). What the "
+        "default `min_score` costs and buys (foreign questions answered, recall lost, as a curve over `min_score`): "
+        "the \"Abstention\" sections of this page (`python -m bench.calibrated`) and `bench/results/abstention.md`.",
         "",
     ]
     for note in res.get("notes") or []:
@@ -404,7 +406,8 @@ def markdown(res: dict[str, Any]) -> str:
                     lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if res.get("index"):
-        lines += ["Indexing (first run; embedding included):", "", "| embedder | data | chunks | seconds |", "|---|---|---|---|"]
+        lines += ["Indexing (the first build; embedding included, except texts another setup of the same model had "
+                  "already embedded in the run, which came from the vector cache):", "", "| embedder | data | chunks | seconds |", "|---|---|---|---|"]
         lines += [f"| {i['embedder']} | {i['dataset']} | {i['chunks']} | {i['seconds']} |" for i in res["index"]]
         lines.append("")
     return "\n".join(lines)

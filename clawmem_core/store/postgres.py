@@ -23,13 +23,14 @@ import re
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import memory_kb
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
-from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
+from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, ReadInterrupted, Store, StoreBackend, StoreBusyError,
+                   StoreCounts, VectorCounts)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 log = logging.getLogger("clawmem")
+_T = TypeVar("_T")
 
 SCHEMA_VERSION = 4
 #: Older schema versions this code upgrades in place (the changes are only added indexes, columns
@@ -423,6 +425,118 @@ def _again_if_lost(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+#: This thread's open reading blocks (:meth:`PostgresBackend.reading`), by database URL, innermost last.
+_READING = threading.local()
+#: Bumped by every write transaction of this process: what a reading block outside a snapshot
+#: read is reused within the block only while this is unchanged.
+_WRITES = [0]
+#: Set while this thread takes a pooled connection without the pool's check (a reading block
+#: retries a read whose connection turns out to be lost instead).
+_UNCHECKED = threading.local()
+
+
+def _check_connection(conn: "psycopg.Connection") -> None:
+    """The pool's check of a connection it hands out (one round trip), skipped for reading blocks."""
+    if getattr(_UNCHECKED, "on", False):
+        return
+    from psycopg_pool import ConnectionPool
+
+    ConnectionPool.check_connection(conn)
+
+
+class _Reading:
+    """The connection of one thread's block of reads (one search) on one database, taken from the
+    pool without a check on its first read. With ``snapshot``, its reads run in one ``REPEATABLE
+    READ, READ ONLY`` transaction, in pipeline mode (the ``BEGIN`` rides with the first statement,
+    the ``COMMIT`` with the return), and what they answered is kept for the block (:attr:`memo`,
+    per agent), so that a later read of the same thing needs no round trip."""
+
+    def __init__(self, backend: "PostgresBackend", snapshot: bool) -> None:
+        self.backend = backend
+        self.snapshot = snapshot
+        self.depth = 1
+        self.conn: psycopg.Connection | None = None
+        self._pipeline: Any = None
+        #: (agent, generation) -> what this snapshot answered for it: "token" (generation, data
+        #: version), "meta" and "pending" of chunk ids, "chunks" (rows), "vectors" (counts)
+        self.memo: dict[tuple[str, int | None], dict[str, Any]] = {}
+        #: Agents this snapshot answered reads of.
+        self.read: set[tuple[str, int | None]] = set()
+        #: Agents read in an earlier snapshot of this block, and their versions then (checked when
+        #: the next snapshot starts).
+        self._verify: tuple[set[tuple[str, int | None]], dict[tuple[str, int | None], Any]] | None = None
+        self.interrupted = False
+        self._check_next = False
+
+    def connection(self) -> "psycopg.Connection":
+        if self.conn is None:
+            # after a lost connection, the pool's others may be lost too (a server restart): checked
+            _UNCHECKED.on = not self._check_next
+            try:
+                conn = self.backend.pool.getconn(timeout=30)
+            finally:
+                _UNCHECKED.on = False
+            self.conn = conn
+            if self.snapshot:
+                self._pipeline = conn.pipeline()
+                self._pipeline.__enter__()
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                self._check_versions(conn)
+        return self.conn
+
+    def lost(self) -> bool:
+        """Whether the connection is gone (killed, server restarted), not just a failed statement."""
+        conn = self.conn
+        return conn is not None and (conn.closed or conn.broken)
+
+    def release(self, discard: bool = False) -> None:
+        """End the snapshot and hand the connection back (closed first when ``discard``: the pool
+        drops it)."""
+        conn, pipeline = self.conn, self._pipeline
+        self.conn = self._pipeline = None
+        if conn is None:
+            return
+        try:
+            if pipeline is not None and not discard:
+                conn.execute("COMMIT")
+                pipeline.__exit__(None, None, None)
+        except Exception:
+            discard = True
+        if discard:
+            self._check_next = True
+            with contextlib.suppress(Exception):
+                conn.close()
+        self.backend.pool.putconn(conn)
+
+    def forget(self) -> None:
+        """After the connection was lost or a read failed: the block's next read runs in a new
+        snapshot, and only if every agent read so far is still at the version it was read at (the
+        answers are then the same); else that read raises :class:`ReadInterrupted`."""
+        tokens = {k: m["token"] for k, m in self.memo.items() if "token" in m}
+        if self.snapshot and self.read:
+            self._verify = (set(self.read) | set(self._verify[0]) if self._verify else set(self.read),
+                            {**(self._verify[1] if self._verify else {}), **tokens})
+        self.memo, self.read = {}, set()
+
+    def _check_versions(self, conn: "psycopg.Connection") -> None:
+        if self._verify is None:
+            return
+        read, tokens = self._verify
+        same = all(key in tokens for key in read)
+        if same:
+            rows = conn.execute("SELECT agent, generation, data_version FROM clawmem_agents WHERE agent = ANY(%s)",
+                                ([agent for agent, _ in tokens],)).fetchall()
+            now = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+            same = all(now.get(agent) == token for (agent, _), token in tokens.items())
+        if not same:  # for good: this block's reads can no longer be made to agree
+            self.interrupted = True
+            raise ReadInterrupted("the connection to PostgreSQL was lost during a search, and the index changed")
+        self._verify = None
+        for key, token in tokens.items():
+            self.memo[key] = {"token": token}
+        self.read = set(tokens)
+
+
 class PostgresBackend(StoreBackend):
     """One agent's index in a PostgreSQL database shared with other agents.
 
@@ -509,7 +623,7 @@ class PostgresBackend(StoreBackend):
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={"autocommit": True},
-                    check=ConnectionPool.check_connection,
+                    check=_check_connection,
                     open=False,
                     name="clawmem",
                 )
@@ -604,6 +718,31 @@ class PostgresBackend(StoreBackend):
                 self.pool.putconn(conn)
                 conn = block[0] = self.pool.getconn(timeout=30)
         return conn  # type: ignore[no-any-return]
+
+    def _reading(self) -> _Reading | None:
+        """This thread's innermost open reading block on this database."""
+        blocks = getattr(_READING, "by_url", {}).get(self._url)
+        return blocks[-1] if blocks else None
+
+    @contextlib.contextmanager
+    def reading(self, snapshot: bool = False) -> Iterator[None]:
+        """A block of this thread's reads on one connection (see :meth:`Store.reading`); blocks
+        of the same kind nest into the outermost one, for every agent of this database."""
+        blocks = _READING.__dict__.setdefault("by_url", {}).setdefault(self._url, [])
+        if blocks and blocks[-1].snapshot == snapshot:
+            blocks[-1].depth += 1
+            try:
+                yield
+            finally:
+                blocks[-1].depth -= 1
+            return
+        block = _Reading(self, snapshot)
+        blocks.append(block)
+        try:
+            yield
+        finally:
+            blocks.remove(block)
+            block.release()
 
     def _schema_version(self, conn: "psycopg.Connection") -> int | None:
         if not conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
@@ -806,6 +945,8 @@ class PostgresStore(Store):
         self._vec_token: Any = None
         #: ((generation, data version), keyword rows) as last counted
         self._total: tuple[tuple[int, int], int] | None = None
+        #: ((generation, data version), vector counts) as last read
+        self._last_counts: tuple[Any, VectorCounts] | None = None
         #: dims -> the type of the valid HNSW index over them ("halfvec" or "vector")
         self._hnsw: dict[int, str] = {}
         #: dims -> at least how many vectors of those dimensions the agent has (counted, plus
@@ -831,11 +972,100 @@ class PostgresStore(Store):
     # -- plumbing ---------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _conn(self) -> Iterator["psycopg.Connection"]:
+    def _conn(self, read: bool = False) -> Iterator["psycopg.Connection"]:
+        """A connection: this thread's reading block's when one is open (a search holds one
+        connection at a time, so concurrent searches never wait on each other for a second), except
+        for statements that are not all reads (``read`` false) inside a snapshot; else a pooled one."""
         if self._closed:
             raise StoreError(f"index {self.backend.location} is closed")
-        with self.backend.connection() as conn:
-            yield conn
+        block = self.backend._reading()
+        if block is None or (block.snapshot and not read) or block.interrupted:
+            with self.backend.connection() as conn:
+                yield conn
+            return
+        import psycopg
+
+        try:
+            yield block.connection()
+        except psycopg.Error as exc:
+            block.release(discard=True)
+            block.forget()
+            raise self.backend.error("PostgreSQL error", exc) from None
+        if block.snapshot:
+            block.read.add((self.agent, self._gen))
+
+    def reading(self, snapshot: bool = False) -> ContextManager[None]:
+        return self.backend.reading(snapshot)
+
+    def _read(self, fn: Callable[["psycopg.Connection", dict[str, Any] | None], _T]) -> _T:
+        """``fn(conn, memo)``: a read, on this thread's reading block's connection when one is
+        open (``memo``: what its snapshot answered for this agent so far, else ``None``), or on a
+        pooled connection. A block's connection is not checked before use: a read that finds it
+        lost runs again on a new one (within a snapshot, only if nothing read so far changed)."""
+        if self._closed:
+            raise StoreError(f"index {self.backend.location} is closed")
+        block = self.backend._reading()
+        if block is None:
+            with self.backend.connection() as conn:
+                return fn(conn, None)
+        import psycopg
+
+        if block.interrupted:
+            raise ReadInterrupted("the connection to PostgreSQL was lost during a search, and the index changed")
+        key = (self.agent, self._gen)
+        for attempt in range(2):
+            try:
+                conn = block.connection()
+                memo = block.memo.setdefault(key, {}) if self._gen is None else None
+                if memo is not None and not block.snapshot and memo.get("writes") != _WRITES[0]:
+                    # outside a snapshot, answers are reused until this process writes (a read
+                    # moments earlier: another process's write may land before or after it alike)
+                    memo.clear()
+                    memo["writes"] = _WRITES[0]
+                out = fn(conn, memo)
+            except psycopg.Error as exc:
+                # gone (killed, server restarted: AdminShutdown is seen before the connection's
+                # state says so) or another operational failure: once more, on a checked connection
+                lost = block.lost() or isinstance(exc, psycopg.OperationalError)
+                block.release(discard=True)
+                block.forget()
+                if not lost or attempt:
+                    raise self.backend.error("PostgreSQL error", exc) from None
+                log.debug("the connection of a search was lost: %s", self.backend.clean(str(exc)))
+                continue
+            if block.snapshot:
+                block.read.add(key)
+            return out
+        raise AssertionError("unreachable")
+
+    def _in_snapshot(self) -> bool:
+        block = self.backend._reading()
+        return block is not None and block.snapshot
+
+    _TOKEN = "SELECT generation, data_version FROM clawmem_agents WHERE agent = %s"
+
+    def _token(self, conn: "psycopg.Connection", memo: dict[str, Any] | None) -> tuple[int, int] | None:
+        """The agent's (live generation, data version): the snapshot's, or read now."""
+        if memo is not None and "token" in memo:
+            return memo["token"]  # type: ignore[no-any-return]
+        row = conn.execute(self._TOKEN, (self.agent,)).fetchone()
+        token = (int(row[0]), int(row[1])) if row else None
+        if memo is not None:
+            memo["token"] = token
+        return token
+
+    @staticmethod
+    def _remember(memo: dict[str, Any] | None, rows: Iterable[Sequence[Any]]) -> None:
+        """Keep ``(id, path, source, start_line, end_line, pending)`` of chunks read in a snapshot."""
+        if memo is None:
+            return
+        meta, pending = memo.setdefault("meta", {}), memo.setdefault("pending", set())
+        for cid, path, source, start, end, pend in rows:
+            if cid is None:
+                continue
+            meta[cid] = (path, source, start, end)
+            if pend:
+                pending.add(cid)
 
     def writing(self) -> ContextManager[None]:
         return self.backend.writing()
@@ -854,6 +1084,15 @@ class PostgresStore(Store):
         for the server before the block's own statements. Pipelined: statements whose results
         are not read go with the next one that is, the ``COMMIT`` with the last."""
         self.backend.check_lock()
+        _WRITES[0] += 1
+        try:
+            with self._write_tx(read_generation) as out:
+                yield out
+        finally:
+            _WRITES[0] += 1
+
+    @contextlib.contextmanager
+    def _write_tx(self, read_generation: bool) -> Iterator[tuple["psycopg.Connection", Any]]:
         with self._conn() as conn, conn.pipeline(), conn.transaction():
             cur = conn.execute(
                 "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s RETURNING generation",
@@ -884,7 +1123,7 @@ class PostgresStore(Store):
     # -- identity and bookkeeping -----------------------------------------------------------------
 
     def _get(self, key: str) -> str | None:
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             row = conn.execute(
                 f"SELECT value FROM clawmem_meta WHERE agent = %(agent)s AND generation = {self._g()} AND key = %(key)s",
                 {"agent": self.agent, "key": key},
@@ -919,9 +1158,7 @@ class PostgresStore(Store):
         self._set(f"value:{key}", value)
 
     def data_version(self) -> Any:
-        with self._conn() as conn:
-            row = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s", (self.agent,)).fetchone()
-        return (self._gen, tuple(row) if row else None)
+        return (self._gen, self._read(self._token))
 
     def refresh(self) -> None:
         dims = self._get("vector_dims")
@@ -933,7 +1170,7 @@ class PostgresStore(Store):
         return {path: state[1] for path, state in self.file_states(source).items()}
 
     def file_states(self, source: str) -> dict[str, FileState]:
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT path, hash, size, mtime, ctime, ino FROM clawmem_files WHERE agent = %(agent)s "
                 f"AND generation = {self._g()} AND source = %(source)s",
@@ -943,7 +1180,7 @@ class PostgresStore(Store):
 
     def file_text(self, source: str, path: str) -> tuple[str, int] | None:
         """The text of an indexed file as last indexed, and its mtime (ms); ``None`` if not indexed."""
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             row = conn.execute(
                 f"SELECT content, mtime FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND source = %(source)s AND path = %(path)s",
@@ -1041,7 +1278,7 @@ class PostgresStore(Store):
         if paths is not None and not paths:
             return []
         where = "" if paths is None else " AND path = ANY(%(paths)s)"
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
                 f"WHERE agent = %(agent)s AND generation = {self._g()} AND pending = 1 AND rid > %(after)s{where} "
@@ -1122,18 +1359,24 @@ class PostgresStore(Store):
         ids = list(dict.fromkeys(ids))
         if not ids:
             return set()
-        with self._conn() as conn:
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> set[str]:
+            known = memo.get("meta", {}) if memo is not None else {}
+            if all(i in known for i in ids):  # read with the candidates in this snapshot
+                return set(ids) & memo["pending"]  # type: ignore[index]
             rows = conn.execute(
                 f"SELECT id FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND pending = 1 AND id = ANY(%(ids)s)",
                 {"agent": self.agent, "ids": ids},
             ).fetchall()
-        return {r[0] for r in rows}
+            return {r[0] for r in rows}
+
+        return self._read(run)
 
     @_again_if_lost
     def vector_counts(self) -> VectorCounts:
         if self._gen is not None:  # a generation being built
-            with self._conn() as conn:
+            with self._conn(read=True) as conn:
                 row = conn.execute(
                     f"SELECT count(*), coalesce(sum(pending), 0), "
                     f"coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) FROM clawmem_chunks "
@@ -1144,55 +1387,92 @@ class PostgresStore(Store):
             return VectorCounts(total - pending, total, chars)
         # Asked on every search: the pending rows through their partial index, and the total kept
         # per data version (read with the version, in one statement, when it changed).
-        with self._conn() as conn:
-            known = self._total
-            row = conn.execute(
-                "SELECT a.generation, a.data_version, p.n, p.chars, "
-                "CASE WHEN (a.generation, a.data_version) IS DISTINCT FROM (%(g)s::bigint, %(v)s::bigint) THEN "
-                "(SELECT count(*) FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation "
-                "AND c.part = 0) END FROM clawmem_agents AS a CROSS JOIN LATERAL (SELECT count(*) AS n, "
-                "coalesce(sum(length(c.text)), 0) AS chars FROM clawmem_chunks AS c WHERE c.agent = a.agent "
-                "AND c.generation = a.generation AND c.pending = 1 AND c.part = 0) AS p WHERE a.agent = %(agent)s",
-                {"agent": self.agent, "g": known[0][0] if known else None, "v": known[0][1] if known else None},
-            ).fetchone()
+        return self._read(self._vector_counts)
+
+    def _vector_counts(self, conn: "psycopg.Connection", memo: dict[str, Any] | None) -> VectorCounts:
+        if memo is not None:
+            if "vectors" in memo:
+                return memo["vectors"]  # type: ignore[no-any-return]
+            last = self._last_counts
+            if last is not None and "token" in memo and memo["token"] == last[0]:  # same version, same counts
+                memo["vectors"] = last[1]
+                return last[1]
+        known = self._total
+        row = conn.execute(
+            "SELECT a.generation, a.data_version, p.n, p.chars, "
+            "CASE WHEN (a.generation, a.data_version) IS DISTINCT FROM (%(g)s::bigint, %(v)s::bigint) THEN "
+            "(SELECT count(*) FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation "
+            "AND c.part = 0) END FROM clawmem_agents AS a CROSS JOIN LATERAL (SELECT count(*) AS n, "
+            "coalesce(sum(length(c.text)), 0) AS chars FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+            "AND c.generation = a.generation AND c.pending = 1 AND c.part = 0) AS p WHERE a.agent = %(agent)s",
+            {"agent": self.agent, "g": known[0][0] if known else None, "v": known[0][1] if known else None},
+        ).fetchone()
         if row is None:
-            return VectorCounts(0, 0, 0)
-        if row[4] is not None or known is None:
-            known = self._total = ((row[0], row[1]), int(row[4] or 0))
-        total, pending = known[1], int(row[2])
-        return VectorCounts(total - pending, total, int(row[3]))
+            out = VectorCounts(0, 0, 0)
+        else:
+            if row[4] is not None or known is None:
+                known = self._total = ((row[0], row[1]), int(row[4] or 0))
+            total, pending = known[1], int(row[2])
+            out = VectorCounts(total - pending, total, int(row[3]))
+        token = (int(row[0]), int(row[1])) if row else None
+        self._last_counts = (token, out)
+        if memo is not None:
+            memo["vectors"] = out
+            memo.setdefault("token", token)
+        return out
 
     def has_content(self) -> bool:
-        with self._conn() as conn:
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> bool:
+            if memo is not None:  # in a search: with the counts it asks for next
+                return self._vector_counts(conn, memo).total > 0
             row = conn.execute(
                 f"SELECT 1 FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} LIMIT 1",
                 {"agent": self.agent},
             ).fetchone()
-        return row is not None
+            return row is not None
+
+        return self._read(run)
 
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT id, path, source, start_line, end_line FROM clawmem_chunks WHERE agent = %(agent)s "
-                f"AND generation = {self._g()} AND id = ANY(%(ids)s)",
-                {"agent": self.agent, "ids": ids},
-            ).fetchall()
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, tuple[str, str, int, int]]:
+            known = memo.get("meta", {}) if memo is not None else {}
+            missing = [i for i in ids if i not in known]
+            if missing:
+                rows = conn.execute(
+                    f"SELECT id, path, source, start_line, end_line, pending FROM clawmem_chunks "
+                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                    {"agent": self.agent, "ids": missing},
+                ).fetchall()
+                if memo is None:
+                    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+                self._remember(memo, rows)
+                known = memo["meta"]
+            return {i: known[i] for i in ids if i in known}
+
+        return self._read(run)
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
-                f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
-                {"agent": self.agent, "ids": ids},
-            ).fetchall()
-        return {r[0]: ChunkRow(*r) for r in rows}
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, ChunkRow]:
+            known: dict[str, ChunkRow] = memo.setdefault("chunks", {}) if memo is not None else {}
+            missing = [i for i in ids if i not in known]
+            if missing:
+                rows = conn.execute(
+                    f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
+                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                    {"agent": self.agent, "ids": missing},
+                ).fetchall()
+                known.update((r[0], ChunkRow(*r)) for r in rows)
+            return {i: known[i] for i in ids if i in known}
+
+        return self._read(run)
 
     # -- search -----------------------------------------------------------------------------------
 
@@ -1259,8 +1539,10 @@ class PostgresStore(Store):
         by its row in ``clawmem_agents``), and the rows deleted. ``None`` when the generation changed."""
         top = int(stats.rids[-1]) if stats.rows else 0
         tokens = list(stats.terms)
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+        snapshot = self._in_snapshot()
+        with (contextlib.nullcontext() if snapshot else conn.transaction()):
+            if not snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
             rows = conn.execute(
                 self._VERSION.format(
                     cols=", o.kept, n.rids, n.lens, p.lexeme, p.rids, p.tfs",
@@ -1275,6 +1557,10 @@ class PostgresStore(Store):
             ).fetchall()
             if not rows or stats.token is None or rows[0][0] != stats.token[0]:
                 return None
+            if rows[0][1] < stats.token[1]:
+                # a search's snapshot older than the statistics (another thread brought them up to
+                # date meanwhile): they cannot be carried back; that search asks the server
+                raise _StaleKeywords("the statistics are newer than the search's snapshot")
             live = None
             if int(rows[0][2]) != stats.rows:  # rows were deleted: which ones
                 row = conn.execute(
@@ -1337,44 +1623,55 @@ class PostgresStore(Store):
         raise _StaleKeywords("the agent's keyword rows kept changing")
 
     def _from_keyword_cache(self, tokens: list[str], answer: Callable[..., Any]) -> Any:
-        """``answer(conn, stats, entries, checked)`` on the agent's cached keyword statistics (the
-        postings of ``tokens`` in ``entries``; ``checked``: their data version was just read),
+        """``answer(conn, memo, stats, entries, checked)`` on the agent's cached keyword statistics
+        (the postings of ``tokens`` in ``entries``; ``checked``: their data version was just read),
         asked again on refreshed statistics while it returns :data:`_STALE`. None while a
         generation is being built or when the rows kept changing: the caller asks the server."""
         if self._gen is not None:  # a generation being built: straight from the tables
             return None
-        stale = None
-        with self._conn() as conn:
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> Any:
+            stale = None
             for _ in range(_KEYWORD_ATTEMPTS):
                 try:
                     stats, entries, checked = self._keyword_postings(conn, tokens, stale)
                 except _StaleKeywords:
                     break
-                result = answer(conn, stats, entries, checked)
+                result = answer(conn, memo, stats, entries, checked)
                 if result is not _STALE:
                     return result
                 stale = stats
-        log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
-        return None
+            return None
+
+        found = self._read(run)
+        if found is None:
+            log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
+        return found
 
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         tokens = self.backend.terms.query(terms)
         if not tokens or limit <= 0:
             return []
 
-        def answer(conn: "psycopg.Connection", stats: _KeywordStats, entries: dict[str, Any], _: bool) -> Any:
+        def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
+                   entries: dict[str, Any], _: bool) -> Any:
             best = stats.search([entries[t] for t in tokens], int(limit))
-            # the ids of the best rows, and the version they were scored at (one statement)
+            # the ids of the best rows (and what search asks next about them), and the version they
+            # were scored at (one statement)
             rows = conn.execute(
                 self._VERSION.format(
-                    cols=", c.rid, c.id",
+                    cols=", c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.pending",
                     join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
                     "AND c.generation = a.generation",
                 ),
                 {"agent": self.agent, "rids": [rid for rid, _ in best]},
             ).fetchall()
-            if ((rows[0][0], rows[0][1]) if rows else None) != stats.token:
+            token = (rows[0][0], rows[0][1]) if rows else None
+            if token != stats.token:
                 return _STALE
+            if memo is not None:
+                memo.setdefault("token", token)
+                self._remember(memo, (r[3:] for r in rows))
             ids = {r[2]: r[3] for r in rows}
             return [(ids[rid], rank) for rid, rank in best if rid in ids]
 
@@ -1383,120 +1680,143 @@ class PostgresStore(Store):
 
     def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
         """The keyword query scored by the server (every matching row; same scores)."""
-        with self._conn() as conn:
-            n, avgdl = self._corpus_stats(conn)
-            if not n:
-                return []
-            # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
-            # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
-            # Each matching row's tsvector is cut down to the query's lexemes once; a lexeme's
-            # positions count its occurrences (tf); the rows per lexeme give its document frequency.
-            rows = conn.execute(
-                f"""
-                WITH m AS MATERIALIZED (
-                    SELECT rid, id, doc_len, ts_filter(setweight(terms, 'A', %(tokens)s::text[]), '{{a}}') AS hit
-                    FROM clawmem_chunks
-                    WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
-                      AND terms @@ %(query)s::tsquery),
-                u AS MATERIALIZED (
-                    SELECT m.rid, m.id, m.doc_len, x.lexeme, array_length(x.positions, 1)::float8 AS f
-                    FROM m CROSS JOIN LATERAL unnest(m.hit) AS x),
-                d AS (
-                    SELECT lexeme, ln((%(n)s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM u GROUP BY lexeme)
-                SELECT u.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
-                                  * (u.f * %(k1p)s) / (u.f + %(k1)s * (1 - %(b)s + %(b)s * u.doc_len / %(avgdl)s))) AS r
-                FROM u JOIN d USING (lexeme)
-                GROUP BY u.rid, u.id ORDER BY r, u.rid LIMIT %(limit)s
-                """,
-                {"tokens": tokens, "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
-                 "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
-            ).fetchall()
+        return self._read(lambda conn, memo: self._keyword_rows_sql(conn, tokens, limit))
+
+    def _keyword_rows_sql(self, conn: "psycopg.Connection", tokens: list[str], limit: int) -> list[tuple[str, float]]:
+        n, avgdl = self._corpus_stats(conn)
+        if not n:
+            return []
+        # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
+        # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
+        # Each matching row's tsvector is cut down to the query's lexemes once; a lexeme's
+        # positions count its occurrences (tf); the rows per lexeme give its document frequency.
+        rows = conn.execute(
+            f"""
+            WITH m AS MATERIALIZED (
+                SELECT rid, id, doc_len, ts_filter(setweight(terms, 'A', %(tokens)s::text[]), '{{a}}') AS hit
+                FROM clawmem_chunks
+                WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
+                  AND terms @@ %(query)s::tsquery),
+            u AS MATERIALIZED (
+                SELECT m.rid, m.id, m.doc_len, x.lexeme, array_length(x.positions, 1)::float8 AS f
+                FROM m CROSS JOIN LATERAL unnest(m.hit) AS x),
+            d AS (
+                SELECT lexeme, ln((%(n)s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM u GROUP BY lexeme)
+            SELECT u.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
+                              * (u.f * %(k1p)s) / (u.f + %(k1)s * (1 - %(b)s + %(b)s * u.doc_len / %(avgdl)s))) AS r
+            FROM u JOIN d USING (lexeme)
+            GROUP BY u.rid, u.id ORDER BY r, u.rid LIMIT %(limit)s
+            """,
+            {"tokens": tokens, "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
+             "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
+        ).fetchall()
         return [(r[0], float(r[1])) for r in rows]
 
     def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
         per_term = [self.backend.terms.query([term]) for term in terms]
         tokens = list(dict.fromkeys(t for toks in per_term for t in toks))
 
-        def answer(conn: "psycopg.Connection", stats: _KeywordStats, entries: dict[str, Any], checked: bool) -> Any:
-            if not checked:
-                row = conn.execute(self._VERSION.format(cols="", join=""), {"agent": self.agent}).fetchone()
-                if (tuple(row) if row else None) != stats.token:
-                    return _STALE
+        def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
+                   entries: dict[str, Any], checked: bool) -> Any:
+            if not checked and self._token(conn, memo) != stats.token:  # no round trip in a snapshot that read it
+                return _STALE
             # a term of several tokens: the rows holding all of them
             return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0 for toks in per_term]
 
         found = self._from_keyword_cache(tokens, answer)
         if found is not None:
             return found  # type: ignore[no-any-return]
-        with self._conn() as conn:
-            n, _ = self._corpus_stats(conn)
-            out = []
-            for toks in per_term:
-                if not toks:
-                    out.append(0)
-                    continue
-                q = " & ".join(_tsquery([t]) for t in toks)  # a term of several tokens: all of them
-                row = conn.execute(
-                    f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
-                    "AND part = 0 AND terms @@ %(q)s::tsquery",
-                    {"agent": self.agent, "q": q},
-                ).fetchone()
-                out.append(int(row[0]))
+        return self._read(lambda conn, memo: self._term_hits_sql(conn, per_term))
+
+    def _term_hits_sql(self, conn: "psycopg.Connection", per_term: list[list[str]]) -> tuple[int, list[int]]:
+        n, _ = self._corpus_stats(conn)
+        out = []
+        for toks in per_term:
+            if not toks:
+                out.append(0)
+                continue
+            q = " & ".join(_tsquery([t]) for t in toks)  # a term of several tokens: all of them
+            row = conn.execute(
+                f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                "AND part = 0 AND terms @@ %(q)s::tsquery",
+                {"agent": self.agent, "q": q},
+            ).fetchone()
+            out.append(int(row[0]))  # type: ignore[index]
         return int(n), out
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         dims = len(query)
         if not dims or limit <= 0:
             return []
-        q = _vec(query)
-        with self._conn() as conn:
-            token = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s",
-                                 (self.agent,)).fetchone()
-            if (self._gen, token) != self._vec_token:  # vectors counted per data version
-                self._vec_count, self._vec_token = {}, (self._gen, token)
-                self._index_size = {}
-            count = self._vec_count.get(dims)
-            if count is None:
-                row = conn.execute(
-                    f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
-                    f"AND dims = {dims}",
-                    {"agent": self.agent},
-                ).fetchone()
-                count = self._vec_count[dims] = int(row[0])  # type: ignore[index]
-            if not count:
-                return []
-            params = {"agent": self.agent, "q": q, "limit": int(limit)}
-            kind = self._hnsw_type(conn, dims) if count >= self.backend.exact_below else None
-            if kind is None or count * count < self.backend.hnsw_visit_cost * int(limit) * self._index_rows(conn, dims):
-                rows = conn.execute(
-                    f"SELECT id, embedding <=> %(q)s::vector AS d FROM clawmem_chunks WHERE agent = %(agent)s "
-                    f"AND generation = {self._g()} AND dims = {dims} ORDER BY d, rid LIMIT %(limit)s",
-                    params,
-                ).fetchall()
-            else:
-                with conn.transaction():
-                    ef = max(self.backend.hnsw_ef_search, min(int(limit), 1000))
-                    # one round trip; the agent's rows by the btree, then a sort, can look cheaper
-                    # on stale statistics (enable_sort off)
-                    conn.execute(
-                        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true), "
-                        "set_config('enable_sort', 'off', true)",
-                        (str(ef), self.backend.hnsw_iterative_scan),
-                    )
-                    # the graph walk orders by the index's own expression; the candidates are then
-                    # ranked by their full-precision distance (the heap row is read anyway)
-                    rows = conn.execute(
-                        f"WITH c AS MATERIALIZED (SELECT id, rid, embedding <=> %(q)s::vector AS d "
-                        f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "
-                        f"ORDER BY embedding::{kind}({dims}) <=> %(q)s::{kind}({dims}) LIMIT %(limit)s) "
-                        f"SELECT id, d FROM c ORDER BY d, rid",
-                        params,
-                    ).fetchall()
+        rows = self._read(lambda conn, memo: self._vector_rows(conn, memo, _vec(query), dims, int(limit)))
         out = []
         for cid, d in rows:
             if d is not None and math.isfinite(d):
                 out.append((cid, 1.0 - float(d)))
         return out
+
+    #: What the vector query returns of each row besides its distance (search asks for it next).
+    _VECTOR_COLS = "id, path, source, start_line, end_line, pending"
+
+    def _vector_rows(self, conn: "psycopg.Connection", memo: dict[str, Any] | None, q: str, dims: int,
+                     limit: int) -> list[tuple[str, float]]:
+        token = self._token(conn, memo)
+        if (self._gen, token) != self._vec_token:  # vectors counted per data version
+            self._vec_count, self._vec_token = {}, (self._gen, token)
+            self._index_size = {}
+        count = self._vec_count.get(dims)
+        if count is None:
+            row = conn.execute(
+                f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"AND dims = {dims}",
+                {"agent": self.agent},
+            ).fetchone()
+            count = self._vec_count[dims] = int(row[0])  # type: ignore[index]
+        if not count:
+            return []
+        params = {"agent": self.agent, "q": q, "limit": limit}
+        kind = self._hnsw_type(conn, dims) if count >= self.backend.exact_below else None
+        if kind is None or count * count < self.backend.hnsw_visit_cost * limit * self._index_rows(conn, dims):
+            rows = conn.execute(
+                f"SELECT embedding <=> %(q)s::vector AS d, {self._VECTOR_COLS} FROM clawmem_chunks "
+                f"WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} ORDER BY d, rid LIMIT %(limit)s",
+                params,
+            ).fetchall()
+        else:
+            ef = max(self.backend.hnsw_ef_search, min(limit, 1000))
+            # The settings hold for this query only (rolled back with it), sent with it in one round trip.
+            with self._rolled_back(conn):
+                # one statement; the agent's rows by the btree, then a sort, can look cheaper on
+                # stale statistics (enable_sort off)
+                conn.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true), "
+                    "set_config('enable_sort', 'off', true)",
+                    (str(ef), self.backend.hnsw_iterative_scan),
+                )
+                # the graph walk orders by the index's own expression; the candidates are then
+                # ranked by their full-precision distance (the heap row is read anyway)
+                rows = conn.execute(
+                    f"WITH c AS MATERIALIZED (SELECT rid, embedding <=> %(q)s::vector AS d, {self._VECTOR_COLS} "
+                    f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "
+                    f"ORDER BY embedding::{kind}({dims}) <=> %(q)s::{kind}({dims}) LIMIT %(limit)s) "
+                    f"SELECT d, {self._VECTOR_COLS} FROM c ORDER BY d, rid",
+                    params,
+                ).fetchall()
+        self._remember(memo, (r[1:] for r in rows))
+        return [(r[1], r[0]) for r in rows]
+
+    @contextlib.contextmanager
+    def _rolled_back(self, conn: "psycopg.Connection") -> Iterator[None]:
+        """Statements whose effects (``SET LOCAL``-like settings) end with them, pipelined: in a
+        search's snapshot up to a savepoint (that snapshot's transaction is this store's, not
+        psycopg's), else in a transaction of their own."""
+        if self._in_snapshot():
+            conn.execute("SAVEPOINT clawmem_settings")
+            yield
+            conn.execute("ROLLBACK TO SAVEPOINT clawmem_settings")
+            return
+        with conn.pipeline(), conn.transaction(force_rollback=True):
+            yield
 
     def _index_rows(self, conn: "psycopg.Connection", dims: int) -> float:
         """The planner's estimate of the rows in the (all agents') HNSW index for ``dims``; 0 if unknown."""
@@ -1548,7 +1868,7 @@ class PostgresStore(Store):
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         if not hashes:
             return {}
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 "SELECT hash, embedding::real[] FROM clawmem_embedding_cache WHERE provider = %s AND model = %s "
                 "AND provider_key = %s AND hash = ANY(%s)",
@@ -1662,7 +1982,7 @@ class PostgresStore(Store):
 
     def counts(self) -> StoreCounts:
         self.refresh()
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT 'f', source, count(*) FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"GROUP BY source UNION ALL SELECT 'c', source, count(*) FROM clawmem_chunks WHERE agent = %(agent)s "
