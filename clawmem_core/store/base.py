@@ -218,6 +218,13 @@ class Store(ABC):
         keywords while the vector phase is under way)."""
         return set()
 
+    def writing(self) -> ContextManager[None]:
+        """A block of this thread's calls that a store may run on one connection (the vector
+        phase is one): cheaper where each call would take a connection and check it first."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
     @abstractmethod
     def vector_counts(self) -> VectorCounts:
         """Chunks with their vectors done, of all chunks (window rows not counted), and the

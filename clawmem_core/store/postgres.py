@@ -41,10 +41,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("clawmem")
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 3
-#: Older schema versions this code upgrades in place (the changes are only added indexes and
-#: storage settings).
-_UPGRADES_FROM = (2,)
+SCHEMA_VERSION = 4
+#: Older schema versions this code upgrades in place (the changes are only added indexes, columns
+#: and storage settings; vectors a version 2 database keeps out of line are moved into their rows
+#: agent by agent, at each agent's next sync: see :meth:`PostgresStore.remove_leftovers`).
+_UPGRADES_FROM = (2, 3)
+#: Out-of-line vectors (written under schema version 2) moved into their rows per statement.
+_INLINE_BATCH = 2_000
 META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
@@ -114,6 +117,12 @@ CREATE INDEX IF NOT EXISTS clawmem_chunks_keyword ON clawmem_chunks (agent, gene
 -- vectors inside the row (the text and the terms go out of line instead): an exact search reads
 -- one page per few rows, not a TOAST lookup per row (version 3)
 ALTER TABLE clawmem_chunks ALTER COLUMN embedding SET STORAGE MAIN;
+-- the terms uncompressed (out of line when large): compressing them cost a third of a keyword
+-- row's insert, and a read of postings decompressed them again (version 4)
+ALTER TABLE clawmem_chunks ALTER COLUMN terms SET STORAGE EXTERNAL;
+-- false: the agent may have vectors stored out of line (written under version 2), moved into
+-- their rows at its next sync (version 4)
+ALTER TABLE clawmem_agents ADD COLUMN IF NOT EXISTS vectors_inline boolean NOT NULL DEFAULT true;
 CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
     provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
     dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
@@ -173,8 +182,8 @@ def _pg_text(text: str) -> str:
 
 
 def _vec(v: Sequence[float]) -> str:
-    """A pgvector text literal."""
-    return "[" + ",".join(repr(float(x)) for x in v) + "]"
+    """A pgvector text literal (``[1.0, 0.5]``: pgvector skips the spaces)."""
+    return str(list(map(float, v)))
 
 
 class _Terms:
@@ -198,9 +207,19 @@ class _Terms:
 
     def document(self, text: str) -> list[str]:
         doc = index_document(text) if self.cjk else text
-        with self._lock:
-            got = self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False)
-        return [t[0] for t in got if t]
+        with self._lock:  # (no colocated tokens: the first of each group, as FTS5 indexes it)
+            return self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False,  # type: ignore[no-any-return]
+                             include_colocated=False)
+
+    def counts(self, text: str) -> tuple["Counter[str]", int]:
+        """Each term of a document with its count (terms PostgreSQL cannot hold left out), and the
+        document's length in tokens (all of them, as FTS5 counts it)."""
+        tokens = self.document(text)
+        counts = Counter(tokens)
+        # a term of at most 511 characters is at most 2044 bytes: only longer ones are measured
+        for t in [t for t in counts if len(t) > _MAX_LEXEME_BYTES // 4 and len(t.encode("utf-8")) > _MAX_LEXEME_BYTES]:
+            del counts[t]
+        return counts, len(tokens)
 
     def query(self, terms: Sequence[str]) -> list[str]:
         """The tokens of query terms (a term of several tokens counts as each of them)."""
@@ -220,10 +239,15 @@ def _quote_lexeme(t: str) -> str:
     return "'" + t.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: ``1,2,...,n`` for every n up to :data:`_MAX_POSITIONS`.
+_POSITIONS = [""] + [",".join(map(str, range(1, n + 1))) for n in range(1, _MAX_POSITIONS + 1)]
+
+
 def _tsvector(counts: "Counter[str]") -> str:
     """A ``tsvector`` literal holding each term with as many positions as occurrences (its tf)."""
-    return " ".join(f"{_quote_lexeme(t)}:{','.join(map(str, range(1, min(n, _MAX_POSITIONS) + 1)))}"
-                    for t, n in counts.items())
+    pos, top = _POSITIONS, _MAX_POSITIONS
+    return " ".join(["'" + t.replace("\\", "\\\\").replace("'", "''") + "':" + pos[n if n < top else top]
+                     for t, n in counts.items()])
 
 
 def _tsquery(tokens: Sequence[str]) -> str:
@@ -393,6 +417,29 @@ class _KeywordCache:
 
 
 KEYWORD_CACHE = _KeywordCache()
+
+#: This thread's open writing blocks (:meth:`PostgresBackend.writing`): URL -> [connection, depth].
+_WRITING = threading.local()
+
+
+def _again_if_lost(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a store call once more when it failed because the connection of this thread's writing
+    block was lost (the server ended it as the call began): the calls of the vector phase are
+    safe to repeat (a chunk no longer pending is not completed twice)."""
+    import functools
+
+    @functools.wraps(method)
+    def call(self: "PostgresStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            block = getattr(_WRITING, "by_url", {}).get(self.backend._url)
+            if block is None or not (block[0].closed or block[0].broken):
+                raise
+            log.debug("the connection of a writing block was lost during %s: once more", method.__name__)
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 #: This thread's open reading blocks (:meth:`PostgresBackend.reading`), by database URL, innermost last.
@@ -624,11 +671,16 @@ class PostgresBackend(StoreBackend):
 
     @contextlib.contextmanager
     def connection(self) -> Iterator["psycopg.Connection"]:
-        """A pooled connection (autocommit); driver errors come out as :class:`StoreError`
-        without the password."""
+        """A pooled connection (autocommit), or the connection of this thread's open writing
+        block (:meth:`writing`); driver errors come out as :class:`StoreError` without the
+        password."""
         import psycopg
 
         try:
+            block = getattr(_WRITING, "by_url", {}).get(self._url)
+            if block is not None:
+                yield self._block_connection(block)
+                return
             with self.pool.connection(timeout=30) as conn:
                 yield conn
         except psycopg.Error as exc:
@@ -639,6 +691,62 @@ class PostgresBackend(StoreBackend):
             if isinstance(exc, PoolTimeout):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A block of this thread's statements on one connection, taken from the pool (and
+        checked) once: under load, each of the pool's checks waits for the server as long as a
+        statement. Nested blocks share the outermost one. A connection lost meanwhile fails the
+        statements after it (nothing is retried), and the pool drops it at the end of the block."""
+        blocks = _WRITING.__dict__.setdefault("by_url", {})
+        block = blocks.get(self._url)
+        if block is not None:
+            block[1] += 1
+            try:
+                yield
+            finally:
+                block[1] -= 1
+            return
+        try:
+            conn = self.pool.getconn(timeout=30)
+        except Exception as exc:
+            from psycopg_pool import PoolTimeout
+
+            if isinstance(exc, PoolTimeout):
+                raise self.error("no PostgreSQL connection available", exc) from None
+            raise
+        block = blocks[self._url] = [conn, 1]
+        try:
+            yield
+        finally:
+            del blocks[self._url]
+            self.pool.putconn(block[0])
+
+    def _block_connection(self, block: list[Any]) -> "psycopg.Connection":
+        """The connection of a writing block, replaced by a new one when it was lost while idle
+        (the server closed it: its socket has something to read while no statement runs); asking
+        the server is left to the rare case where the socket says so."""
+        import select
+
+        conn = block[0]
+        try:
+            idle_news = not conn.closed and bool(select.select([conn.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):
+            idle_news = True
+        if conn.closed or conn.broken or idle_news:
+            from psycopg_pool import ConnectionPool
+
+            try:
+                if conn.closed or conn.broken:
+                    raise ConnectionError
+                ConnectionPool.check_connection(conn)  # a notice, or the end of the connection
+            except Exception:
+                log.debug("the connection of a writing block was lost: taking a new one")
+                with contextlib.suppress(Exception):
+                    conn.close()
+                self.pool.putconn(conn)
+                conn = block[0] = self.pool.getconn(timeout=30)
+        return conn  # type: ignore[no-any-return]
 
     def _reading(self) -> _Reading | None:
         """This thread's innermost open reading block on this database."""
@@ -671,32 +779,41 @@ class PostgresBackend(StoreBackend):
         row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
         return int(row[0]) if row else None
 
-    def ensure_schema(self) -> None:
-        """Create the tables on first use. A database that has them is only read: DDL takes table
-        locks that would wait on (and deadlock with) the syncs of other processes."""
+    def ensure_schema(self) -> int | None:
+        """Create the tables on first use, or upgrade an older schema in place; returns the
+        version upgraded from (``None`` when nothing was upgraded here). A database that has the
+        current schema is only read: DDL takes table locks that would wait on (and deadlock with)
+        the syncs of other processes. Processes opening an old schema at once upgrade it once:
+        the upgrade runs under an advisory lock and rereads the version."""
         if self._schema_ready:
-            return
+            return None
         with self.connection() as conn:
             version = self._schema_version(conn)
         if version == SCHEMA_VERSION:
             self._schema_ready = True
-            return
+            return None
+        upgraded: int | None = None
         with self.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            exists = conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]  # type: ignore[index]
-            if exists:
-                row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
-                if row is not None and row[0] != SCHEMA_VERSION and row[0] not in _UPGRADES_FROM:
-                    raise StoreError(
-                        f"database {redact_url(self._url)} has clawmem schema version {row[0]}; this clawmem "
-                        f"writes {SCHEMA_VERSION}"
-                    )
-            conn.execute(_SCHEMA)
-            if conn.execute("SELECT count(*) FROM clawmem_schema").fetchone()[0] == 0:  # type: ignore[index]
+            version = self._schema_version(conn)
+            if version is not None and version != SCHEMA_VERSION and version not in _UPGRADES_FROM:
+                raise StoreError(
+                    f"database {redact_url(self._url)} has clawmem schema version {version}; this clawmem "
+                    f"writes {SCHEMA_VERSION}"
+                )
+            if version != SCHEMA_VERSION:
+                conn.execute(_SCHEMA)
+                if version is not None:
+                    # an agent indexed under version 2 (or a version 3 upgraded from it) may
+                    # hold vectors out of line: each is moved into its rows at the agent's next sync
+                    conn.execute("UPDATE clawmem_agents SET vectors_inline = false")
+                    upgraded = version
+                    log.info("upgraded the clawmem schema of %s from version %s to %s", redact_url(self._url),
+                             version, SCHEMA_VERSION)
+                conn.execute("DELETE FROM clawmem_schema")
                 conn.execute("INSERT INTO clawmem_schema VALUES (%s)", (SCHEMA_VERSION,))
-            else:
-                conn.execute("UPDATE clawmem_schema SET version = %s", (SCHEMA_VERSION,))
         self._schema_ready = True
+        return upgraded
 
     # -- StoreBackend -----------------------------------------------------------------------------
 
@@ -867,6 +984,9 @@ class PostgresStore(Store):
         self._last_counts: tuple[Any, VectorCounts] | None = None
         #: dims -> the type of the valid HNSW index over them ("halfvec" or "vector")
         self._hnsw: dict[int, str] = {}
+        #: dims -> at least how many vectors of those dimensions the agent has (counted, plus
+        #: those written since): when below ``exact_below``, no HNSW index is due yet
+        self._vec_bound: dict[int, int] = {}
         self.vector_path = None
         if create:
             with self.backend.connection() as conn:
@@ -982,17 +1102,44 @@ class PostgresStore(Store):
             if pend:
                 pending.add(cid)
 
+    def writing(self) -> ContextManager[None]:
+        return self.backend.writing()
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator["psycopg.Connection"]:
         """A write transaction: holds the agent's row lock and bumps its data version."""
+        with self._write() as (conn, _):
+            yield conn
+
+    @contextlib.contextmanager
+    def _write(self, read_generation: bool = True) -> Iterator[tuple["psycopg.Connection", Any]]:
+        """A write transaction (see :meth:`_tx`) and the generation it writes (the live one,
+        read under the agent's row lock, or the one being built); without ``read_generation``,
+        the live one is a SQL expression over the agent (a ``%s`` parameter) and nothing waits
+        for the server before the block's own statements. Pipelined: statements whose results
+        are not read go with the next one that is, the ``COMMIT`` with the last."""
         self.backend.check_lock()
         _WRITES[0] += 1
         try:
-            with self._conn() as conn, conn.transaction():
-                conn.execute("UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s", (self.agent,))
-                yield conn
+            with self._write_tx(read_generation) as out:
+                yield out
         finally:
             _WRITES[0] += 1
+
+    @contextlib.contextmanager
+    def _write_tx(self, read_generation: bool) -> Iterator[tuple["psycopg.Connection", Any]]:
+        with self._conn() as conn, conn.pipeline(), conn.transaction():
+            cur = conn.execute(
+                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s RETURNING generation",
+                (self.agent,),
+            )
+            if self._gen is not None:
+                yield conn, self._gen
+            elif not read_generation:
+                yield conn, "(SELECT generation FROM clawmem_agents WHERE agent = %s)"
+            else:
+                row = cur.fetchone()
+                yield conn, int(row[0]) if row else -1  # an agent nobody has indexed: no rows
 
     def _generation(self, conn: "psycopg.Connection") -> int:
         if self._gen is not None:
@@ -1093,9 +1240,7 @@ class PostgresStore(Store):
         doc_len = 0
         text = _pg_text(c.text)
         if not c.window:
-            tokens = self.backend.terms.document(text)
-            doc_len = len(tokens)
-            counts = Counter(t for t in tokens if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES)
+            counts, doc_len = self.backend.terms.counts(text)
             terms = _tsvector(counts)
         emb = list(c.embedding) if c.embedding else None
         return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, text,
@@ -1110,8 +1255,7 @@ class PostgresStore(Store):
             by_source.setdefault(file.source, []).append(file.path)
         rows = []
         seen: set[str] = set()
-        with self._tx() as conn:
-            gen = self._generation(conn)
+        with self._write() as (conn, gen):
             for _, chunks in items:
                 for c in chunks:
                     if c.id not in seen:  # identical pieces of one chunk: one row
@@ -1144,11 +1288,10 @@ class PostgresStore(Store):
                 )
         if dims:
             self.vector_dims = dims
-            self._maybe_build_hnsw(dims)
+            self._maybe_build_hnsw(dims, sum(1 for r in rows if r[14] is not None))
 
     def touch_files(self, files: Sequence[FileRow]) -> None:
-        with self._tx() as conn:
-            gen = self._generation(conn)
+        with self._write() as (conn, gen):
             with conn.cursor() as cur:
                 cur.executemany(
                     "UPDATE clawmem_files SET mtime = %s, size = %s, ctime = %s, ino = %s WHERE agent = %s "
@@ -1158,8 +1301,7 @@ class PostgresStore(Store):
 
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
         paths = list(paths)
-        with self._tx() as conn:
-            gen = self._generation(conn)
+        with self._write() as (conn, gen):
             self._delete(conn, gen, source, paths)
             conn.execute(
                 "DELETE FROM clawmem_files WHERE agent = %s AND generation = %s AND source = %s AND path = ANY(%s)",
@@ -1168,6 +1310,7 @@ class PostgresStore(Store):
 
     # -- vectors after keywords --------------------------------------------------------------------
 
+    @_again_if_lost
     def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
         if paths is not None and not paths:
             return []
@@ -1182,6 +1325,7 @@ class PostgresStore(Store):
             ).fetchall()
         return [(int(r[0]), ChunkRow(*r[1:], pending=True)) for r in rows]
 
+    @_again_if_lost
     def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
         now = _now_ms()
         dims = next((len(v) for _, v, _ in items if v), None) or next(
@@ -1190,39 +1334,63 @@ class PostgresStore(Store):
         first: dict[str, tuple[Sequence[float] | None, list[ChunkRow]]] = {}
         for cid, vec, windows in items:
             first.setdefault(cid, (vec, windows))
-        ids = list(first)
-        embs = [_vec(v) if v else None for v, _ in first.values()]
-        with self._tx() as conn:
-            gen = self._generation(conn)
-            # one statement for the whole batch; a chunk no longer pending (replaced or deleted
-            # since it was read) is not among the rows returned
-            rows = conn.execute(
-                "UPDATE clawmem_chunks AS c SET embedding = u.emb::vector, dims = vector_dims(u.emb::vector), "
-                "pending = 0, updated_at = %(now)s FROM unnest(%(ids)s::text[], %(embs)s::text[]) AS u(id, emb) "
-                "WHERE c.agent = %(agent)s AND c.generation = %(gen)s AND c.id = u.id AND c.pending = 1 RETURNING c.id",
-                {"now": now, "ids": ids, "embs": embs, "agent": self.agent, "gen": gen},
-            ).fetchall()
-            done = len(rows)
-            windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
+        with self._write(read_generation=False) as (conn, gen):
+            # One statement a chunk, by its unique key, sent together: a single join against the
+            # batch may be planned as a scan of every pending row of the agent (statistics lag
+            # behind a keyword phase that just wrote them). A chunk no longer pending (replaced
+            # or deleted since it was read) is not updated and returns nothing. Without window
+            # rows to add, nothing is read before the COMMIT: one round trip in all.
+            live = isinstance(gen, str)
+            cur = conn.cursor()
+            cur.executemany(
+                "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
+                f"WHERE agent = %s AND generation = {gen if live else '%s'} AND id = %s AND pending = 1 RETURNING id",
+                [(_vec(v) if v else None, len(v) if v else None, now, self.agent, self.agent if live else gen, cid)
+                 for cid, (v, _) in first.items()],
+                returning=True,
+            )
+            rows: list[tuple[str]] | None = None
+            windows: list[tuple[Any, ...]] = []
+            if any(ws for _, ws in first.values()):
+                rows = self._all_results(cur)
+                if live:
+                    gen = self._generation(conn)
+                windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
             if windows:
-                with conn.cursor() as cur:
-                    cur.executemany(
+                with conn.cursor() as wcur:
+                    wcur.executemany(
                         "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
                         "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
                         "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
                         "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
                         windows,
                     )
-            if dims and done and dims != self.vector_dims:
+            if dims and dims != self.vector_dims:  # (nothing is written when no chunk was completed)
                 conn.execute(
-                    "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
+                    f"INSERT INTO clawmem_meta (agent, generation, key, value) SELECT %s, {gen if live else '%s'}, "
+                    "'vector_dims', %s WHERE EXISTS (SELECT 1 FROM clawmem_chunks WHERE agent = %s AND updated_at = %s "
+                    "AND id = ANY(%s) AND pending = 0) "
                     "ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
-                    (self.agent, gen, str(dims)),
+                    (self.agent, self.agent if live else gen, str(dims), self.agent, now, list(first)),
                 )
+        if rows is None:
+            rows = self._all_results(cur)
+        cur.close()
+        done = len(rows)
         if dims and done:
             self.vector_dims = dims
-            self._maybe_build_hnsw(dims)
+            self._maybe_build_hnsw(dims, sum(1 for (cid,) in rows if first[cid][0])
+                                   + sum(1 for w in windows if w[14] is not None))
         return done
+
+    @staticmethod
+    def _all_results(cur: "psycopg.Cursor[Any]") -> list[Any]:
+        """The rows of every statement an ``executemany(..., returning=True)`` ran."""
+        rows: list[Any] = []
+        while True:
+            rows.extend(cur.fetchall())
+            if not cur.nextset():
+                return rows
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(dict.fromkeys(ids))
@@ -1242,6 +1410,7 @@ class PostgresStore(Store):
 
         return self._read(run)
 
+    @_again_if_lost
     def vector_counts(self) -> VectorCounts:
         if self._gen is not None:  # a generation being built
             with self._conn(read=True) as conn:
@@ -1705,11 +1874,18 @@ class PostgresStore(Store):
                 self._hnsw[dims] = kind
         return kind
 
-    def _maybe_build_hnsw(self, dims: int) -> None:
+    def _maybe_build_hnsw(self, dims: int, written: int) -> None:
         """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
-        (one index per dimension count, shared by every agent)."""
+        (one index per dimension count, shared by every agent). ``written``: vectors just written.
+        The agent's vectors are counted only when the last count plus those written since could
+        reach the threshold (not after every batch of a vector phase)."""
         if dims in self._hnsw or hnsw_type(dims) is None:
             return
+        bound = self._vec_bound.get(dims)
+        if bound is not None:
+            bound = self._vec_bound[dims] = bound + written
+            if bound < self.backend.exact_below:
+                return
         with self._conn() as conn:
             if self._hnsw_type(conn, dims):
                 return
@@ -1718,12 +1894,14 @@ class PostgresStore(Store):
                 f"AND dims = {dims}",
                 {"agent": self.agent},
             ).fetchone()
-            if int(row[0]) < self.backend.exact_below:  # type: ignore[index]
+            self._vec_bound[dims] = int(row[0])  # type: ignore[index]
+            if self._vec_bound[dims] < self.backend.exact_below:
                 return
         self.backend.build_hnsw(dims)
 
     # -- embedding cache --------------------------------------------------------------------------
 
+    @_again_if_lost
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         if not hashes:
             return {}
@@ -1735,16 +1913,20 @@ class PostgresStore(Store):
             ).fetchall()
         return {h: [float(x) for x in v] for h, v in rows if v}
 
+    @_again_if_lost
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
-        values = [(provider, model, provider_key, h, len(v), _vec(v), _now_ms()) for h, v in items.items() if len(v)]
-        if not values:
+        entries = [(h, _vec(v)) for h, v in items.items() if len(v)]
+        if not entries:
             return
-        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
+        with self._conn() as conn:  # one statement: atomic without a transaction around it
+            conn.execute(
                 "INSERT INTO clawmem_embedding_cache (provider, model, provider_key, hash, dims, embedding, updated_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s::vector, %s) ON CONFLICT (provider, model, provider_key, hash) "
-                "DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
-                values,
+                "SELECT %(provider)s, %(model)s, %(key)s, u.hash, vector_dims(u.emb::vector), u.emb::vector, %(now)s "
+                "FROM unnest(%(hashes)s::text[], %(embs)s::text[]) AS u(hash, emb) "
+                "ON CONFLICT (provider, model, provider_key, hash) DO UPDATE SET embedding = excluded.embedding, "
+                "dims = excluded.dims, updated_at = excluded.updated_at",
+                {"provider": provider, "model": model, "key": provider_key, "now": _now_ms(),
+                 "hashes": [h for h, _ in entries], "embs": [e for _, e in entries]},
             )
 
     def cache_prune(self, max_entries: int) -> int:
@@ -1794,8 +1976,39 @@ class PostgresStore(Store):
 
     def remove_leftovers(self) -> int:
         """Rows of generations that are not live (a rebuild that crashed, or an old generation not
-        yet dropped); call with the sync lock held."""
-        return self._drop_generations(keep_live=True)
+        yet dropped); call with the sync lock held. Also moves vectors stored out of line (an agent
+        indexed under schema version 2) into their rows, once per agent."""
+        n = self._drop_generations(keep_live=True)
+        self._inline_vectors()
+        return n
+
+    def _inline_vectors(self) -> int:
+        """Move the agent's out-of-line vectors into their rows (an exact search then reads no
+        TOAST entry per row), a batch per transaction: a sync killed meanwhile leaves vectors
+        inline or out of line, every one whole, and the next sync carries on. Returns how many."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT vectors_inline, current_setting('server_version_num')::int FROM clawmem_agents "
+                               "WHERE agent = %s", (self.agent,)).fetchone()
+        if row is None or row[0]:
+            return 0
+        # PostgreSQL 17 tells which values are out of line; before it, every vector is rewritten once
+        outside = "pg_column_toast_chunk_id(embedding) IS NOT NULL" if int(row[1]) >= 170000 else "true"
+        moved, after = 0, 0
+        while True:
+            with self._conn() as conn, conn.transaction():
+                # a new value (through text) is stored as the column says now: inside the row
+                got = conn.execute(
+                    f"WITH b AS (SELECT rid FROM clawmem_chunks WHERE agent = %(agent)s AND rid > %(after)s "
+                    f"AND embedding IS NOT NULL AND {outside} ORDER BY rid LIMIT %(n)s) "
+                    "UPDATE clawmem_chunks AS c SET embedding = c.embedding::text::vector FROM b WHERE c.rid = b.rid "
+                    "RETURNING c.rid",
+                    {"agent": self.agent, "after": after, "n": _INLINE_BATCH},
+                ).fetchall()
+                if not got:
+                    conn.execute("UPDATE clawmem_agents SET vectors_inline = true WHERE agent = %s", (self.agent,))
+                    return moved
+            moved += len(got)
+            after = max(r[0] for r in got)
 
     # -- errors -----------------------------------------------------------------------------------
 
