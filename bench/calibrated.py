@@ -32,7 +32,7 @@ import numpy as np
 
 from clawmem_core.calibration import BACKGROUND_TEXTS, background_level, blind_scripts
 from clawmem_core.config import FUSION_DEFAULTS
-from clawmem_core.search import query_confidence, query_idf_mass, query_script, vocabulary_share
+from clawmem_core.search import AGREEMENT_CHUNKS, query_confidence, query_idf_mass, query_script, vocabulary_share
 
 from .calib_study import Q  # noqa: F401  (unpickling)
 from .metrics import Span, covered_gold
@@ -71,8 +71,14 @@ def confidence(q, vectors: bool) -> float:
     if not vectors:
         return query_confidence(vocab, None)
     blind = q.blind if q.blind is not None else BLIND.get(q.label, frozenset())
-    best = float(vec_cal(q).max()) if len(q.cos) and _script(q) not in blind else None
-    return query_confidence(vocab, best)
+    vc = vec_cal(q)
+    best = float(vc.max()) if len(q.cos) and _script(q) not in blind else None
+    agree = None
+    if best is not None:  # clawmem_core.search.keyword_agreement over the keyword candidates
+        kw = np.flatnonzero(q.kw_pos > 0)
+        t = text_cal(q)
+        agree = float(max((vc[i] for i in sorted(kw, key=lambda i: -t[i])[:AGREEMENT_CHUNKS]), default=0.0))
+    return query_confidence(vocab, best, agree)
 
 
 def evaluate(qs, fn, thresholds):
@@ -83,7 +89,7 @@ def evaluate(qs, fn, thresholds):
         order = np.lexsort((np.arange(len(s)), -s))
         order = [i for i in order if s[i] > -1]
         if isinstance(s, Confident):
-            s = s * s.confidence  # the order stands; the scores meet min_score scaled
+            s = np.minimum(1.0, s * s.confidence)  # the order stands; the scores meet min_score scaled, capped at 1
         spans = [Span(*q.keys[i]) for i in order]
         if q.gold is None:
             top = s[order[0]] if order else -1

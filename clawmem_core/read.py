@@ -34,7 +34,10 @@ def _line_arg(value: object, name: str) -> int | None:
             raise InvalidQueryError(f"{name} must be an integer, got {value!r}")
         value = int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
+        try:  # "²" is a digit int() refuses; 5,000 digits are past int()'s limit
+            value = int(value)
+        except ValueError:
+            raise InvalidQueryError(f"{name} must be an integer, got {value[:50]!r}") from None
     if not isinstance(value, int):
         raise InvalidQueryError(f"{name} must be an integer, got {value!r}")
     return value
@@ -184,6 +187,8 @@ def check_indexed_path(path: object) -> str:
     """A path as the index shows it (``MEMORY.md``, ``memory/x.md``...), checked by its text alone:
     a relative ``.md`` path without ``..``; the index is then asked for exactly that path."""
     raw = _path_text(path)
+    if not is_valid_name(raw):  # lone surrogates: never an indexed path, and no driver can send them
+        raise _refuse(printable_name(raw), BAD_NAME_REASON)
     if not raw.endswith(".md"):
         raise _refuse(raw, "not a .md file")
     parts = raw.replace("\\", "/").split("/")

@@ -20,7 +20,7 @@ from .text import index_terms, search_terms, similarity_tokens
 
 if TYPE_CHECKING:
     from .config import QueryConfig
-    from .store.base import Store
+    from .store.base import ChunkRow, Store
 
 MAX_QUERY_TERMS = 64
 #: Larger ``max_results`` are clamped (a memory tool never needs more; sqlite-vec caps k at 4096).
@@ -115,16 +115,26 @@ def text_relevance(ranks: Sequence[float], idf_mass: float) -> list[float]:
 #: A query counts as fully known to the index when this share of its terms occurs in it
 #: (:func:`vocabulary_share`); below it, its scores are scaled down in proportion.
 VOCABULARY_FULL = 0.6
-#: A query counts as fully seen by the vector side when its best chunk's calibrated vector score
-#: (cosine above the query's unrelated-text level, :mod:`clawmem_core.calibration`) reaches this;
-#: below it, its scores are scaled down in proportion.
+#: The vector side's evidence for a query (:func:`query_confidence`) that leaves its scores as they
+#: are: a calibrated vector score this far above unrelated text (:mod:`clawmem_core.calibration`).
+#: Below it the scores are scaled down in proportion, above it up, within the two bounds below.
 VECTOR_FULL = 0.25
-#: The vector side alone at most scales a query's scores down to this share: it confirms or doubts,
-#: the keyword evidence keeps a say.
+#: The vector side alone at most scales a query's scores down to this share: it doubts, the keyword
+#: evidence keeps a say.
 VECTOR_DOUBT_FLOOR = 0.7
+#: ... and at most up by this factor (scores stay at most 1): when the chunks the keywords rank
+#: first are also clearly above unrelated text for the embedder, two independent sides agree.
+VECTOR_CONFIRMS = 4 / 3
+#: The best calibrated vector score of a chunk the keywords do not rank among their first
+#: :data:`AGREEMENT_CHUNKS` counts at this share: a vector match alone is weaker evidence than one
+#: the keyword side agrees with (a question about something absent from the memory still lands
+#: near some chunk, never near the chunks its rare words pick).
+VECTOR_ALONE = 0.7
+#: How many of the keyword side's best chunks are checked for the vector side's agreement.
+AGREEMENT_CHUNKS = 3
 #: A best calibrated vector score this high vouches for the query whatever its words (a paraphrase,
 #: another language): the vocabulary factor is then at least ``best / VECTOR_VOUCHES``.
-VECTOR_VOUCHES = 0.5
+VECTOR_VOUCHES = 0.35
 
 
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -152,20 +162,36 @@ def vocabulary_share(terms: Sequence[str], hits: Sequence[int]) -> float | None:
     return sum(counted) / len(counted)
 
 
-def query_confidence(vocabulary: float | None, best_vector: float | None) -> float:
-    """How far a query's calibrated scores are to be trusted, in [0, 1]. Keyword evidence:
-    ``min(1, vocabulary / VOCABULARY_FULL)`` (:func:`vocabulary_share`; 1 when ``None``). When the
-    vector side ran with a calibration (``best_vector``: the best calibrated vector score among the
-    query's chunks), that factor is at least ``best_vector / VECTOR_VOUCHES``, and the product is
-    multiplied by ``min(1, best_vector / VECTOR_FULL)``, at least :data:`VECTOR_DOUBT_FLOOR`: a
-    query no chunk of which the embedder places clearly above unrelated text is doubted. Every score
-    of the query is multiplied by the result, so the order is unchanged, and a question about
-    something absent from the memory falls below ``min_score`` even when a few of its words match."""
+def query_confidence(vocabulary: float | None, best_vector: float | None, agreement: float | None = None) -> float:
+    """How far a query's calibrated scores are to be trusted, in ``[0, VECTOR_CONFIRMS]``: every
+    score of the query is multiplied by it (and capped at 1), so the order is unchanged.
+
+    Keyword evidence: ``min(1, vocabulary / VOCABULARY_FULL)`` (:func:`vocabulary_share`; 1 when
+    ``None``). When the vector side ran with a calibration (``best_vector``: the best calibrated
+    vector score among the query's chunks), that factor is at least ``best_vector / VECTOR_VOUCHES``
+    (a paraphrase), and it is multiplied by the vector side's evidence ``e / VECTOR_FULL``, bounded
+    to ``[VECTOR_DOUBT_FLOOR, VECTOR_CONFIRMS]``, where ``e`` is ``max(agreement, VECTOR_ALONE *
+    best_vector)``; ``agreement`` is the best calibrated vector score among the keyword side's first
+    :data:`AGREEMENT_CHUNKS` chunks (``None``: counted as 0). A question about something absent from
+    the memory shares a rare word with some chunk the embedder places no closer than unrelated text:
+    its scores fall below ``min_score``; a question whose keyword and vector sides agree gains."""
     vocab = 1.0 if vocabulary is None or not math.isfinite(vocabulary) else vocabulary / VOCABULARY_FULL
     if best_vector is None or not math.isfinite(best_vector):
         return max(0.0, min(1.0, vocab))
-    vocab = max(vocab, best_vector / VECTOR_VOUCHES)
-    return max(0.0, min(1.0, vocab)) * max(VECTOR_DOUBT_FLOOR, min(1.0, best_vector / VECTOR_FULL))
+    best = max(0.0, min(1.0, best_vector))
+    agree = agreement if agreement is not None and math.isfinite(agreement) else 0.0
+    evidence = max(max(0.0, min(1.0, agree)), VECTOR_ALONE * best)
+    vocab = max(vocab, best / VECTOR_VOUCHES)
+    return max(0.0, min(1.0, vocab)) * max(VECTOR_DOUBT_FLOOR, min(VECTOR_CONFIRMS, evidence / VECTOR_FULL))
+
+
+def keyword_agreement(kw_ids: Sequence[str], text_scores: Sequence[float], vector_of: dict[str, float],
+                      n: int = AGREEMENT_CHUNKS) -> float:
+    """The best calibrated vector score among the ``n`` chunks the keyword side scores highest
+    (``vector_of``: calibrated vector score by chunk id; a chunk the vector side did not return
+    counts 0): do the two sides agree on where the answer is?"""
+    order = sorted(range(len(kw_ids)), key=lambda i: -text_scores[i])[:n]
+    return max((vector_of.get(kw_ids[i], 0.0) for i in order), default=0.0)
 
 
 #: The keyword score of a chunk of ``MEMORY.md``, or of a note whose file name names a query term
@@ -414,13 +440,14 @@ def select_results(
 
 def select_confident(ranked: Sequence[Candidate], confidence: float, *, min_score: float, max_results: int) -> list[Candidate]:
     """The calibrated fusion's selection: each score times the query's ``confidence``
-    (:func:`query_confidence`), kept when it reaches ``min_score`` (no fallback below it), in the
-    given order, cut to ``max_results``. Scaling after ranking keeps the order even at confidence 0."""
-    if confidence >= 1.0:
+    (:func:`query_confidence`), capped at 1, kept when it reaches ``min_score`` (no fallback below
+    it), in the given order, cut to ``max_results``. Scaling after ranking keeps the order even at
+    confidence 0."""
+    if confidence == 1.0:
         return [c for c in ranked if c.score >= min_score][:max_results]
     out = []
     for c in ranked:
-        score = c.score * confidence
+        score = min(1.0, c.score * confidence)
         if score >= min_score:
             out.append(c._replace(score=score))
             if len(out) >= max_results:
@@ -512,6 +539,10 @@ def _rerank_head(
     return out, rel
 
 
+#: Reads of the candidate lists when a sync replaced some of them between the reads.
+_CANDIDATE_READS = 3
+
+
 def rank(
     store: "Store",
     cfg: "QueryConfig",
@@ -541,14 +572,19 @@ def rank(
     args = (store, cfg, query, terms, qvec, min_score, keyword_only, mtime_of)
     extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline,
                  vectors_partial=vectors_partial)
-    chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
-    if k > CANDIDATE_POOL:
-        # More than the fixed pool: the first results stay those the fixed pool gives (so results
-        # are monotonic in max_results), the rest come in order from the widest pool.
-        shown = {(c.source, c.path, c.start_line, c.end_line) for c in chosen}
-        wide = _choose(*args, pool=MAX_RESULTS, k=MAX_RESULTS, reranker=None, info={}, **extra)
-        chosen += [c for c in wide if (c.source, c.path, c.start_line, c.end_line) not in shown][: k - len(chosen)]
-    return SearchHits(results_with_snippets(store, chosen, terms), info=info)
+    for attempt in range(_CANDIDATE_READS):
+        chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
+        if k > CANDIDATE_POOL:
+            # More than the fixed pool: the first results stay those the fixed pool gives (so results
+            # are monotonic in max_results), the rest come in order from the widest pool.
+            shown = {(c.source, c.path, c.start_line, c.end_line) for c in chosen}
+            wide = _choose(*args, pool=MAX_RESULTS, k=MAX_RESULTS, reranker=None, info={}, **extra)
+            chosen += [c for c in wide if (c.source, c.path, c.start_line, c.end_line) not in shown][: k - len(chosen)]
+        rows = store.get_chunks([c.id for c in chosen])
+        if all(c.id in rows for c in chosen):
+            break
+        # a sync replaced a chosen chunk since it was ranked: rank again (never a result without its text)
+    return SearchHits(results_with_snippets(store, chosen, terms, rows), info=info)
 
 
 def _choose(
@@ -578,16 +614,22 @@ def _choose(
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
-    kw_hits = store.keyword_search(terms, pool) if keyword_side else []
     # The calibrated fusion ranks a query in a script the embedder cannot tell texts apart in
     # (all-MiniLM-L6-v2 on Chinese, judged from its calibration vectors) by the keyword side alone,
     # exactly as without an embedder: that embedder's cosines there are noise, and noise reorders.
     blind = (hybrid.fusion != "openclaw" and keyword_side and not keyword_only and qvec is not None
              and bool(background) and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background))
-    vec_hits: list[tuple[str, float]] = []
-    if qvec is not None and any(v != 0 for v in qvec) and not blind:
-        vec_hits = store.vector_search(qvec, pool)
-    meta = store.get_chunk_meta([i for i, _ in kw_hits] + [i for i, _ in vec_hits])
+    for _ in range(_CANDIDATE_READS):
+        kw_hits = store.keyword_search(terms, pool) if keyword_side else []
+        vec_hits: list[tuple[str, float]] = []
+        if qvec is not None and any(v != 0 for v in qvec) and not blind:
+            vec_hits = store.vector_search(qvec, pool)
+        ids = {i for i, _ in kw_hits} | {i for i, _ in vec_hits}
+        meta = store.get_chunk_meta(ids)
+        if len(meta) == len(ids):
+            break
+        # a sync replaced chunks between these reads (a file's old chunks are gone, and its new
+        # ones were not among the candidates): read the candidates again, not a file in neither state
 
     def cand(cid: str, **scores: float) -> Candidate | None:
         m = meta.get(cid)  # None: removed since the candidate lists were read
@@ -615,7 +657,8 @@ def _choose(
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms
-            # the index knows (no keyword hit: none), and the vector side's best calibrated score.
+            # the index knows (no keyword hit: none), the vector side's best calibrated score, and
+            # whether the vector side agrees with the chunks the keywords rank first.
             if hits is not None:
                 pairs = list(zip(terms, hits[1]))
                 if getattr(store, "fts_tokenizer", "") == "trigram":  # shorter terms are never searched
@@ -627,8 +670,19 @@ def _choose(
             best = max(vec_scores, default=0.0) if math.isfinite(level) and not no_vectors and not vectors_partial else None
             if best is not None and background and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background):
                 best = None  # the embedder cannot tell texts of this script apart: no say either way
-            conf = query_confidence(vocab, best)
+            agree = None
+            if best is not None:
+                vector_of: dict[str, float] = {}
+                for (cid, _), v in zip(vec_hits, vec_scores):
+                    vector_of[cid] = max(v, vector_of.get(cid, 0.0))
+                agree = keyword_agreement([i for i, _ in kw_hits], scores, vector_of)
+            conf = query_confidence(vocab, best, agree)
             info["confidence"] = round(conf, 4)
+            info["confidence_signals"] = {
+                "vocabulary": None if vocab is None else round(vocab, 4),
+                "vector_best": None if best is None else round(best, 4),
+                "agreement": None if agree is None else round(agree, 4),
+            }
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
     vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
     if no_vectors:
@@ -669,10 +723,13 @@ def _choose(
 
 
 
-def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str]) -> list[SearchResult]:
+def results_with_snippets(store: "Store", chosen: list[Candidate], terms: Sequence[str],
+                          rows: "dict[str, ChunkRow] | None" = None) -> list[SearchResult]:
     """The results, each with the part of its chunk that matched ``terms`` as its snippet (a vector
-    hit's row is its best embedding window) and the lines that part shows."""
-    rows = store.get_chunks([c.id for c in chosen])
+    hit's row is its best embedding window) and the lines that part shows (``rows``: the chunks'
+    rows, when read already)."""
+    if rows is None:
+        rows = store.get_chunks([c.id for c in chosen])
     out = []
     for c in chosen:
         row = rows.get(c.id)

@@ -111,6 +111,22 @@ def fill_vectors(
     """Embed every pending chunk of ``store`` (of ``paths`` only, when given; chunks of other
     models are left alone). Stops early when ``should_stop()`` says so or ``clock()`` passes
     ``deadline``; what is done stays done."""
+    with store.writing():
+        return _fill(store, emb, cache_enabled, listener, report, should_stop, deadline, clock, group_chunks, paths)
+
+
+def _fill(
+    store: Store,
+    emb: Embedder,
+    cache_enabled: bool,
+    listener: Listener | None,
+    report: SyncReport | None,
+    should_stop: Callable[[], bool] | None,
+    deadline: float | None,
+    clock: Callable[[], float],
+    group_chunks: int,
+    paths: Sequence[str] | None,
+) -> FillResult:
     result = FillResult()
     counts = store.vector_counts()
     if counts.pending == 0:

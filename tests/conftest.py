@@ -76,7 +76,9 @@ def drop_database(server: Any, url: str) -> None:
     from clawmem_core.store.postgres import PostgresBackend
 
     PostgresBackend.close_pools(url)
-    name = url.rsplit("/", 1)[1].split("?", 1)[0]
+    from urllib.parse import urlsplit
+
+    name = urlsplit(url).path.lstrip("/")  # (not the last "/": the socket directory is in ?host=)
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 

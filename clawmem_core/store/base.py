@@ -9,6 +9,7 @@ meta, and an atomic full rebuild).
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ContextManager, Hashable, Iterable, Sequence
@@ -91,6 +92,12 @@ class StoreBusyError(StoreError):
     """Another process holds the index's sync lock (raised only by a lock taken without waiting)."""
 
 
+class ReadInterrupted(StoreError):
+    """A read in a :meth:`Store.reading` snapshot lost its connection after the index changed: the
+    block's answers so far are of another state of the index than the next ones would be. Run the
+    block again."""
+
+
 class Store(ABC):
     """An open handle on one agent's derived index: files, chunks, keyword and vector search,
     embedding cache, meta."""
@@ -112,6 +119,12 @@ class Store(ABC):
     def vector_backend(self) -> str:
         """Name of the vector search in use (status)."""
         return "numpy"
+
+    def reading(self, snapshot: bool = False) -> ContextManager[None]:
+        """A block of reads in this thread (one search): a store may serve them on one connection
+        and, with ``snapshot``, from one consistent state of the index (then a read may raise
+        :class:`ReadInterrupted`). Nothing is written through this handle inside a snapshot."""
+        return contextlib.nullcontext()
 
     # -- identity and bookkeeping -----------------------------------------------------------------
 
@@ -204,6 +217,13 @@ class Store(ABC):
         """Those of these chunk ids that still wait for their vectors (search ranks them by their
         keywords while the vector phase is under way)."""
         return set()
+
+    def writing(self) -> ContextManager[None]:
+        """A block of this thread's calls that a store may run on one connection (the vector
+        phase is one): cheaper where each call would take a connection and check it first."""
+        import contextlib
+
+        return contextlib.nullcontext()
 
     @abstractmethod
     def vector_counts(self) -> VectorCounts:

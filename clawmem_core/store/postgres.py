@@ -19,17 +19,19 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..config import memory_kb
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
-from .base import ChunkRow, CorruptIndexError, FileRow, FileState, Store, StoreBackend, StoreBusyError, StoreCounts, VectorCounts
+from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, MissingIndexError, ReadInterrupted, Store,
+                   StoreBackend, StoreBusyError, StoreCounts, VectorCounts)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,11 +39,15 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 log = logging.getLogger("clawmem")
+_T = TypeVar("_T")
 
-SCHEMA_VERSION = 3
-#: Older schema versions this code upgrades in place (the changes are only added indexes and
-#: storage settings).
-_UPGRADES_FROM = (2,)
+SCHEMA_VERSION = 4
+#: Older schema versions this code upgrades in place (the changes are only added indexes, columns
+#: and storage settings; vectors a version 2 database keeps out of line are moved into their rows
+#: agent by agent, at each agent's next sync: see :meth:`PostgresStore.remove_leftovers`).
+_UPGRADES_FROM = (2, 3)
+#: Out-of-line vectors (written under schema version 2) moved into their rows per statement.
+_INLINE_BATCH = 2_000
 META_KEY = "memory_index_meta_v1"
 #: Agents with fewer vectors than this are searched exactly; above it, through HNSW.
 EXACT_BELOW = 20_000
@@ -111,12 +117,23 @@ CREATE INDEX IF NOT EXISTS clawmem_chunks_keyword ON clawmem_chunks (agent, gene
 -- vectors inside the row (the text and the terms go out of line instead): an exact search reads
 -- one page per few rows, not a TOAST lookup per row (version 3)
 ALTER TABLE clawmem_chunks ALTER COLUMN embedding SET STORAGE MAIN;
+-- the terms uncompressed (out of line when large): compressing them cost a third of a keyword
+-- row's insert, and a read of postings decompressed them again (version 4)
+ALTER TABLE clawmem_chunks ALTER COLUMN terms SET STORAGE EXTERNAL;
+-- false: the agent may have vectors stored out of line (written under version 2), moved into
+-- their rows at its next sync (version 4)
+ALTER TABLE clawmem_agents ADD COLUMN IF NOT EXISTS vectors_inline boolean NOT NULL DEFAULT true;
 CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
     provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
     dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
     PRIMARY KEY (provider, model, provider_key, hash));
 CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_cache (updated_at);
 """
+
+
+def _is_password_key(key: str) -> bool:
+    """A URI query key libpq reads as the password (it decodes ``pass%77ord`` too)."""
+    return unquote(key).strip().lower() == "password"
 
 
 def redact_url(url: str) -> str:
@@ -131,18 +148,23 @@ def redact_url(url: str) -> str:
         if ":" in userinfo:
             userinfo = userinfo.split(":", 1)[0] + ":***"
         netloc = f"{userinfo}@{host}"
-    query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
+    query = "&".join(f"{part.split('=', 1)[0]}=***" if "=" in part and _is_password_key(part.split("=", 1)[0])
+                     else part for part in parts.query.split("&"))
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def _password_of(url: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-        pw = parts.password
-    except ValueError:
-        return None
-    m = re.search(r"(?i)(?:^|&)password=([^&]*)", parts.query)
-    return pw or (m.group(1) if m else None)
+def _passwords_of(url: str) -> list[str]:
+    """Every password ``url`` holds, as written and percent-decoded (longest first); also of a URL
+    ``urlsplit`` refuses, whose text libpq may quote in its error."""
+    found: list[str] = []
+    m = re.match(r"[^:/?#]*://([^@/?#]*)@", url)
+    if m and ":" in m.group(1):
+        found.append(m.group(1).split(":", 1)[1])
+    query = url.split("?", 1)[1].split("#", 1)[0] if "?" in url else ""
+    found += [part.split("=", 1)[1] for part in query.split("&")
+              if "=" in part and _is_password_key(part.split("=", 1)[0])]
+    found += [unquote(pw) for pw in found]
+    return sorted({pw for pw in found if pw}, key=len, reverse=True)
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -153,9 +175,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _pg_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: a NUL character (text fields refuse it; SQLite keeps
+    it) becomes U+FFFD, which no tokenizer indexes either."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def _vec(v: Sequence[float]) -> str:
-    """A pgvector text literal."""
-    return "[" + ",".join(repr(float(x)) for x in v) + "]"
+    """A pgvector text literal (``[1.0, 0.5]``: pgvector skips the spaces)."""
+    return str(list(map(float, v)))
 
 
 class _Terms:
@@ -179,9 +207,19 @@ class _Terms:
 
     def document(self, text: str) -> list[str]:
         doc = index_document(text) if self.cjk else text
-        with self._lock:
-            got = self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False)
-        return [t[0] for t in got if t]
+        with self._lock:  # (no colocated tokens: the first of each group, as FTS5 indexes it)
+            return self._tok(doc.encode("utf-8"), self._doc_flag, None, include_offsets=False,  # type: ignore[no-any-return]
+                             include_colocated=False)
+
+    def counts(self, text: str) -> tuple["Counter[str]", int]:
+        """Each term of a document with its count (terms PostgreSQL cannot hold left out), and the
+        document's length in tokens (all of them, as FTS5 counts it)."""
+        tokens = self.document(text)
+        counts = Counter(tokens)
+        # a term of at most 511 characters is at most 2044 bytes: only longer ones are measured
+        for t in [t for t in counts if len(t) > _MAX_LEXEME_BYTES // 4 and len(t.encode("utf-8")) > _MAX_LEXEME_BYTES]:
+            del counts[t]
+        return counts, len(tokens)
 
     def query(self, terms: Sequence[str]) -> list[str]:
         """The tokens of query terms (a term of several tokens counts as each of them)."""
@@ -201,10 +239,15 @@ def _quote_lexeme(t: str) -> str:
     return "'" + t.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: ``1,2,...,n`` for every n up to :data:`_MAX_POSITIONS`.
+_POSITIONS = [""] + [",".join(map(str, range(1, n + 1))) for n in range(1, _MAX_POSITIONS + 1)]
+
+
 def _tsvector(counts: "Counter[str]") -> str:
     """A ``tsvector`` literal holding each term with as many positions as occurrences (its tf)."""
-    return " ".join(f"{_quote_lexeme(t)}:{','.join(map(str, range(1, min(n, _MAX_POSITIONS) + 1)))}"
-                    for t, n in counts.items())
+    pos, top = _POSITIONS, _MAX_POSITIONS
+    return " ".join(["'" + t.replace("\\", "\\\\").replace("'", "''") + "':" + pos[n if n < top else top]
+                     for t, n in counts.items()])
 
 
 def _tsquery(tokens: Sequence[str]) -> str:
@@ -375,6 +418,141 @@ class _KeywordCache:
 
 KEYWORD_CACHE = _KeywordCache()
 
+#: This thread's open writing blocks (:meth:`PostgresBackend.writing`): URL -> [connection, depth].
+_WRITING = threading.local()
+
+
+def _again_if_lost(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a store call once more when it failed because the connection of this thread's writing
+    block was lost (the server ended it as the call began): the calls of the vector phase are
+    safe to repeat (a chunk no longer pending is not completed twice)."""
+    import functools
+
+    @functools.wraps(method)
+    def call(self: "PostgresStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            block = getattr(_WRITING, "by_url", {}).get(self.backend._url)
+            if block is None or not (block[0].closed or block[0].broken):
+                raise
+            log.debug("the connection of a writing block was lost during %s: once more", method.__name__)
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+#: This thread's open reading blocks (:meth:`PostgresBackend.reading`), by database URL, innermost last.
+_READING = threading.local()
+#: Bumped by every write transaction of this process: what a reading block outside a snapshot
+#: read is reused within the block only while this is unchanged.
+_WRITES = [0]
+#: Set while this thread takes a pooled connection without the pool's check (a reading block
+#: retries a read whose connection turns out to be lost instead).
+_UNCHECKED = threading.local()
+
+
+def _check_connection(conn: "psycopg.Connection") -> None:
+    """The pool's check of a connection it hands out (one round trip), skipped for reading blocks."""
+    if getattr(_UNCHECKED, "on", False):
+        return
+    from psycopg_pool import ConnectionPool
+
+    ConnectionPool.check_connection(conn)
+
+
+class _Reading:
+    """The connection of one thread's block of reads (one search) on one database, taken from the
+    pool without a check on its first read. With ``snapshot``, its reads run in one ``REPEATABLE
+    READ, READ ONLY`` transaction, in pipeline mode (the ``BEGIN`` rides with the first statement,
+    the ``COMMIT`` with the return), and what they answered is kept for the block (:attr:`memo`,
+    per agent), so that a later read of the same thing needs no round trip."""
+
+    def __init__(self, backend: "PostgresBackend", snapshot: bool) -> None:
+        self.backend = backend
+        self.snapshot = snapshot
+        self.depth = 1
+        self.conn: psycopg.Connection | None = None
+        self._pipeline: Any = None
+        #: (agent, generation) -> what this snapshot answered for it: "token" (generation, data
+        #: version), "meta" and "pending" of chunk ids, "chunks" (rows), "vectors" (counts)
+        self.memo: dict[tuple[str, int | None], dict[str, Any]] = {}
+        #: Agents this snapshot answered reads of.
+        self.read: set[tuple[str, int | None]] = set()
+        #: Agents read in an earlier snapshot of this block, and their versions then (checked when
+        #: the next snapshot starts).
+        self._verify: tuple[set[tuple[str, int | None]], dict[tuple[str, int | None], Any]] | None = None
+        self.interrupted = False
+        self._check_next = False
+
+    def connection(self) -> "psycopg.Connection":
+        if self.conn is None:
+            # after a lost connection, the pool's others may be lost too (a server restart): checked
+            _UNCHECKED.on = not self._check_next
+            try:
+                conn = self.backend.pool.getconn(timeout=30)
+            finally:
+                _UNCHECKED.on = False
+            self.conn = conn
+            if self.snapshot:
+                self._pipeline = conn.pipeline()
+                self._pipeline.__enter__()
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                self._check_versions(conn)
+        return self.conn
+
+    def lost(self) -> bool:
+        """Whether the connection is gone (killed, server restarted), not just a failed statement."""
+        conn = self.conn
+        return conn is not None and (conn.closed or conn.broken)
+
+    def release(self, discard: bool = False) -> None:
+        """End the snapshot and hand the connection back (closed first when ``discard``: the pool
+        drops it)."""
+        conn, pipeline = self.conn, self._pipeline
+        self.conn = self._pipeline = None
+        if conn is None:
+            return
+        try:
+            if pipeline is not None and not discard:
+                conn.execute("COMMIT")
+                pipeline.__exit__(None, None, None)
+        except Exception:
+            discard = True
+        if discard:
+            self._check_next = True
+            with contextlib.suppress(Exception):
+                conn.close()
+        self.backend.pool.putconn(conn)
+
+    def forget(self) -> None:
+        """After the connection was lost or a read failed: the block's next read runs in a new
+        snapshot, and only if every agent read so far is still at the version it was read at (the
+        answers are then the same); else that read raises :class:`ReadInterrupted`."""
+        tokens = {k: m["token"] for k, m in self.memo.items() if "token" in m}
+        if self.snapshot and self.read:
+            self._verify = (set(self.read) | set(self._verify[0]) if self._verify else set(self.read),
+                            {**(self._verify[1] if self._verify else {}), **tokens})
+        self.memo, self.read = {}, set()
+
+    def _check_versions(self, conn: "psycopg.Connection") -> None:
+        if self._verify is None:
+            return
+        read, tokens = self._verify
+        same = all(key in tokens for key in read)
+        if same:
+            rows = conn.execute("SELECT agent, generation, data_version FROM clawmem_agents WHERE agent = ANY(%s)",
+                                ([agent for agent, _ in tokens],)).fetchall()
+            now = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+            same = all(now.get(agent) == token for (agent, _), token in tokens.items())
+        if not same:  # for good: this block's reads can no longer be made to agree
+            self.interrupted = True
+            raise ReadInterrupted("the connection to PostgreSQL was lost during a search, and the index changed")
+        self._verify = None
+        for key, token in tokens.items():
+            self.memo[key] = {"token": token}
+        self.read = set(tokens)
+
 
 class PostgresBackend(StoreBackend):
     """One agent's index in a PostgreSQL database shared with other agents.
@@ -401,8 +579,10 @@ class PostgresBackend(StoreBackend):
         if hnsw_iterative_scan not in _ITERATIVE_SCANS:
             raise ConfigError(f"hnsw_iterative_scan must be one of {', '.join(_ITERATIVE_SCANS)}, got {hnsw_iterative_scan!r}")
         self.hnsw_build_memory_kb = memory_kb(hnsw_build_memory, "hnsw_build_memory")
+        if any("\ud800" <= c <= "\udfff" for c in url):  # refused before any driver echoes it
+            raise ConfigError("store.url is not valid UTF-8 (it holds an undecodable byte)")
         self._url = url
-        self._password = _password_of(url)
+        self._passwords = _passwords_of(url)
         self.agent_id = agent_id
         self.location = f"{redact_url(url)} (agent {agent_id})"
         self.exact_below = exact_below
@@ -433,11 +613,21 @@ class PostgresBackend(StoreBackend):
 
     def clean(self, text: str) -> str:
         """``text`` without the password (error messages of the driver)."""
-        if self._password:
-            text = text.replace(self._password, "***")
+        for pw in (*self._passwords, os.environ.get("PGPASSWORD")):
+            if pw:
+                text = text.replace(pw, "***")
         return text
 
     def error(self, what: str, exc: BaseException) -> StoreError:
+        """A :class:`StoreError` for the driver's ``exc``; ``exc`` and the errors chained to it
+        (still reachable as ``__context__``) are cleaned of the password too."""
+        seen: set[int] = set()
+        e: BaseException | None = exc
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            with contextlib.suppress(Exception):
+                e.args = tuple(self.clean(a) if isinstance(a, str) else a for a in e.args)
+            e = e.__cause__ or e.__context__
         return StoreError(self.clean(f"{what} ({redact_url(self._url)}): {exc}".strip()))
 
     @property
@@ -462,7 +652,7 @@ class PostgresBackend(StoreBackend):
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={"autocommit": True},
-                    check=ConnectionPool.check_connection,
+                    check=_check_connection,
                     open=False,
                     name="clawmem",
                 )
@@ -481,11 +671,16 @@ class PostgresBackend(StoreBackend):
 
     @contextlib.contextmanager
     def connection(self) -> Iterator["psycopg.Connection"]:
-        """A pooled connection (autocommit); driver errors come out as :class:`StoreError`
-        without the password."""
+        """A pooled connection (autocommit), or the connection of this thread's open writing
+        block (:meth:`writing`); driver errors come out as :class:`StoreError` without the
+        password."""
         import psycopg
 
         try:
+            block = getattr(_WRITING, "by_url", {}).get(self._url)
+            if block is not None:
+                yield self._block_connection(block)
+                return
             with self.pool.connection(timeout=30) as conn:
                 yield conn
         except psycopg.Error as exc:
@@ -497,38 +692,128 @@ class PostgresBackend(StoreBackend):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A block of this thread's statements on one connection, taken from the pool (and
+        checked) once: under load, each of the pool's checks waits for the server as long as a
+        statement. Nested blocks share the outermost one. A connection lost meanwhile fails the
+        statements after it (nothing is retried), and the pool drops it at the end of the block."""
+        blocks = _WRITING.__dict__.setdefault("by_url", {})
+        block = blocks.get(self._url)
+        if block is not None:
+            block[1] += 1
+            try:
+                yield
+            finally:
+                block[1] -= 1
+            return
+        try:
+            conn = self.pool.getconn(timeout=30)
+        except Exception as exc:
+            from psycopg_pool import PoolTimeout
+
+            if isinstance(exc, PoolTimeout):
+                raise self.error("no PostgreSQL connection available", exc) from None
+            raise
+        block = blocks[self._url] = [conn, 1]
+        try:
+            yield
+        finally:
+            del blocks[self._url]
+            self.pool.putconn(block[0])
+
+    def _block_connection(self, block: list[Any]) -> "psycopg.Connection":
+        """The connection of a writing block, replaced by a new one when it was lost while idle
+        (the server closed it: its socket has something to read while no statement runs); asking
+        the server is left to the rare case where the socket says so."""
+        import select
+
+        conn = block[0]
+        try:
+            idle_news = not conn.closed and bool(select.select([conn.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):
+            idle_news = True
+        if conn.closed or conn.broken or idle_news:
+            from psycopg_pool import ConnectionPool
+
+            try:
+                if conn.closed or conn.broken:
+                    raise ConnectionError
+                ConnectionPool.check_connection(conn)  # a notice, or the end of the connection
+            except Exception:
+                log.debug("the connection of a writing block was lost: taking a new one")
+                with contextlib.suppress(Exception):
+                    conn.close()
+                self.pool.putconn(conn)
+                conn = block[0] = self.pool.getconn(timeout=30)
+        return conn  # type: ignore[no-any-return]
+
+    def _reading(self) -> _Reading | None:
+        """This thread's innermost open reading block on this database."""
+        blocks = getattr(_READING, "by_url", {}).get(self._url)
+        return blocks[-1] if blocks else None
+
+    @contextlib.contextmanager
+    def reading(self, snapshot: bool = False) -> Iterator[None]:
+        """A block of this thread's reads on one connection (see :meth:`Store.reading`); blocks
+        of the same kind nest into the outermost one, for every agent of this database."""
+        blocks = _READING.__dict__.setdefault("by_url", {}).setdefault(self._url, [])
+        if blocks and blocks[-1].snapshot == snapshot:
+            blocks[-1].depth += 1
+            try:
+                yield
+            finally:
+                blocks[-1].depth -= 1
+            return
+        block = _Reading(self, snapshot)
+        blocks.append(block)
+        try:
+            yield
+        finally:
+            blocks.remove(block)
+            block.release()
+
     def _schema_version(self, conn: "psycopg.Connection") -> int | None:
         if not conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
             return None
         row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
         return int(row[0]) if row else None
 
-    def ensure_schema(self) -> None:
-        """Create the tables on first use. A database that has them is only read: DDL takes table
-        locks that would wait on (and deadlock with) the syncs of other processes."""
+    def ensure_schema(self) -> int | None:
+        """Create the tables on first use, or upgrade an older schema in place; returns the
+        version upgraded from (``None`` when nothing was upgraded here). A database that has the
+        current schema is only read: DDL takes table locks that would wait on (and deadlock with)
+        the syncs of other processes. Processes opening an old schema at once upgrade it once:
+        the upgrade runs under an advisory lock and rereads the version."""
         if self._schema_ready:
-            return
+            return None
         with self.connection() as conn:
             version = self._schema_version(conn)
         if version == SCHEMA_VERSION:
             self._schema_ready = True
-            return
+            return None
+        upgraded: int | None = None
         with self.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            exists = conn.execute("SELECT to_regclass('clawmem_schema') IS NOT NULL").fetchone()[0]  # type: ignore[index]
-            if exists:
-                row = conn.execute("SELECT version FROM clawmem_schema").fetchone()
-                if row is not None and row[0] != SCHEMA_VERSION and row[0] not in _UPGRADES_FROM:
-                    raise StoreError(
-                        f"database {redact_url(self._url)} has clawmem schema version {row[0]}; this clawmem "
-                        f"writes {SCHEMA_VERSION}"
-                    )
-            conn.execute(_SCHEMA)
-            if conn.execute("SELECT count(*) FROM clawmem_schema").fetchone()[0] == 0:  # type: ignore[index]
+            version = self._schema_version(conn)
+            if version is not None and version != SCHEMA_VERSION and version not in _UPGRADES_FROM:
+                raise StoreError(
+                    f"database {redact_url(self._url)} has clawmem schema version {version}; this clawmem "
+                    f"writes {SCHEMA_VERSION}"
+                )
+            if version != SCHEMA_VERSION:
+                conn.execute(_SCHEMA)
+                if version is not None:
+                    # an agent indexed under version 2 (or a version 3 upgraded from it) may
+                    # hold vectors out of line: each is moved into its rows at the agent's next sync
+                    conn.execute("UPDATE clawmem_agents SET vectors_inline = false")
+                    upgraded = version
+                    log.info("upgraded the clawmem schema of %s from version %s to %s", redact_url(self._url),
+                             version, SCHEMA_VERSION)
+                conn.execute("DELETE FROM clawmem_schema")
                 conn.execute("INSERT INTO clawmem_schema VALUES (%s)", (SCHEMA_VERSION,))
-            else:
-                conn.execute("UPDATE clawmem_schema SET version = %s", (SCHEMA_VERSION,))
         self._schema_ready = True
+        return upgraded
 
     # -- StoreBackend -----------------------------------------------------------------------------
 
@@ -537,8 +822,14 @@ class PostgresBackend(StoreBackend):
         return PostgresStore(self, self.agent_id)
 
     def open_namespace(self, agent_id: str) -> "PostgresStore":
-        """A handle on another agent's index in the same database (for shared namespaces)."""
-        self.ensure_schema()
+        """A handle on another agent's index in the same database (for shared namespaces and
+        replicas): read, never created (a database without clawmem's tables is not given them)."""
+        if not self._schema_ready:
+            with self.connection() as conn:
+                version = self._schema_version(conn)
+            if version is None:
+                raise MissingIndexError(f"{redact_url(self._url)} holds no clawmem index")
+        self.ensure_schema()  # refuses a newer schema version
         return PostgresStore(self, agent_id, create=False)
 
     @contextlib.contextmanager
@@ -689,8 +980,13 @@ class PostgresStore(Store):
         self._vec_token: Any = None
         #: ((generation, data version), keyword rows) as last counted
         self._total: tuple[tuple[int, int], int] | None = None
+        #: ((generation, data version), vector counts) as last read
+        self._last_counts: tuple[Any, VectorCounts] | None = None
         #: dims -> the type of the valid HNSW index over them ("halfvec" or "vector")
         self._hnsw: dict[int, str] = {}
+        #: dims -> at least how many vectors of those dimensions the agent has (counted, plus
+        #: those written since): when below ``exact_below``, no HNSW index is due yet
+        self._vec_bound: dict[int, int] = {}
         self.vector_path = None
         if create:
             with self.backend.connection() as conn:
@@ -711,19 +1007,139 @@ class PostgresStore(Store):
     # -- plumbing ---------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _conn(self) -> Iterator["psycopg.Connection"]:
+    def _conn(self, read: bool = False) -> Iterator["psycopg.Connection"]:
+        """A connection: this thread's reading block's when one is open (a search holds one
+        connection at a time, so concurrent searches never wait on each other for a second), except
+        for statements that are not all reads (``read`` false) inside a snapshot; else a pooled one."""
         if self._closed:
             raise StoreError(f"index {self.backend.location} is closed")
-        with self.backend.connection() as conn:
-            yield conn
+        block = self.backend._reading()
+        if block is None or (block.snapshot and not read) or block.interrupted:
+            with self.backend.connection() as conn:
+                yield conn
+            return
+        import psycopg
+
+        try:
+            yield block.connection()
+        except psycopg.Error as exc:
+            block.release(discard=True)
+            block.forget()
+            raise self.backend.error("PostgreSQL error", exc) from None
+        if block.snapshot:
+            block.read.add((self.agent, self._gen))
+
+    def reading(self, snapshot: bool = False) -> ContextManager[None]:
+        return self.backend.reading(snapshot)
+
+    def _read(self, fn: Callable[["psycopg.Connection", dict[str, Any] | None], _T]) -> _T:
+        """``fn(conn, memo)``: a read, on this thread's reading block's connection when one is
+        open (``memo``: what its snapshot answered for this agent so far, else ``None``), or on a
+        pooled connection. A block's connection is not checked before use: a read that finds it
+        lost runs again on a new one (within a snapshot, only if nothing read so far changed)."""
+        if self._closed:
+            raise StoreError(f"index {self.backend.location} is closed")
+        block = self.backend._reading()
+        if block is None:
+            with self.backend.connection() as conn:
+                return fn(conn, None)
+        import psycopg
+
+        if block.interrupted:
+            raise ReadInterrupted("the connection to PostgreSQL was lost during a search, and the index changed")
+        key = (self.agent, self._gen)
+        for attempt in range(2):
+            try:
+                conn = block.connection()
+                memo = block.memo.setdefault(key, {}) if self._gen is None else None
+                if memo is not None and not block.snapshot and memo.get("writes") != _WRITES[0]:
+                    # outside a snapshot, answers are reused until this process writes (a read
+                    # moments earlier: another process's write may land before or after it alike)
+                    memo.clear()
+                    memo["writes"] = _WRITES[0]
+                out = fn(conn, memo)
+            except psycopg.Error as exc:
+                # gone (killed, server restarted: AdminShutdown is seen before the connection's
+                # state says so) or another operational failure: once more, on a checked connection
+                lost = block.lost() or isinstance(exc, psycopg.OperationalError)
+                block.release(discard=True)
+                block.forget()
+                if not lost or attempt:
+                    raise self.backend.error("PostgreSQL error", exc) from None
+                log.debug("the connection of a search was lost: %s", self.backend.clean(str(exc)))
+                continue
+            if block.snapshot:
+                block.read.add(key)
+            return out
+        raise AssertionError("unreachable")
+
+    def _in_snapshot(self) -> bool:
+        block = self.backend._reading()
+        return block is not None and block.snapshot
+
+    _TOKEN = "SELECT generation, data_version FROM clawmem_agents WHERE agent = %s"
+
+    def _token(self, conn: "psycopg.Connection", memo: dict[str, Any] | None) -> tuple[int, int] | None:
+        """The agent's (live generation, data version): the snapshot's, or read now."""
+        if memo is not None and "token" in memo:
+            return memo["token"]  # type: ignore[no-any-return]
+        row = conn.execute(self._TOKEN, (self.agent,)).fetchone()
+        token = (int(row[0]), int(row[1])) if row else None
+        if memo is not None:
+            memo["token"] = token
+        return token
+
+    @staticmethod
+    def _remember(memo: dict[str, Any] | None, rows: Iterable[Sequence[Any]]) -> None:
+        """Keep ``(id, path, source, start_line, end_line, pending)`` of chunks read in a snapshot."""
+        if memo is None:
+            return
+        meta, pending = memo.setdefault("meta", {}), memo.setdefault("pending", set())
+        for cid, path, source, start, end, pend in rows:
+            if cid is None:
+                continue
+            meta[cid] = (path, source, start, end)
+            if pend:
+                pending.add(cid)
+
+    def writing(self) -> ContextManager[None]:
+        return self.backend.writing()
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator["psycopg.Connection"]:
         """A write transaction: holds the agent's row lock and bumps its data version."""
-        self.backend.check_lock()
-        with self._conn() as conn, conn.transaction():
-            conn.execute("UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s", (self.agent,))
+        with self._write() as (conn, _):
             yield conn
+
+    @contextlib.contextmanager
+    def _write(self, read_generation: bool = True) -> Iterator[tuple["psycopg.Connection", Any]]:
+        """A write transaction (see :meth:`_tx`) and the generation it writes (the live one,
+        read under the agent's row lock, or the one being built); without ``read_generation``,
+        the live one is a SQL expression over the agent (a ``%s`` parameter) and nothing waits
+        for the server before the block's own statements. Pipelined: statements whose results
+        are not read go with the next one that is, the ``COMMIT`` with the last."""
+        self.backend.check_lock()
+        _WRITES[0] += 1
+        try:
+            with self._write_tx(read_generation) as out:
+                yield out
+        finally:
+            _WRITES[0] += 1
+
+    @contextlib.contextmanager
+    def _write_tx(self, read_generation: bool) -> Iterator[tuple["psycopg.Connection", Any]]:
+        with self._conn() as conn, conn.pipeline(), conn.transaction():
+            cur = conn.execute(
+                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s RETURNING generation",
+                (self.agent,),
+            )
+            if self._gen is not None:
+                yield conn, self._gen
+            elif not read_generation:
+                yield conn, "(SELECT generation FROM clawmem_agents WHERE agent = %s)"
+            else:
+                row = cur.fetchone()
+                yield conn, int(row[0]) if row else -1  # an agent nobody has indexed: no rows
 
     def _generation(self, conn: "psycopg.Connection") -> int:
         if self._gen is not None:
@@ -742,7 +1158,7 @@ class PostgresStore(Store):
     # -- identity and bookkeeping -----------------------------------------------------------------
 
     def _get(self, key: str) -> str | None:
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             row = conn.execute(
                 f"SELECT value FROM clawmem_meta WHERE agent = %(agent)s AND generation = {self._g()} AND key = %(key)s",
                 {"agent": self.agent, "key": key},
@@ -777,9 +1193,7 @@ class PostgresStore(Store):
         self._set(f"value:{key}", value)
 
     def data_version(self) -> Any:
-        with self._conn() as conn:
-            row = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s", (self.agent,)).fetchone()
-        return (self._gen, tuple(row) if row else None)
+        return (self._gen, self._read(self._token))
 
     def refresh(self) -> None:
         dims = self._get("vector_dims")
@@ -791,7 +1205,7 @@ class PostgresStore(Store):
         return {path: state[1] for path, state in self.file_states(source).items()}
 
     def file_states(self, source: str) -> dict[str, FileState]:
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT path, hash, size, mtime, ctime, ino FROM clawmem_files WHERE agent = %(agent)s "
                 f"AND generation = {self._g()} AND source = %(source)s",
@@ -801,7 +1215,7 @@ class PostgresStore(Store):
 
     def file_text(self, source: str, path: str) -> tuple[str, int] | None:
         """The text of an indexed file as last indexed, and its mtime (ms); ``None`` if not indexed."""
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             row = conn.execute(
                 f"SELECT content, mtime FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND source = %(source)s AND path = %(path)s",
@@ -824,13 +1238,12 @@ class PostgresStore(Store):
     def _chunk_values(self, c: ChunkRow, gen: int, now: int) -> tuple[Any, ...]:
         terms: str | None = None
         doc_len = 0
+        text = _pg_text(c.text)
         if not c.window:
-            tokens = self.backend.terms.document(c.text)
-            doc_len = len(tokens)
-            counts = Counter(t for t in tokens if len(t.encode("utf-8")) <= _MAX_LEXEME_BYTES)
+            counts, doc_len = self.backend.terms.counts(text)
             terms = _tsvector(counts)
         emb = list(c.embedding) if c.embedding else None
-        return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text,
+        return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, text,
                 int(c.window), terms, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now,
                 int(c.pending))
 
@@ -842,8 +1255,7 @@ class PostgresStore(Store):
             by_source.setdefault(file.source, []).append(file.path)
         rows = []
         seen: set[str] = set()
-        with self._tx() as conn:
-            gen = self._generation(conn)
+        with self._write() as (conn, gen):
             for _, chunks in items:
                 for c in chunks:
                     if c.id not in seen:  # identical pieces of one chunk: one row
@@ -857,7 +1269,8 @@ class PostgresStore(Store):
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent, generation, source, path) "
                     "DO UPDATE SET hash = excluded.hash, mtime = excluded.mtime, size = excluded.size, "
                     "content = excluded.content, ctime = excluded.ctime, ino = excluded.ino",
-                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text, f.ctime, f.ino) for f, _ in items],
+                    [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text if f.text is None else _pg_text(f.text),
+                      f.ctime, f.ino) for f, _ in items],
                 )
                 if rows:
                     cur.executemany(
@@ -875,11 +1288,10 @@ class PostgresStore(Store):
                 )
         if dims:
             self.vector_dims = dims
-            self._maybe_build_hnsw(dims)
+            self._maybe_build_hnsw(dims, sum(1 for r in rows if r[14] is not None))
 
     def touch_files(self, files: Sequence[FileRow]) -> None:
-        with self._tx() as conn:
-            gen = self._generation(conn)
+        with self._write() as (conn, gen):
             with conn.cursor() as cur:
                 cur.executemany(
                     "UPDATE clawmem_files SET mtime = %s, size = %s, ctime = %s, ino = %s WHERE agent = %s "
@@ -889,8 +1301,7 @@ class PostgresStore(Store):
 
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
         paths = list(paths)
-        with self._tx() as conn:
-            gen = self._generation(conn)
+        with self._write() as (conn, gen):
             self._delete(conn, gen, source, paths)
             conn.execute(
                 "DELETE FROM clawmem_files WHERE agent = %s AND generation = %s AND source = %s AND path = ANY(%s)",
@@ -899,11 +1310,12 @@ class PostgresStore(Store):
 
     # -- vectors after keywords --------------------------------------------------------------------
 
+    @_again_if_lost
     def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
         if paths is not None and not paths:
             return []
         where = "" if paths is None else " AND path = ANY(%(paths)s)"
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
                 f"WHERE agent = %(agent)s AND generation = {self._g()} AND pending = 1 AND rid > %(after)s{where} "
@@ -913,6 +1325,7 @@ class PostgresStore(Store):
             ).fetchall()
         return [(int(r[0]), ChunkRow(*r[1:], pending=True)) for r in rows]
 
+    @_again_if_lost
     def set_vectors(self, items: Sequence[tuple[str, Sequence[float] | None, list[ChunkRow]]]) -> int:
         now = _now_ms()
         dims = next((len(v) for _, v, _ in items if v), None) or next(
@@ -921,55 +1334,86 @@ class PostgresStore(Store):
         first: dict[str, tuple[Sequence[float] | None, list[ChunkRow]]] = {}
         for cid, vec, windows in items:
             first.setdefault(cid, (vec, windows))
-        ids = list(first)
-        embs = [_vec(v) if v else None for v, _ in first.values()]
-        with self._tx() as conn:
-            gen = self._generation(conn)
-            # one statement for the whole batch; a chunk no longer pending (replaced or deleted
-            # since it was read) is not among the rows returned
-            rows = conn.execute(
-                "UPDATE clawmem_chunks AS c SET embedding = u.emb::vector, dims = vector_dims(u.emb::vector), "
-                "pending = 0, updated_at = %(now)s FROM unnest(%(ids)s::text[], %(embs)s::text[]) AS u(id, emb) "
-                "WHERE c.agent = %(agent)s AND c.generation = %(gen)s AND c.id = u.id AND c.pending = 1 RETURNING c.id",
-                {"now": now, "ids": ids, "embs": embs, "agent": self.agent, "gen": gen},
-            ).fetchall()
-            done = len(rows)
-            windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
+        with self._write(read_generation=False) as (conn, gen):
+            # One statement a chunk, by its unique key, sent together: a single join against the
+            # batch may be planned as a scan of every pending row of the agent (statistics lag
+            # behind a keyword phase that just wrote them). A chunk no longer pending (replaced
+            # or deleted since it was read) is not updated and returns nothing. Without window
+            # rows to add, nothing is read before the COMMIT: one round trip in all.
+            live = isinstance(gen, str)
+            cur = conn.cursor()
+            cur.executemany(
+                "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
+                f"WHERE agent = %s AND generation = {gen if live else '%s'} AND id = %s AND pending = 1 RETURNING id",
+                [(_vec(v) if v else None, len(v) if v else None, now, self.agent, self.agent if live else gen, cid)
+                 for cid, (v, _) in first.items()],
+                returning=True,
+            )
+            rows: list[tuple[str]] | None = None
+            windows: list[tuple[Any, ...]] = []
+            if any(ws for _, ws in first.values()):
+                rows = self._all_results(cur)
+                if live:
+                    gen = self._generation(conn)
+                windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
             if windows:
-                with conn.cursor() as cur:
-                    cur.executemany(
+                with conn.cursor() as wcur:
+                    wcur.executemany(
                         "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
                         "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
                         "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
                         "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
                         windows,
                     )
-            if dims and done and dims != self.vector_dims:
+            if dims and dims != self.vector_dims:  # (nothing is written when no chunk was completed)
                 conn.execute(
-                    "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
+                    f"INSERT INTO clawmem_meta (agent, generation, key, value) SELECT %s, {gen if live else '%s'}, "
+                    "'vector_dims', %s WHERE EXISTS (SELECT 1 FROM clawmem_chunks WHERE agent = %s AND updated_at = %s "
+                    "AND id = ANY(%s) AND pending = 0) "
                     "ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
-                    (self.agent, gen, str(dims)),
+                    (self.agent, self.agent if live else gen, str(dims), self.agent, now, list(first)),
                 )
+        if rows is None:
+            rows = self._all_results(cur)
+        cur.close()
+        done = len(rows)
         if dims and done:
             self.vector_dims = dims
-            self._maybe_build_hnsw(dims)
+            self._maybe_build_hnsw(dims, sum(1 for (cid,) in rows if first[cid][0])
+                                   + sum(1 for w in windows if w[14] is not None))
         return done
+
+    @staticmethod
+    def _all_results(cur: "psycopg.Cursor[Any]") -> list[Any]:
+        """The rows of every statement an ``executemany(..., returning=True)`` ran."""
+        rows: list[Any] = []
+        while True:
+            rows.extend(cur.fetchall())
+            if not cur.nextset():
+                return rows
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return set()
-        with self._conn() as conn:
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> set[str]:
+            known = memo.get("meta", {}) if memo is not None else {}
+            if all(i in known for i in ids):  # read with the candidates in this snapshot
+                return set(ids) & memo["pending"]  # type: ignore[index]
             rows = conn.execute(
                 f"SELECT id FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND pending = 1 AND id = ANY(%(ids)s)",
                 {"agent": self.agent, "ids": ids},
             ).fetchall()
-        return {r[0] for r in rows}
+            return {r[0] for r in rows}
 
+        return self._read(run)
+
+    @_again_if_lost
     def vector_counts(self) -> VectorCounts:
         if self._gen is not None:  # a generation being built
-            with self._conn() as conn:
+            with self._conn(read=True) as conn:
                 row = conn.execute(
                     f"SELECT count(*), coalesce(sum(pending), 0), "
                     f"coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) FROM clawmem_chunks "
@@ -980,55 +1424,92 @@ class PostgresStore(Store):
             return VectorCounts(total - pending, total, chars)
         # Asked on every search: the pending rows through their partial index, and the total kept
         # per data version (read with the version, in one statement, when it changed).
-        with self._conn() as conn:
-            known = self._total
-            row = conn.execute(
-                "SELECT a.generation, a.data_version, p.n, p.chars, "
-                "CASE WHEN (a.generation, a.data_version) IS DISTINCT FROM (%(g)s::bigint, %(v)s::bigint) THEN "
-                "(SELECT count(*) FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation "
-                "AND c.part = 0) END FROM clawmem_agents AS a CROSS JOIN LATERAL (SELECT count(*) AS n, "
-                "coalesce(sum(length(c.text)), 0) AS chars FROM clawmem_chunks AS c WHERE c.agent = a.agent "
-                "AND c.generation = a.generation AND c.pending = 1 AND c.part = 0) AS p WHERE a.agent = %(agent)s",
-                {"agent": self.agent, "g": known[0][0] if known else None, "v": known[0][1] if known else None},
-            ).fetchone()
+        return self._read(self._vector_counts)
+
+    def _vector_counts(self, conn: "psycopg.Connection", memo: dict[str, Any] | None) -> VectorCounts:
+        if memo is not None:
+            if "vectors" in memo:
+                return memo["vectors"]  # type: ignore[no-any-return]
+            last = self._last_counts
+            if last is not None and "token" in memo and memo["token"] == last[0]:  # same version, same counts
+                memo["vectors"] = last[1]
+                return last[1]
+        known = self._total
+        row = conn.execute(
+            "SELECT a.generation, a.data_version, p.n, p.chars, "
+            "CASE WHEN (a.generation, a.data_version) IS DISTINCT FROM (%(g)s::bigint, %(v)s::bigint) THEN "
+            "(SELECT count(*) FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation "
+            "AND c.part = 0) END FROM clawmem_agents AS a CROSS JOIN LATERAL (SELECT count(*) AS n, "
+            "coalesce(sum(length(c.text)), 0) AS chars FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+            "AND c.generation = a.generation AND c.pending = 1 AND c.part = 0) AS p WHERE a.agent = %(agent)s",
+            {"agent": self.agent, "g": known[0][0] if known else None, "v": known[0][1] if known else None},
+        ).fetchone()
         if row is None:
-            return VectorCounts(0, 0, 0)
-        if row[4] is not None or known is None:
-            known = self._total = ((row[0], row[1]), int(row[4] or 0))
-        total, pending = known[1], int(row[2])
-        return VectorCounts(total - pending, total, int(row[3]))
+            out = VectorCounts(0, 0, 0)
+        else:
+            if row[4] is not None or known is None:
+                known = self._total = ((row[0], row[1]), int(row[4] or 0))
+            total, pending = known[1], int(row[2])
+            out = VectorCounts(total - pending, total, int(row[3]))
+        token = (int(row[0]), int(row[1])) if row else None
+        self._last_counts = (token, out)
+        if memo is not None:
+            memo["vectors"] = out
+            memo.setdefault("token", token)
+        return out
 
     def has_content(self) -> bool:
-        with self._conn() as conn:
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> bool:
+            if memo is not None:  # in a search: with the counts it asks for next
+                return self._vector_counts(conn, memo).total > 0
             row = conn.execute(
                 f"SELECT 1 FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} LIMIT 1",
                 {"agent": self.agent},
             ).fetchone()
-        return row is not None
+            return row is not None
+
+        return self._read(run)
 
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT id, path, source, start_line, end_line FROM clawmem_chunks WHERE agent = %(agent)s "
-                f"AND generation = {self._g()} AND id = ANY(%(ids)s)",
-                {"agent": self.agent, "ids": ids},
-            ).fetchall()
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, tuple[str, str, int, int]]:
+            known = memo.get("meta", {}) if memo is not None else {}
+            missing = [i for i in ids if i not in known]
+            if missing:
+                rows = conn.execute(
+                    f"SELECT id, path, source, start_line, end_line, pending FROM clawmem_chunks "
+                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                    {"agent": self.agent, "ids": missing},
+                ).fetchall()
+                if memo is None:
+                    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+                self._remember(memo, rows)
+                known = memo["meta"]
+            return {i: known[i] for i in ids if i in known}
+
+        return self._read(run)
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
-                f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
-                {"agent": self.agent, "ids": ids},
-            ).fetchall()
-        return {r[0]: ChunkRow(*r) for r in rows}
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, ChunkRow]:
+            known: dict[str, ChunkRow] = memo.setdefault("chunks", {}) if memo is not None else {}
+            missing = [i for i in ids if i not in known]
+            if missing:
+                rows = conn.execute(
+                    f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
+                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                    {"agent": self.agent, "ids": missing},
+                ).fetchall()
+                known.update((r[0], ChunkRow(*r)) for r in rows)
+            return {i: known[i] for i in ids if i in known}
+
+        return self._read(run)
 
     # -- search -----------------------------------------------------------------------------------
 
@@ -1095,8 +1576,10 @@ class PostgresStore(Store):
         by its row in ``clawmem_agents``), and the rows deleted. ``None`` when the generation changed."""
         top = int(stats.rids[-1]) if stats.rows else 0
         tokens = list(stats.terms)
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+        snapshot = self._in_snapshot()
+        with (contextlib.nullcontext() if snapshot else conn.transaction()):
+            if not snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
             rows = conn.execute(
                 self._VERSION.format(
                     cols=", o.kept, n.rids, n.lens, p.lexeme, p.rids, p.tfs",
@@ -1111,6 +1594,10 @@ class PostgresStore(Store):
             ).fetchall()
             if not rows or stats.token is None or rows[0][0] != stats.token[0]:
                 return None
+            if rows[0][1] < stats.token[1]:
+                # a search's snapshot older than the statistics (another thread brought them up to
+                # date meanwhile): they cannot be carried back; that search asks the server
+                raise _StaleKeywords("the statistics are newer than the search's snapshot")
             live = None
             if int(rows[0][2]) != stats.rows:  # rows were deleted: which ones
                 row = conn.execute(
@@ -1173,44 +1660,55 @@ class PostgresStore(Store):
         raise _StaleKeywords("the agent's keyword rows kept changing")
 
     def _from_keyword_cache(self, tokens: list[str], answer: Callable[..., Any]) -> Any:
-        """``answer(conn, stats, entries, checked)`` on the agent's cached keyword statistics (the
-        postings of ``tokens`` in ``entries``; ``checked``: their data version was just read),
+        """``answer(conn, memo, stats, entries, checked)`` on the agent's cached keyword statistics
+        (the postings of ``tokens`` in ``entries``; ``checked``: their data version was just read),
         asked again on refreshed statistics while it returns :data:`_STALE`. None while a
         generation is being built or when the rows kept changing: the caller asks the server."""
         if self._gen is not None:  # a generation being built: straight from the tables
             return None
-        stale = None
-        with self._conn() as conn:
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> Any:
+            stale = None
             for _ in range(_KEYWORD_ATTEMPTS):
                 try:
                     stats, entries, checked = self._keyword_postings(conn, tokens, stale)
                 except _StaleKeywords:
                     break
-                result = answer(conn, stats, entries, checked)
+                result = answer(conn, memo, stats, entries, checked)
                 if result is not _STALE:
                     return result
                 stale = stats
-        log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
-        return None
+            return None
+
+        found = self._read(run)
+        if found is None:
+            log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
+        return found
 
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         tokens = self.backend.terms.query(terms)
         if not tokens or limit <= 0:
             return []
 
-        def answer(conn: "psycopg.Connection", stats: _KeywordStats, entries: dict[str, Any], _: bool) -> Any:
+        def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
+                   entries: dict[str, Any], _: bool) -> Any:
             best = stats.search([entries[t] for t in tokens], int(limit))
-            # the ids of the best rows, and the version they were scored at (one statement)
+            # the ids of the best rows (and what search asks next about them), and the version they
+            # were scored at (one statement)
             rows = conn.execute(
                 self._VERSION.format(
-                    cols=", c.rid, c.id",
+                    cols=", c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.pending",
                     join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
                     "AND c.generation = a.generation",
                 ),
                 {"agent": self.agent, "rids": [rid for rid, _ in best]},
             ).fetchall()
-            if ((rows[0][0], rows[0][1]) if rows else None) != stats.token:
+            token = (rows[0][0], rows[0][1]) if rows else None
+            if token != stats.token:
                 return _STALE
+            if memo is not None:
+                memo.setdefault("token", token)
+                self._remember(memo, (r[3:] for r in rows))
             ids = {r[2]: r[3] for r in rows}
             return [(ids[rid], rank) for rid, rank in best if rid in ids]
 
@@ -1219,120 +1717,143 @@ class PostgresStore(Store):
 
     def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
         """The keyword query scored by the server (every matching row; same scores)."""
-        with self._conn() as conn:
-            n, avgdl = self._corpus_stats(conn)
-            if not n:
-                return []
-            # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
-            # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
-            # Each matching row's tsvector is cut down to the query's lexemes once; a lexeme's
-            # positions count its occurrences (tf); the rows per lexeme give its document frequency.
-            rows = conn.execute(
-                f"""
-                WITH m AS MATERIALIZED (
-                    SELECT rid, id, doc_len, ts_filter(setweight(terms, 'A', %(tokens)s::text[]), '{{a}}') AS hit
-                    FROM clawmem_chunks
-                    WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
-                      AND terms @@ %(query)s::tsquery),
-                u AS MATERIALIZED (
-                    SELECT m.rid, m.id, m.doc_len, x.lexeme, array_length(x.positions, 1)::float8 AS f
-                    FROM m CROSS JOIN LATERAL unnest(m.hit) AS x),
-                d AS (
-                    SELECT lexeme, ln((%(n)s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM u GROUP BY lexeme)
-                SELECT u.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
-                                  * (u.f * %(k1p)s) / (u.f + %(k1)s * (1 - %(b)s + %(b)s * u.doc_len / %(avgdl)s))) AS r
-                FROM u JOIN d USING (lexeme)
-                GROUP BY u.rid, u.id ORDER BY r, u.rid LIMIT %(limit)s
-                """,
-                {"tokens": tokens, "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
-                 "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
-            ).fetchall()
+        return self._read(lambda conn, memo: self._keyword_rows_sql(conn, tokens, limit))
+
+    def _keyword_rows_sql(self, conn: "psycopg.Connection", tokens: list[str], limit: int) -> list[tuple[str, float]]:
+        n, avgdl = self._corpus_stats(conn)
+        if not n:
+            return []
+        # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
+        # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
+        # Each matching row's tsvector is cut down to the query's lexemes once; a lexeme's
+        # positions count its occurrences (tf); the rows per lexeme give its document frequency.
+        rows = conn.execute(
+            f"""
+            WITH m AS MATERIALIZED (
+                SELECT rid, id, doc_len, ts_filter(setweight(terms, 'A', %(tokens)s::text[]), '{{a}}') AS hit
+                FROM clawmem_chunks
+                WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
+                  AND terms @@ %(query)s::tsquery),
+            u AS MATERIALIZED (
+                SELECT m.rid, m.id, m.doc_len, x.lexeme, array_length(x.positions, 1)::float8 AS f
+                FROM m CROSS JOIN LATERAL unnest(m.hit) AS x),
+            d AS (
+                SELECT lexeme, ln((%(n)s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM u GROUP BY lexeme)
+            SELECT u.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
+                              * (u.f * %(k1p)s) / (u.f + %(k1)s * (1 - %(b)s + %(b)s * u.doc_len / %(avgdl)s))) AS r
+            FROM u JOIN d USING (lexeme)
+            GROUP BY u.rid, u.id ORDER BY r, u.rid LIMIT %(limit)s
+            """,
+            {"tokens": tokens, "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
+             "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
+        ).fetchall()
         return [(r[0], float(r[1])) for r in rows]
 
     def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
         per_term = [self.backend.terms.query([term]) for term in terms]
         tokens = list(dict.fromkeys(t for toks in per_term for t in toks))
 
-        def answer(conn: "psycopg.Connection", stats: _KeywordStats, entries: dict[str, Any], checked: bool) -> Any:
-            if not checked:
-                row = conn.execute(self._VERSION.format(cols="", join=""), {"agent": self.agent}).fetchone()
-                if (tuple(row) if row else None) != stats.token:
-                    return _STALE
+        def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
+                   entries: dict[str, Any], checked: bool) -> Any:
+            if not checked and self._token(conn, memo) != stats.token:  # no round trip in a snapshot that read it
+                return _STALE
             # a term of several tokens: the rows holding all of them
             return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0 for toks in per_term]
 
         found = self._from_keyword_cache(tokens, answer)
         if found is not None:
             return found  # type: ignore[no-any-return]
-        with self._conn() as conn:
-            n, _ = self._corpus_stats(conn)
-            out = []
-            for toks in per_term:
-                if not toks:
-                    out.append(0)
-                    continue
-                q = " & ".join(_tsquery([t]) for t in toks)  # a term of several tokens: all of them
-                row = conn.execute(
-                    f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
-                    "AND part = 0 AND terms @@ %(q)s::tsquery",
-                    {"agent": self.agent, "q": q},
-                ).fetchone()
-                out.append(int(row[0]))
+        return self._read(lambda conn, memo: self._term_hits_sql(conn, per_term))
+
+    def _term_hits_sql(self, conn: "psycopg.Connection", per_term: list[list[str]]) -> tuple[int, list[int]]:
+        n, _ = self._corpus_stats(conn)
+        out = []
+        for toks in per_term:
+            if not toks:
+                out.append(0)
+                continue
+            q = " & ".join(_tsquery([t]) for t in toks)  # a term of several tokens: all of them
+            row = conn.execute(
+                f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                "AND part = 0 AND terms @@ %(q)s::tsquery",
+                {"agent": self.agent, "q": q},
+            ).fetchone()
+            out.append(int(row[0]))  # type: ignore[index]
         return int(n), out
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         dims = len(query)
         if not dims or limit <= 0:
             return []
-        q = _vec(query)
-        with self._conn() as conn:
-            token = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s",
-                                 (self.agent,)).fetchone()
-            if (self._gen, token) != self._vec_token:  # vectors counted per data version
-                self._vec_count, self._vec_token = {}, (self._gen, token)
-                self._index_size = {}
-            count = self._vec_count.get(dims)
-            if count is None:
-                row = conn.execute(
-                    f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
-                    f"AND dims = {dims}",
-                    {"agent": self.agent},
-                ).fetchone()
-                count = self._vec_count[dims] = int(row[0])  # type: ignore[index]
-            if not count:
-                return []
-            params = {"agent": self.agent, "q": q, "limit": int(limit)}
-            kind = self._hnsw_type(conn, dims) if count >= self.backend.exact_below else None
-            if kind is None or count * count < self.backend.hnsw_visit_cost * int(limit) * self._index_rows(conn, dims):
-                rows = conn.execute(
-                    f"SELECT id, embedding <=> %(q)s::vector AS d FROM clawmem_chunks WHERE agent = %(agent)s "
-                    f"AND generation = {self._g()} AND dims = {dims} ORDER BY d, rid LIMIT %(limit)s",
-                    params,
-                ).fetchall()
-            else:
-                with conn.transaction():
-                    ef = max(self.backend.hnsw_ef_search, min(int(limit), 1000))
-                    # one round trip; the agent's rows by the btree, then a sort, can look cheaper
-                    # on stale statistics (enable_sort off)
-                    conn.execute(
-                        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true), "
-                        "set_config('enable_sort', 'off', true)",
-                        (str(ef), self.backend.hnsw_iterative_scan),
-                    )
-                    # the graph walk orders by the index's own expression; the candidates are then
-                    # ranked by their full-precision distance (the heap row is read anyway)
-                    rows = conn.execute(
-                        f"WITH c AS MATERIALIZED (SELECT id, rid, embedding <=> %(q)s::vector AS d "
-                        f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "
-                        f"ORDER BY embedding::{kind}({dims}) <=> %(q)s::{kind}({dims}) LIMIT %(limit)s) "
-                        f"SELECT id, d FROM c ORDER BY d, rid",
-                        params,
-                    ).fetchall()
+        rows = self._read(lambda conn, memo: self._vector_rows(conn, memo, _vec(query), dims, int(limit)))
         out = []
         for cid, d in rows:
             if d is not None and math.isfinite(d):
                 out.append((cid, 1.0 - float(d)))
         return out
+
+    #: What the vector query returns of each row besides its distance (search asks for it next).
+    _VECTOR_COLS = "id, path, source, start_line, end_line, pending"
+
+    def _vector_rows(self, conn: "psycopg.Connection", memo: dict[str, Any] | None, q: str, dims: int,
+                     limit: int) -> list[tuple[str, float]]:
+        token = self._token(conn, memo)
+        if (self._gen, token) != self._vec_token:  # vectors counted per data version
+            self._vec_count, self._vec_token = {}, (self._gen, token)
+            self._index_size = {}
+        count = self._vec_count.get(dims)
+        if count is None:
+            row = conn.execute(
+                f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                f"AND dims = {dims}",
+                {"agent": self.agent},
+            ).fetchone()
+            count = self._vec_count[dims] = int(row[0])  # type: ignore[index]
+        if not count:
+            return []
+        params = {"agent": self.agent, "q": q, "limit": limit}
+        kind = self._hnsw_type(conn, dims) if count >= self.backend.exact_below else None
+        if kind is None or count * count < self.backend.hnsw_visit_cost * limit * self._index_rows(conn, dims):
+            rows = conn.execute(
+                f"SELECT embedding <=> %(q)s::vector AS d, {self._VECTOR_COLS} FROM clawmem_chunks "
+                f"WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} ORDER BY d, rid LIMIT %(limit)s",
+                params,
+            ).fetchall()
+        else:
+            ef = max(self.backend.hnsw_ef_search, min(limit, 1000))
+            # The settings hold for this query only (rolled back with it), sent with it in one round trip.
+            with self._rolled_back(conn):
+                # one statement; the agent's rows by the btree, then a sort, can look cheaper on
+                # stale statistics (enable_sort off)
+                conn.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true), "
+                    "set_config('enable_sort', 'off', true)",
+                    (str(ef), self.backend.hnsw_iterative_scan),
+                )
+                # the graph walk orders by the index's own expression; the candidates are then
+                # ranked by their full-precision distance (the heap row is read anyway)
+                rows = conn.execute(
+                    f"WITH c AS MATERIALIZED (SELECT rid, embedding <=> %(q)s::vector AS d, {self._VECTOR_COLS} "
+                    f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND dims = {dims} "
+                    f"ORDER BY embedding::{kind}({dims}) <=> %(q)s::{kind}({dims}) LIMIT %(limit)s) "
+                    f"SELECT d, {self._VECTOR_COLS} FROM c ORDER BY d, rid",
+                    params,
+                ).fetchall()
+        self._remember(memo, (r[1:] for r in rows))
+        return [(r[1], r[0]) for r in rows]
+
+    @contextlib.contextmanager
+    def _rolled_back(self, conn: "psycopg.Connection") -> Iterator[None]:
+        """Statements whose effects (``SET LOCAL``-like settings) end with them, pipelined: in a
+        search's snapshot up to a savepoint (that snapshot's transaction is this store's, not
+        psycopg's), else in a transaction of their own."""
+        if self._in_snapshot():
+            conn.execute("SAVEPOINT clawmem_settings")
+            yield
+            conn.execute("ROLLBACK TO SAVEPOINT clawmem_settings")
+            return
+        with conn.pipeline(), conn.transaction(force_rollback=True):
+            yield
 
     def _index_rows(self, conn: "psycopg.Connection", dims: int) -> float:
         """The planner's estimate of the rows in the (all agents') HNSW index for ``dims``; 0 if unknown."""
@@ -1353,11 +1874,18 @@ class PostgresStore(Store):
                 self._hnsw[dims] = kind
         return kind
 
-    def _maybe_build_hnsw(self, dims: int) -> None:
+    def _maybe_build_hnsw(self, dims: int, written: int) -> None:
         """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
-        (one index per dimension count, shared by every agent)."""
+        (one index per dimension count, shared by every agent). ``written``: vectors just written.
+        The agent's vectors are counted only when the last count plus those written since could
+        reach the threshold (not after every batch of a vector phase)."""
         if dims in self._hnsw or hnsw_type(dims) is None:
             return
+        bound = self._vec_bound.get(dims)
+        if bound is not None:
+            bound = self._vec_bound[dims] = bound + written
+            if bound < self.backend.exact_below:
+                return
         with self._conn() as conn:
             if self._hnsw_type(conn, dims):
                 return
@@ -1366,16 +1894,18 @@ class PostgresStore(Store):
                 f"AND dims = {dims}",
                 {"agent": self.agent},
             ).fetchone()
-            if int(row[0]) < self.backend.exact_below:  # type: ignore[index]
+            self._vec_bound[dims] = int(row[0])  # type: ignore[index]
+            if self._vec_bound[dims] < self.backend.exact_below:
                 return
         self.backend.build_hnsw(dims)
 
     # -- embedding cache --------------------------------------------------------------------------
 
+    @_again_if_lost
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         if not hashes:
             return {}
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 "SELECT hash, embedding::real[] FROM clawmem_embedding_cache WHERE provider = %s AND model = %s "
                 "AND provider_key = %s AND hash = ANY(%s)",
@@ -1383,16 +1913,20 @@ class PostgresStore(Store):
             ).fetchall()
         return {h: [float(x) for x in v] for h, v in rows if v}
 
+    @_again_if_lost
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
-        values = [(provider, model, provider_key, h, len(v), _vec(v), _now_ms()) for h, v in items.items() if len(v)]
-        if not values:
+        entries = [(h, _vec(v)) for h, v in items.items() if len(v)]
+        if not entries:
             return
-        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
+        with self._conn() as conn:  # one statement: atomic without a transaction around it
+            conn.execute(
                 "INSERT INTO clawmem_embedding_cache (provider, model, provider_key, hash, dims, embedding, updated_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s::vector, %s) ON CONFLICT (provider, model, provider_key, hash) "
-                "DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
-                values,
+                "SELECT %(provider)s, %(model)s, %(key)s, u.hash, vector_dims(u.emb::vector), u.emb::vector, %(now)s "
+                "FROM unnest(%(hashes)s::text[], %(embs)s::text[]) AS u(hash, emb) "
+                "ON CONFLICT (provider, model, provider_key, hash) DO UPDATE SET embedding = excluded.embedding, "
+                "dims = excluded.dims, updated_at = excluded.updated_at",
+                {"provider": provider, "model": model, "key": provider_key, "now": _now_ms(),
+                 "hashes": [h for h, _ in entries], "embs": [e for _, e in entries]},
             )
 
     def cache_prune(self, max_entries: int) -> int:
@@ -1442,8 +1976,39 @@ class PostgresStore(Store):
 
     def remove_leftovers(self) -> int:
         """Rows of generations that are not live (a rebuild that crashed, or an old generation not
-        yet dropped); call with the sync lock held."""
-        return self._drop_generations(keep_live=True)
+        yet dropped); call with the sync lock held. Also moves vectors stored out of line (an agent
+        indexed under schema version 2) into their rows, once per agent."""
+        n = self._drop_generations(keep_live=True)
+        self._inline_vectors()
+        return n
+
+    def _inline_vectors(self) -> int:
+        """Move the agent's out-of-line vectors into their rows (an exact search then reads no
+        TOAST entry per row), a batch per transaction: a sync killed meanwhile leaves vectors
+        inline or out of line, every one whole, and the next sync carries on. Returns how many."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT vectors_inline, current_setting('server_version_num')::int FROM clawmem_agents "
+                               "WHERE agent = %s", (self.agent,)).fetchone()
+        if row is None or row[0]:
+            return 0
+        # PostgreSQL 17 tells which values are out of line; before it, every vector is rewritten once
+        outside = "pg_column_toast_chunk_id(embedding) IS NOT NULL" if int(row[1]) >= 170000 else "true"
+        moved, after = 0, 0
+        while True:
+            with self._conn() as conn, conn.transaction():
+                # a new value (through text) is stored as the column says now: inside the row
+                got = conn.execute(
+                    f"WITH b AS (SELECT rid FROM clawmem_chunks WHERE agent = %(agent)s AND rid > %(after)s "
+                    f"AND embedding IS NOT NULL AND {outside} ORDER BY rid LIMIT %(n)s) "
+                    "UPDATE clawmem_chunks AS c SET embedding = c.embedding::text::vector FROM b WHERE c.rid = b.rid "
+                    "RETURNING c.rid",
+                    {"agent": self.agent, "after": after, "n": _INLINE_BATCH},
+                ).fetchall()
+                if not got:
+                    conn.execute("UPDATE clawmem_agents SET vectors_inline = true WHERE agent = %s", (self.agent,))
+                    return moved
+            moved += len(got)
+            after = max(r[0] for r in got)
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -1454,7 +2019,7 @@ class PostgresStore(Store):
 
     def counts(self) -> StoreCounts:
         self.refresh()
-        with self._conn() as conn:
+        with self._conn(read=True) as conn:
             rows = conn.execute(
                 f"SELECT 'f', source, count(*) FROM clawmem_files WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"GROUP BY source UNION ALL SELECT 'c', source, count(*) FROM clawmem_chunks WHERE agent = %(agent)s "

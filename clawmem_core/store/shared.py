@@ -8,11 +8,12 @@ to the right index. It never writes.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import AbstractContextManager
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import ReplicaError, StoreError
-from .base import ChunkRow, FileRow, FileState, Store, StoreCounts
+from .base import ChunkRow, FileRow, FileState, ReadInterrupted, Store, StoreCounts
 
 
 def shared_prefix(namespace: str) -> str:
@@ -47,6 +48,15 @@ class SharedView(Store):
     def vector_dims(self) -> int | None:
         return self.own.vector_dims
 
+    @contextlib.contextmanager
+    def reading(self, snapshot: bool = False) -> Iterator[None]:
+        """The agent's index and each namespace in one reading block (one connection and snapshot
+        for all of them where they share a database)."""
+        with contextlib.ExitStack() as stack:
+            for store in (self.own, *self.shared.values()):
+                stack.enter_context(store.reading(snapshot))
+            yield
+
     def _route(self, ids: Iterable[str]) -> dict[str | None, list[str]]:
         out: dict[str | None, list[str]] = {}
         for i in ids:
@@ -73,8 +83,8 @@ class SharedView(Store):
             try:
                 out.append((ns, arg, call(self._store(ns)) if parts is None else call(self._store(ns), arg)))
             except StoreError as exc:
-                if ns is None or self.on_error is None:
-                    raise
+                if ns is None or self.on_error is None or isinstance(exc, ReadInterrupted):
+                    raise  # (a search's lost snapshot is no namespace's failure: it runs again)
                 self._failed.add(ns)
                 self.on_error(ns, exc)
         return out
@@ -205,7 +215,7 @@ class _Guarded:
             try:
                 return attr(*args, **kwargs)
             except StoreError as exc:
-                if type(exc) is StoreError:
+                if type(exc) is StoreError or isinstance(exc, ReadInterrupted):
                     raise
                 raise StoreError(f"shared namespace {self._ns!r}: {exc}") from exc
             except Exception as exc:  # the driver's own errors

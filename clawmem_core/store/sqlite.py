@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import json
 import logging
 import math
@@ -134,7 +135,7 @@ def quarantine_index(path: Path) -> Path:
     for suffix in ("-wal", "-shm", "-journal"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(f"{path}{suffix}")
-    old = sorted(path.parent.glob(f"{path.name}.corrupt-*"), key=lambda p: p.name)
+    old = sorted(path.parent.glob(f"{glob.escape(path.name)}.corrupt-*"), key=lambda p: p.name)
     for p in old[:-KEEP_CORRUPT]:
         with contextlib.suppress(OSError):
             os.remove(p)
@@ -1114,7 +1115,7 @@ def remove_index_files(path: Path) -> None:
 def remove_stale_temp_files(path: Path) -> int:
     """Remove leftovers of rebuilds that crashed (call only while holding the sync lock)."""
     n = 0
-    for p in path.parent.glob(f"{path.name}.tmp-*"):
+    for p in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):  # an agent id "*" is no pattern
         with contextlib.suppress(OSError):
             os.remove(p)
             n += 1

@@ -14,10 +14,13 @@ import pytest
 from clawmem_core import MemoryConfig, MemoryIndex
 from clawmem_core.calibration import BACKGROUND_LATIN, BACKGROUND_TEXTS, blind_scripts
 from clawmem_core.search import (
+    VECTOR_ALONE,
+    VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
     VECTOR_FULL,
     VECTOR_VOUCHES,
     VOCABULARY_FULL,
+    keyword_agreement,
     query_confidence,
     query_script,
     select_confident,
@@ -95,17 +98,27 @@ def test_vocabulary_share_counts_terms_the_index_knows() -> None:
 
 def test_query_confidence_bounds_and_factors() -> None:
     assert query_confidence(None, None) == 1.0
-    assert query_confidence(1.0, 1.0) == 1.0
     assert query_confidence(0.0, None) == 0.0
     assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.5)
-    assert query_confidence(1.0, VECTOR_FULL * 0.8) == pytest.approx(max(0.8, VECTOR_DOUBT_FLOOR))
-    assert query_confidence(1.0, 0.0) == VECTOR_DOUBT_FLOOR
+    # Keyword-only: the vocabulary alone, never above 1.
+    assert query_confidence(1.0, None) == 1.0
+    # The vector side agrees with the keyword side's chunks at exactly VECTOR_FULL: unchanged.
+    assert query_confidence(1.0, VECTOR_FULL, VECTOR_FULL) == pytest.approx(1.0)
+    # Agreement well above it confirms (up to VECTOR_CONFIRMS) ...
+    assert query_confidence(1.0, 0.9, 0.9) == pytest.approx(VECTOR_CONFIRMS)
+    # ... a vector match the keyword side's chunks do not share counts at VECTOR_ALONE ...
+    assert query_confidence(1.0, 0.3, 0.0) == pytest.approx(VECTOR_ALONE * 0.3 / VECTOR_FULL)
+    assert query_confidence(1.0, 0.3) == pytest.approx(VECTOR_ALONE * 0.3 / VECTOR_FULL)
+    assert query_confidence(1.0, 0.3, 0.3) == pytest.approx(0.3 / VECTOR_FULL)
+    # ... and nothing above unrelated text doubts down to the floor, not below.
+    assert query_confidence(1.0, 0.0, 0.0) == VECTOR_DOUBT_FLOOR
     # A strong vector match vouches for a query whose words the index does not know (a paraphrase).
-    assert query_confidence(0.0, VECTOR_VOUCHES) == 1.0
-    assert query_confidence(0.0, 0.3) == pytest.approx(0.3 / VECTOR_VOUCHES)
+    assert query_confidence(0.0, VECTOR_VOUCHES, VECTOR_FULL) == pytest.approx(1.0)
+    assert query_confidence(0.0, 0.1, 0.0) == pytest.approx(0.1 / VECTOR_VOUCHES * VECTOR_DOUBT_FLOOR)
     for vocab in (None, 0.0, 0.2, 0.7, 1.0, math.nan):
         for best in (None, 0.0, 0.1, 0.3, 0.9, math.nan, -1.0, 5.0):
-            assert 0.0 <= query_confidence(vocab, best) <= 1.0
+            for agree in (None, 0.0, 0.3, math.nan, 7.0, -2.0):
+                assert 0.0 <= query_confidence(vocab, best, agree) <= VECTOR_CONFIRMS
 
 
 def test_query_script() -> None:
@@ -298,6 +311,84 @@ def test_hybrid_vector_side_has_no_say_in_a_script_the_embedder_cannot_read(tmp_
         assert hit.path == "memory/2026-03-08.md"
         assert mem.search(OFF_TOPIC[1]) == []
         _abstains_where_the_match_alone_answered(mem, FOREIGN_ZH[0], keyword_alone=True)
+    finally:
+        mem.close()
+
+
+def test_keyword_agreement_reads_the_keyword_sides_first_chunks() -> None:
+    vector_of = {"garden": 0.6, "store": 0.05, "番茄": 0.4, "vector-only": 0.9}
+    # The keyword side's first three chunks by score; a chunk the vector side did not return is 0.
+    assert keyword_agreement(["store", "garden", "x"], [0.9, 0.5, 0.1], vector_of) == 0.6
+    assert keyword_agreement(["store", "x", "y", "garden"], [0.9, 0.8, 0.7, 0.6], vector_of) == 0.05
+    assert keyword_agreement(["番茄", "store"], [0.2, 0.9], vector_of) == 0.4
+    # A chunk only the vector side found is not agreement.
+    assert keyword_agreement(["x"], [1.0], vector_of) == 0.0
+    assert keyword_agreement([], [], vector_of) == 0.0
+    assert keyword_agreement(["garden", "store"], [0.1, 0.9], vector_of, n=1) == 0.05
+
+
+@pytest.mark.parametrize("files,query,path", [
+    (EN_FILES, "tomato beds water every morning", "MEMORY.md"),
+    (ZH_FILES, "每天早上给番茄浇水", "MEMORY.md"),
+])
+def test_agreeing_sides_confirm_a_question_scores_capped_at_one(tmp_path: Path, files: dict[str, str], query: str,
+                                                                path: str) -> None:
+    """When the chunks the keywords rank first are also clearly above unrelated text for the
+    embedder, the query's confidence exceeds 1: its scores rise (capped at 1), the order stands."""
+    mem = _index(tmp_path, files, embedder=HashEmbedder(dims=256))
+    try:
+        hits = mem.search(query, min_score=0)
+        assert hits[0].path == path
+        conf = hits.info["confidence"]
+        assert 1.0 < conf <= VECTOR_CONFIRMS
+        vw, tw = mem.config.query.hybrid.weights
+        for h in hits:
+            unscaled = vw * h.vector_score + tw * h.text_score
+            assert h.score == pytest.approx(min(1.0, unscaled * conf), abs=1e-3)
+            assert h.score <= 1.0
+        assert hits[0].score > vw * hits[0].vector_score + tw * hits[0].text_score
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert mem.search(query)[0].path == path
+    finally:
+        mem.close()
+
+
+def test_vector_side_that_does_not_back_the_keyword_chunks_doubts(tmp_path: Path) -> None:
+    """A question about something absent from the memory matches a word or two of some chunk; the
+    best vector match is another chunk, and the embedder places the keyword side's chunks lower:
+    the vector side's evidence is its agreement with them, and the question gets no answer (with
+    the best vector score alone it was answered)."""
+    mem = _index(tmp_path, EN_FILES, embedder=HashEmbedder(dims=256))
+    try:
+        query = "How many tomatoes were sold on Friday?"
+        _abstains_where_the_match_alone_answered(mem, query)
+        sig = mem.search(query, min_score=0).info["confidence_signals"]
+        assert sig["agreement"] < sig["vector_best"]
+        assert query_confidence(sig["vocabulary"], sig["vector_best"], sig["vector_best"]) \
+            > query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"])
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("files,query", [
+    (EN_FILES, "How many tomatoes were sold on Friday?"),
+    (EN_FILES, "Which store stocks seed trays?"),
+    (ZH_FILES, "乔恩在金店了什么？"),
+    (ZH_FILES, "每天早上给番茄浇水"),
+])
+def test_confidence_signals_are_read_from_both_sides(tmp_path: Path, files: dict[str, str], query: str) -> None:
+    """``info["confidence_signals"]``: the agreement is the best vector score among the keyword
+    side's first chunks, the best vector score is over all chunks, and the confidence is made of
+    them (English and Chinese)."""
+    mem = _index(tmp_path, files, embedder=HashEmbedder(dims=256))
+    try:
+        hits = mem.search(query, min_score=0, max_results=50)
+        sig = hits.info["confidence_signals"]
+        assert sig["vector_best"] == pytest.approx(max(h.vector_score for h in hits), abs=1e-3)
+        by_text = sorted((h for h in hits if h.text_score > 0), key=lambda h: -h.text_score)[:3]
+        assert sig["agreement"] == pytest.approx(max(h.vector_score for h in by_text), abs=1e-3)
+        assert hits.info["confidence"] == pytest.approx(
+            query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"]), abs=1e-3)
     finally:
         mem.close()
 

@@ -109,10 +109,11 @@ def test_a_cli_replica_must_name_its_agent(replica_env: tuple[Path, str], capsys
     code, out, err = run(capsys, "--agent", "team", "--provider", "none", "get", "MEMORY.md")
     assert code == 0 and out.startswith("# Team") and "store's copy" in err
     # another agent's replica never reads the team's notes
-    code, out, err = run(capsys, "--agent", "alice", "--provider", "none", "search", "--json", "deploy freeze")
-    assert code == 0 and json.loads(out)["results"] == []
-    code, out, err = run(capsys, "--agent", "alice", "--provider", "none", "get", "MEMORY.md")
-    assert code == 1 and not out
+    # (an agent the store does not hold: one error line, not an empty answer)
+    for argv in (["search", "--json", "deploy freeze"], ["get", "MEMORY.md"], ["status"]):
+        code, out, err = run(capsys, "--agent", "alice", "--provider", "none", *argv)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 1 and not out and len(lines) == 1 and "holds no index of this agent" in lines[0], (argv, err)
 
 
 def test_the_default_agent_is_the_workspace_s_on_both_backends(tmp_path: Path, store_config: dict[str, Any],

@@ -1,0 +1,306 @@
+"""A search on PostgreSQL reads on one connection, its ranking from one read-only snapshot: a few
+statements per search, and through connections killed before or between its steps, writes and
+generation switches meanwhile, it answers as an uninterrupted search would, from one state of the
+index and only from what the agent may read."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from clawmem_core import MemoryIndex
+from clawmem_core.store.postgres import KEYWORD_CACHE, PostgresBackend, PostgresStore
+from clawmem_core.testing import HashEmbedder
+
+from clawmem_core.store.base import ChunkRow, FileRow
+
+from .conftest import chunk, file
+from .test_index_backends import write
+
+psycopg = pytest.importorskip("psycopg")
+
+NOTES = {
+    "MEMORY.md": "# Memory\n\nDana prefers green tea. 李伟喜欢喝咖啡。\n",
+    **{f"memory/2026-01-{i:02d}.md": f"# Day {i}\n\nThe billing migration step {i} moved invoices to the new ledger. "
+                                      f"部署账单迁移第{i}步。 Alice met Bob about the search latency.\n"
+       for i in range(1, 25)},
+}
+QUERIES = ["billing migration ledger", "账单迁移", "Dana green tea", "search latency Alice"]
+
+
+class Statements:
+    """Counts the statements sent to the server (every ``execute`` of a psycopg cursor, the pool's
+    connection checks included) while on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[str] = []
+        self.on = False
+        real = psycopg.Cursor.execute
+
+        def execute(cur: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.on:
+                self.sent.append(str(query))
+            return real(cur, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+
+    def during(self, fn: Callable[[], Any]) -> list[str]:
+        self.sent, self.on = [], True
+        try:
+            fn()
+        finally:
+            self.on = False
+        return self.sent
+
+
+def _index(ws: Path, url: str, state: Path, agent: str = "reader", embedder: Any = "hash", **cfg: Any) -> MemoryIndex:
+    return MemoryIndex(ws, agent_id=agent, config={"store": {"url": url}, **cfg},
+                       embedder=HashEmbedder(dims=32) if embedder == "hash" else embedder, state_dir=state)
+
+
+def _cut(url: str) -> None:
+    """Drop every other connection of this database from the server side."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+    return [i for i, _ in a] == [i for i, _ in b] and all(abs(x - y) < 1e-12 for (_, x), (_, y) in zip(a, b))
+
+
+def _shown(hits: Any) -> list[tuple[str, int, int, float, str]]:
+    return [(h.path, h.start_line, h.end_line, round(h.score, 9), h.snippet) for h in hits]
+
+
+@pytest.fixture
+def indexed(tmp_path: Path, pg_url: str) -> Iterator[tuple[MemoryIndex, Path]]:
+    ws = write(tmp_path / "ws", NOTES)
+    mem = _index(ws, pg_url, tmp_path / "s")
+    mem.sync()
+    for q in QUERIES:  # warm: the keyword statistics and the change journal
+        mem.search(q)
+    yield mem, ws
+    mem.close()
+
+
+@pytest.mark.parametrize("on_search", [False, True])
+def test_a_warm_search_sends_a_few_statements(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+                                              on_search: bool) -> None:
+    ws = write(tmp_path / "ws", NOTES)
+    counter = Statements(monkeypatch)
+    with _index(ws, pg_url, tmp_path / "s", sync={"on_search": on_search}) as mem, \
+            _index(ws, pg_url, tmp_path / "k", agent="kw", embedder=None, provider="none", sync={"on_search": on_search}) as kw:
+        mem.sync()
+        kw.sync()
+        for q in QUERIES * 2:
+            mem.search(q)
+            kw.search(q)
+        for q in QUERIES:
+            hybrid = counter.during(lambda: mem.search(q))
+            keyword = counter.during(lambda: kw.search(q))
+            # hybrid: the counts before the search; then, in one snapshot (BEGIN ... COMMIT, one
+            # round trip each way in pipeline mode), the keyword candidates with their paths, the
+            # vector candidates with theirs, the texts of the chunks shown
+            assert len(hybrid) <= 6, [x[:60] for x in hybrid]
+            assert len(keyword) <= 5, [x[:60] for x in keyword]
+            assert "" not in hybrid + keyword  # no connection check per checkout
+            assert sum(s.startswith("BEGIN") for s in hybrid) == 1
+
+
+def test_a_search_with_a_shared_namespace_reads_both_in_one_snapshot(tmp_path: Path, pg_url: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    team = write(tmp_path / "team", {"MEMORY.md": "# Team\n\nThe deploy freeze starts on Fridays at noon.\n"})
+    with _index(team, pg_url, tmp_path / "t", agent="team") as mem:
+        mem.sync()
+    ws = write(tmp_path / "ws", NOTES)
+    counter = Statements(monkeypatch)
+    with _index(ws, pg_url, tmp_path / "s", shared=["team"]) as mem:
+        mem.sync()
+        for q in QUERIES + ["deploy freeze Fridays"]:
+            mem.search(q)
+        got: list[Any] = []
+        sent = counter.during(lambda: got.extend(mem.search("deploy freeze Fridays")))
+        assert got[0].path == "@team/MEMORY.md" and got[0].namespace == "team"
+        assert sum(s.startswith("BEGIN") for s in sent) == 1 and "" not in sent
+        assert len(sent) <= 9, [x[:70] for x in sent]
+
+
+@pytest.mark.parametrize("step", ["before", "keyword_search", "vector_search", "get_chunk_meta", "get_chunks",
+                                  "vector_counts"])
+def test_a_connection_killed_before_or_between_the_steps_of_a_search(
+        indexed: tuple[MemoryIndex, Path], pg_url: str, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """Nothing changed meanwhile: the search carries on on a new connection (a new snapshot of the
+    same version) and answers exactly as an uninterrupted one."""
+    mem, _ = indexed
+    queries = QUERIES[:2]  # English and Chinese
+    before = {q: _shown(mem.search(q)) for q in queries}
+    for q in queries:
+        if step == "before":
+            _cut(pg_url)
+        else:
+            cuts = [1]
+            real = getattr(PostgresStore, step)
+
+            def cut_then(self: PostgresStore, *args: Any, _real: Any = real, _cuts: list[int] = cuts) -> Any:
+                if _cuts:
+                    _cuts.pop()
+                    _cut(pg_url)
+                return _real(self, *args)
+
+            monkeypatch.setattr(PostgresStore, step, cut_then)
+        assert _shown(mem.search(q)) == before[q]
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("change", ["write", "rebuild"])
+def test_the_index_changing_while_a_search_lost_its_connection(
+        indexed: tuple[MemoryIndex, Path], pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, change: str) -> None:
+    """Another process writes the agent (or switches it to a new generation) while a search's
+    connection is lost between its keyword and vector reads: the search runs again, and answers
+    from the new state alone (never keyword candidates of one state with texts of another)."""
+    mem, ws = indexed
+    q = "billing migration ledger"
+    (ws / "memory" / "2026-01-03.md").write_text(
+        "# Day 3\n\nThe billing migration ledger was rewritten by hand.\n", encoding="utf-8")
+    other = _index(ws, pg_url, tmp_path / "other")
+    cuts = [1]
+    real = PostgresStore.vector_search
+
+    def write_and_cut(self: PostgresStore, *args: Any) -> Any:
+        if cuts:
+            cuts.pop()
+            # another writer, on its own thread and connection (a reading block is per thread)
+            t = threading.Thread(target=lambda: other.sync(force=change == "rebuild"))
+            t.start()
+            t.join()
+            _cut(pg_url)
+        return real(self, *args)
+
+    monkeypatch.setattr(PostgresStore, "vector_search", write_and_cut)
+    gen = mem._store.data_version()[1][0]
+    with caplog.at_level(logging.INFO, logger="clawmem"):
+        got = _shown(mem.search(q))
+    assert "searching again" in caplog.text
+    assert (mem._store.data_version()[1][0] != gen) == (change == "rebuild")
+    monkeypatch.undo()
+    other.close()
+    assert got == _shown(mem.search(q))
+    day3 = [s for p, *_, s in got if p == "memory/2026-01-03.md"]
+    assert day3 and all("rewritten by hand" in s for s in day3)
+
+
+def test_a_search_whose_connection_keeps_failing_raises_a_store_error(
+        indexed: tuple[MemoryIndex, Path], pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clawmem_core.errors import StoreError
+
+    mem, _ = indexed
+    real = PostgresStore._vector_rows
+
+    def always_cut(self: PostgresStore, *args: Any) -> Any:
+        _cut(pg_url)
+        return real(self, *args)
+
+    monkeypatch.setattr(PostgresStore, "_vector_rows", always_cut)  # every attempt of the read
+    with pytest.raises(StoreError) as err:
+        mem.search("billing migration ledger")
+    assert "terminat" in str(err.value) or "closed" in str(err.value)
+    monkeypatch.undo()
+    assert mem.search("billing migration ledger")  # and the next search is served again
+
+
+def test_a_snapshot_older_than_the_keyword_statistics(pg_url: str) -> None:
+    """Another thread brings the process's keyword statistics past the version a search's snapshot
+    reads: that search still scores at its own version (as the server would), and the statistics
+    stay right for the next searches."""
+    KEYWORD_CACHE.clear()
+    backend = PostgresBackend(pg_url, "snap")
+    s = backend.open()
+    s.replace_files([(file(f"memory/{i}.md", str(i)), [chunk(f"memory/{i}.md", 0, f"tea coffee note {i} " + "tea " * i)])
+                     for i in range(6)])
+    s.keyword_search(["tea", "coffee"], 10)
+    old = s.keyword_search(["tea", "coffee"], 10)
+
+    def write_and_search() -> None:
+        w = backend.open()
+        w.replace_files([(file("memory/new.md", "new"), [chunk("memory/new.md", 0, "tea tea tea coffee coffee")]),
+                         (file("memory/0.md", "gone"), [])])
+        w.keyword_search(["tea", "coffee"], 10)  # the statistics move on to the new version
+
+    with s.reading(snapshot=True):
+        version = s.data_version()
+        t = threading.Thread(target=write_and_search)
+        t.start()
+        t.join()
+        assert s.data_version() == version
+        in_snapshot = s.keyword_search(["tea", "coffee"], 10)
+        assert in_snapshot == old and _same(old, s._keyword_search_sql(backend.terms.query(["tea", "coffee"]), 10))
+        assert s.term_hits(["tea", "coffee"]) == (6, [6, 6])
+    new = s.keyword_search(["tea", "coffee"], 10)
+    assert new != old and new[0][0].startswith("memory:memory/new.md")
+    assert _same(new, s._keyword_search_sql(backend.terms.query(["tea", "coffee"]), 10))  # scored by the server
+    assert s.term_hits(["tea", "coffee"]) == (6, [6, 6])
+
+
+def test_reading_blocks_never_mix_agents(pg_url: str) -> None:
+    """Two agents whose chunks have the same ids, read in one block (as a search with a shared
+    namespace does): each answers with its own rows."""
+    a = PostgresBackend(pg_url, "mix-a").open()
+    b = PostgresBackend(pg_url, "mix-b").open()
+    same = chunk("memory/x.md", 0, "shared words")
+    a.replace_files([(file("memory/x.md", "a"), [same])])
+    b.replace_files([(file("memory/x.md", "b"), [replace(same, text="shared words of b", start_line=5, end_line=5)])])
+    for snapshot in (False, True):
+        with a.reading(snapshot), b.reading(snapshot):
+            assert a.keyword_search(["shared"], 10)[0][0] == same.id == b.keyword_search(["shared"], 10)[0][0]
+            assert a.get_chunks([same.id])[same.id].text == "shared words"
+            assert b.get_chunks([same.id])[same.id].text == "shared words of b"
+            assert a.get_chunk_meta([same.id])[same.id][2] == 0 and b.get_chunk_meta([same.id])[same.id][2] == 5
+
+
+def test_a_graph_search_in_a_snapshot_keeps_its_settings_to_itself(pg_url: str) -> None:
+    """Through HNSW inside a search's snapshot: the same rows as outside one, and the query's
+    settings (ef_search, iterative scan, no sorts) end with it, not with the snapshot."""
+    import random
+
+    rng = random.Random(3)
+    rows = [ChunkRow(f"g{i}", "memory/v.md", "memory", i, i, f"h{i}", "m", "t", [rng.gauss(0, 1) for _ in range(16)])
+            for i in range(300)]
+    s = PostgresBackend(pg_url, "graph", exact_below=0, hnsw_visit_cost=0).open()
+    s.replace_files([(FileRow("memory/v.md", "memory", "h", 1, 1), rows)])
+    q = [rng.gauss(0, 1) for _ in range(16)]
+    outside = s.vector_search(q, 20)
+    assert len(outside) == 20
+    with s.reading(snapshot=True):
+        assert s.vector_search(q, 20) == outside
+        conn = s.backend._reading().conn  # type: ignore[union-attr]
+        got = conn.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.ef_search', true), "
+                           "current_setting('transaction_isolation')").fetchone()
+        assert got[0] == "on" and got[1] != str(s.backend.hnsw_ef_search) and got[2] == "repeatable read"
+        assert s.get_chunk_meta([outside[0][0]]) == {outside[0][0]: ("memory/v.md", "memory", int(outside[0][0][1:]),
+                                                                     int(outside[0][0][1:]))}
+
+
+def test_a_search_holds_one_connection_at_a_time(pg_url: str) -> None:
+    """The checks before a search may sync (write) and a ranking may read what is not cached:
+    through the block's own connection, so concurrent searches never each hold one connection
+    while waiting for a second (a pool of one would stall here for its 30 s timeout)."""
+    s = PostgresBackend(pg_url, "one", pool_size=1).open()
+    with s.reading():
+        assert not s.has_content()
+        s.replace_files([(file("memory/a.md", "a"), [chunk("memory/a.md", 0, "green tea 绿茶")])])
+        assert s.has_content() and list(s.file_states("memory")) == ["memory/a.md"]
+        s.set_meta({"k": 1})
+        assert s.get_meta() == {"k": 1}
+    with s.reading(snapshot=True):
+        hits = s.keyword_search(["绿茶"], 5)
+        assert s.file_states("memory")["memory/a.md"][1] == "hash-a"
+        assert s.get_meta() == {"k": 1} and s.cache_get("p", "m", "k", ["h"]) == {}
+        assert s.get_chunks([hits[0][0]])[hits[0][0]].text == "green tea 绿茶"
+        assert s.counts().chunks == 1
