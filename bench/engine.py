@@ -40,13 +40,18 @@ def make_config(choice: EmbedderChoice, mode: str = "hybrid", mmr: bool = False,
     if mode == "vector":  # vector side only: no keyword candidates (SPEC 11 query.hybrid.enabled)
         h.enabled = False
     h.mmr.enabled = bool(mmr)
-    for key, val in over.items():
+    set_options(cfg, over)
+    return cfg
+
+
+def set_options(cfg: Any, options: dict[str, Any]) -> None:
+    """Set dotted config keys (``"query.hybrid.fusion"``) on a ``MemoryConfig``."""
+    for key, val in options.items():
         obj = cfg
         parts = key.split(".")
-        for p in parts[:-1]:
-            obj = getattr(obj, p)
+        for part in parts[:-1]:
+            obj = getattr(obj, part)
         setattr(obj, parts[-1], val)
-    return cfg
 
 
 @contextmanager

@@ -75,9 +75,27 @@ def open_system(name: str, ws: Path, state: Path) -> tuple[MemoryIndex, Callable
     before: Callable[[], None] = (lambda: None)
     if name == "walk, states fetched":
         def before() -> None:  # what every search did before: fetch every state, list every directory
-            mem._syncer._states.clear()
-            mem._syncer._listings.clear()
+            forget_file_states(mem)
     return mem, before
+
+
+def forget_file_states(mem: MemoryIndex) -> None:
+    """Drop the syncer's kept file states and directory listings, as every sync did before they were kept."""
+    mem._syncer._states.clear()
+    mem._syncer._listings.clear()
+
+
+def noop_sync_times(mem: MemoryIndex, rounds: int) -> dict[str, list[float]]:
+    """Seconds of no-op syncs, alternating: file states fetched again (\"fetched\") and kept (\"kept\")."""
+    times: dict[str, list[float]] = {"fetched": [], "kept": []}
+    for i in range(2 * rounds):
+        kind = "fetched" if i % 2 == 0 else "kept"
+        if kind == "fetched":
+            forget_file_states(mem)
+        t = time.perf_counter()
+        mem.sync()
+        times[kind].append(time.perf_counter() - t)
+    return times
 
 
 def run_scale(work: Path, chunks: int, queries: int) -> dict[str, Any]:
@@ -88,15 +106,7 @@ def run_scale(work: Path, chunks: int, queries: int) -> dict[str, Any]:
         report = mem.sync()
         index_s = time.perf_counter() - t
         # the no-op sync: file states fetched each time, then kept
-        noop: dict[str, list[float]] = {"fetched": [], "kept": []}
-        for i in range(10):
-            kind = "fetched" if i % 2 == 0 else "kept"
-            if kind == "fetched":
-                mem._syncer._states.clear()
-                mem._syncer._listings.clear()
-            t = time.perf_counter()
-            mem.sync()
-            noop[kind].append(time.perf_counter() - t)
+        noop = noop_sync_times(mem, 5)
     systems = {name: open_system(name, ws, state) for name in SYSTEMS}
     qs = (manifest["queries"] * 10)[:queries]
     times: dict[str, list[float]] = {name: [] for name in SYSTEMS}
@@ -157,15 +167,7 @@ def postgres_noop(work: Path, scales: list[int], rounds: int = 10) -> list[dict[
             cfg = MemoryConfig.from_dict({"provider": "none", "store": {"url": url}})
             with MemoryIndex(ws, agent_id="bench", config=cfg, state_dir=work / f"pg-state-{chunks}") as mem:
                 mem.sync()
-                times: dict[str, list[float]] = {"fetched": [], "kept": []}
-                for i in range(2 * rounds):
-                    kind = "fetched" if i % 2 == 0 else "kept"
-                    if kind == "fetched":
-                        mem._syncer._states.clear()
-                        mem._syncer._listings.clear()
-                    t = time.perf_counter()
-                    mem.sync()
-                    times[kind].append(time.perf_counter() - t)
+                times = noop_sync_times(mem, rounds)
             out.append({"chunks": chunks, "files": manifest["files"], "load": load(),
                         **{f"{k}_ms": statistics.median(v) * 1000 for k, v in times.items()}})
             print(f"postgres no-op sync, {manifest['files']:,} files: fetched {out[-1]['fetched_ms']:.1f} ms, "

@@ -193,17 +193,14 @@ def make_reranker(spec: str | None) -> tuple[Any, dict[str, Any]]:
 def config(setup: Setup, fusion: str, rerank_over: dict[str, Any]) -> Any:
     from clawmem_core import MemoryConfig
 
+    from .engine import set_options
+
     cfg = MemoryConfig()
     cfg.sync.watch = False
     cfg.sync.interval_minutes = 0
     cfg.sync.on_session_start = False
     cfg.query.hybrid.fusion = fusion
-    for key, val in {**setup.overrides, **rerank_over}.items():
-        obj = cfg
-        parts = key.split(".")
-        for p in parts[:-1]:
-            obj = getattr(obj, p)
-        setattr(obj, parts[-1], val)
+    set_options(cfg, {**setup.overrides, **rerank_over})
     return cfg
 
 
