@@ -81,7 +81,22 @@ BACKGROUND_PERCENTILE = 90.0
 def background_level(query_to_background: Sequence[float], percentile: float = BACKGROUND_PERCENTILE) -> float:
     """The cosine unrelated text reaches for this query: the ``percentile`` (linear interpolation)
     of its cosines to the background passages (``nan`` when there are none)."""
-    vals = sorted(c for c in query_to_background if math.isfinite(c))
+    return _percentile(query_to_background, percentile)
+
+
+def best_of_level(query_to_background: Sequence[float], draws: int, percentile: float = BACKGROUND_PERCENTILE) -> float:
+    """The level the best of ``draws`` unrelated texts reaches for this query, as
+    :func:`background_level` is that of one: a chunk embedded as several windows scores its best
+    window, so by chance alone it clears the one-text level more often. The best of ``n``
+    independent draws stays below the level ``q`` with probability ``q ** n``; this is the
+    percentile ``100 * (percentile / 100) ** (1 / draws)`` of the query's cosines to the passages."""
+    n = max(1, int(draws))
+    p = max(0.0, min(100.0, percentile)) / 100.0
+    return _percentile(query_to_background, 100.0 * p ** (1.0 / n))
+
+
+def _percentile(values: Sequence[float], percentile: float) -> float:
+    vals = sorted(c for c in values if math.isfinite(c))
     if not vals:
         return math.nan
     pos = (len(vals) - 1) * max(0.0, min(100.0, percentile)) / 100.0

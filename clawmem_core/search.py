@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from .errors import InvalidQueryError
 from .results import SearchHits, SearchResult
@@ -185,13 +185,43 @@ def query_confidence(vocabulary: float | None, best_vector: float | None, agreem
     return max(0.0, min(1.0, vocab)) * max(VECTOR_DOUBT_FLOOR, min(VECTOR_CONFIRMS, evidence / VECTOR_FULL))
 
 
-def keyword_agreement(kw_ids: Sequence[str], text_scores: Sequence[float], vector_of: dict[str, float],
+def keyword_agreement(kw_ids: Sequence[Hashable], text_scores: Sequence[float], vector_of: Mapping[Hashable, float],
                       n: int = AGREEMENT_CHUNKS) -> float:
     """The best calibrated vector score among the ``n`` chunks the keyword side scores highest
-    (``vector_of``: calibrated vector score by chunk id; a chunk the vector side did not return
-    counts 0): do the two sides agree on where the answer is?"""
+    (``vector_of``: calibrated vector score by chunk, keyed as ``kw_ids``; a chunk the vector side
+    did not return counts 0): do the two sides agree on where the answer is?"""
     order = sorted(range(len(kw_ids)), key=lambda i: -text_scores[i])[:n]
     return max((vector_of.get(kw_ids[i], 0.0) for i in order), default=0.0)
+
+
+def _chunk_key(meta: tuple[str, str, int, int] | None) -> tuple[str, str, int, int] | None:
+    """A chunk's identity across its rows (its embedding windows share its path and line range)."""
+    return None if meta is None else (meta[1], meta[0], meta[2], meta[3])
+
+
+def chunk_vector_scores(vec_hits: Sequence[tuple[str, float]], meta: Mapping[str, tuple[str, str, int, int]],
+                        to_background: Sequence[float], level: float) -> dict[Any, float]:
+    """The calibrated vector score of each chunk the vector side returned, keyed by
+    :func:`_chunk_key`: that of its best window, measured against the level the best of its windows
+    reaches by chance (:func:`~clawmem_core.calibration.best_of_level`, ``n`` the windows of the
+    chunk among ``vec_hits``; a chunk embedded whole is one draw, ``level``). Without the query's
+    cosines to the calibration passages, against ``level``."""
+    from .calibration import best_of_level, calibrated_cosine
+
+    best: dict[Any, float] = {}
+    draws: dict[Any, int] = {}
+    for cid, cos in vec_hits:
+        key = _chunk_key(meta.get(cid))
+        if key is None or not math.isfinite(cos):
+            continue
+        draws[key] = draws.get(key, 0) + 1
+        best[key] = max(cos, best.get(key, -math.inf))
+    out = {}
+    for key, cos in best.items():
+        n = draws[key]
+        lvl = best_of_level(to_background, n) if n > 1 and to_background else level
+        out[key] = calibrated_cosine(cos, lvl if math.isfinite(lvl) else level)
+    return out
 
 
 #: The keyword score of a chunk of ``MEMORY.md``, or of a note whose file name names a query term
@@ -651,9 +681,11 @@ def _choose(
         else:
             scores = text_relevance(ranks, query_idf_mass(terms, hits[1], hits[0]))
         level = math.nan
+        to_background: list[float] = []
         if background and qvec is not None and vec_hits:
             norm = math.sqrt(sum(a * a for a in qvec)) or 1.0
-            level = background_level([sum(a * b for a, b in zip(qvec, bg)) / norm for bg in background])
+            to_background = [sum(a * b for a, b in zip(qvec, bg)) / norm for bg in background]
+            level = background_level(to_background)
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms
@@ -672,10 +704,8 @@ def _choose(
                 best = None  # the embedder cannot tell texts of this script apart: no say either way
             agree = None
             if best is not None:
-                vector_of: dict[str, float] = {}
-                for (cid, _), v in zip(vec_hits, vec_scores):
-                    vector_of[cid] = max(v, vector_of.get(cid, 0.0))
-                agree = keyword_agreement([i for i, _ in kw_hits], scores, vector_of)
+                agree = keyword_agreement([_chunk_key(meta.get(i)) for i, _ in kw_hits], scores,
+                                          chunk_vector_scores(vec_hits, meta, to_background, level))
             conf = query_confidence(vocab, best, agree)
             info["confidence"] = round(conf, 4)
             info["confidence_signals"] = {
