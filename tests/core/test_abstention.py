@@ -14,9 +14,11 @@ import pytest
 from clawmem_core import MemoryConfig, MemoryIndex
 from clawmem_core.calibration import BACKGROUND_LATIN, BACKGROUND_TEXTS, blind_scripts
 from clawmem_core.search import (
+    AGREEMENT_CHUNKS,
     VECTOR_ALONE,
     VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
+    VECTOR_DOUBT_FLOOR_STRONG,
     VECTOR_FULL,
     VECTOR_VOUCHES,
     VOCABULARY_FULL,
@@ -99,7 +101,9 @@ def test_vocabulary_share_counts_terms_the_index_knows() -> None:
 def test_query_confidence_bounds_and_factors() -> None:
     assert query_confidence(None, None) == 1.0
     assert query_confidence(0.0, None) == 0.0
-    assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.5)
+    # The vocabulary factor falls with the square of the share below VOCABULARY_FULL.
+    assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.25)
+    assert query_confidence(VOCABULARY_FULL, None) == 1.0
     # Keyword-only: the vocabulary alone, never above 1.
     assert query_confidence(1.0, None) == 1.0
     # The vector side agrees with the keyword side's chunks at exactly VECTOR_FULL: unchanged.
@@ -115,10 +119,18 @@ def test_query_confidence_bounds_and_factors() -> None:
     # A strong vector match vouches for a query whose words the index does not know (a paraphrase).
     assert query_confidence(0.0, VECTOR_VOUCHES, VECTOR_FULL) == pytest.approx(1.0)
     assert query_confidence(0.0, 0.1, 0.0) == pytest.approx(0.1 / VECTOR_VOUCHES * VECTOR_DOUBT_FLOOR)
+    # The vector side alone counts at its best-of-many score when given, the best chunk still vouches.
+    assert query_confidence(1.0, 0.3, 0.0, alone=0.1) == pytest.approx(VECTOR_DOUBT_FLOOR)
+    assert query_confidence(1.0, 0.3, 0.0, alone=0.3) == pytest.approx(VECTOR_ALONE * 0.3 / VECTOR_FULL)
+    assert query_confidence(0.0, VECTOR_VOUCHES, 0.0, alone=0.0) == pytest.approx(VECTOR_DOUBT_FLOOR)
+    # The floor is the caller's (an embedder that recognises meaning doubts further).
+    assert query_confidence(1.0, 0.0, 0.0, floor=VECTOR_DOUBT_FLOOR_STRONG) == VECTOR_DOUBT_FLOOR_STRONG
     for vocab in (None, 0.0, 0.2, 0.7, 1.0, math.nan):
         for best in (None, 0.0, 0.1, 0.3, 0.9, math.nan, -1.0, 5.0):
             for agree in (None, 0.0, 0.3, math.nan, 7.0, -2.0):
-                assert 0.0 <= query_confidence(vocab, best, agree) <= VECTOR_CONFIRMS
+                for alone in (None, 0.0, 0.5, math.nan, 3.0):
+                    for floor in (VECTOR_DOUBT_FLOOR, 0.0, math.nan, 2.0):
+                        assert 0.0 <= query_confidence(vocab, best, agree, alone=alone, floor=floor) <= VECTOR_CONFIRMS
 
 
 def test_query_script() -> None:
@@ -317,9 +329,10 @@ def test_hybrid_vector_side_has_no_say_in_a_script_the_embedder_cannot_read(tmp_
 
 def test_keyword_agreement_reads_the_keyword_sides_first_chunks() -> None:
     vector_of = {"garden": 0.6, "store": 0.05, "番茄": 0.4, "vector-only": 0.9}
-    # The keyword side's first three chunks by score; a chunk the vector side did not return is 0.
+    # The keyword side's first AGREEMENT_CHUNKS chunks by score; a chunk the vector side did not return is 0.
     assert keyword_agreement(["store", "garden", "x"], [0.9, 0.5, 0.1], vector_of) == 0.6
-    assert keyword_agreement(["store", "x", "y", "garden"], [0.9, 0.8, 0.7, 0.6], vector_of) == 0.05
+    assert keyword_agreement(["store", "x", "y", "z", "w", "garden"], [0.9, 0.8, 0.7, 0.65, 0.62, 0.6], vector_of) == 0.05
+    assert keyword_agreement(["store", "x", "y", "garden"], [0.9, 0.8, 0.7, 0.6], vector_of, n=3) == 0.05
     assert keyword_agreement(["番茄", "store"], [0.2, 0.9], vector_of) == 0.4
     # A chunk only the vector side found is not agreement.
     assert keyword_agreement(["x"], [1.0], vector_of) == 0.0
@@ -385,10 +398,14 @@ def test_confidence_signals_are_read_from_both_sides(tmp_path: Path, files: dict
         hits = mem.search(query, min_score=0, max_results=50)
         sig = hits.info["confidence_signals"]
         assert sig["vector_best"] == pytest.approx(max(h.vector_score for h in hits), abs=1e-3)
-        by_text = sorted((h for h in hits if h.text_score > 0), key=lambda h: -h.text_score)[:3]
+        by_text = sorted((h for h in hits if h.text_score > 0), key=lambda h: -h.text_score)[:AGREEMENT_CHUNKS]
         assert sig["agreement"] == pytest.approx(max(h.vector_score for h in by_text), abs=1e-3)
+        # the best of all candidates, against the best of as many unrelated texts: never above the best
+        assert sig["vector_alone"] <= sig["vector_best"] + 1e-9
+        assert sig["doubt_floor"] == VECTOR_DOUBT_FLOOR  # a hashed bag of words recognises no translation
         assert hits.info["confidence"] == pytest.approx(
-            query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"]), abs=1e-3)
+            query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"], alone=sig["vector_alone"],
+                             floor=sig["doubt_floor"]), abs=1e-3)
     finally:
         mem.close()
 
