@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from clawmem_core import MemoryConfig, MemoryIndex
-from clawmem_core.calibration import BACKGROUND_LATIN, BACKGROUND_TEXTS, blind_scripts
+from clawmem_core.calibration import (
+    BACKGROUND_LATIN,
+    BACKGROUND_TEXTS,
+    TRANSLATED_PAIRS,
+    background_level,
+    best_of_level,
+    blind_scripts,
+    calibrated_cosine,
+    translation_strength,
+)
 from clawmem_core.search import (
     AGREEMENT_CHUNKS,
     VECTOR_ALONE,
@@ -22,10 +31,12 @@ from clawmem_core.search import (
     VECTOR_FULL,
     VECTOR_VOUCHES,
     VOCABULARY_FULL,
+    chunk_vector_scores,
     keyword_agreement,
     query_confidence,
     query_script,
     select_confident,
+    vector_doubt_floor,
     vocabulary_share,
     Candidate,
 )
@@ -423,3 +434,116 @@ def test_openclaw_fusion_is_untouched(tmp_path: Path) -> None:
         assert hits and "confidence" not in hits.info
     finally:
         mem.close()
+
+
+# -- windows, the best of many, and the embedder's shown strength -------------------------------
+
+
+def test_best_of_level_is_the_level_the_best_of_n_unrelated_texts_reaches() -> None:
+    bg = [i / 10 for i in range(11)]
+    assert best_of_level(bg, 1) == pytest.approx(background_level(bg))  # one draw: the 90th percentile
+    # the best of two stays below q with probability q**2: the 100 * 0.9**0.5 percentile
+    assert best_of_level(bg, 2) == pytest.approx(0.9 ** 0.5)
+    levels = [best_of_level(bg, n) for n in (1, 2, 3, 5, 10, 100)]
+    assert levels == sorted(levels) and levels[0] < levels[-1]
+    assert best_of_level(bg, 10 ** 6) == pytest.approx(1.0)  # saturates at the closest passage
+    assert best_of_level(bg, 0) == best_of_level(bg, 1)
+    assert math.isnan(best_of_level([], 3))
+
+
+def test_chunk_vector_scores_read_a_chunk_by_its_best_window_against_the_best_of_its_windows() -> None:
+    """A chunk embedded as windows comes back from the vector side as window rows with their own ids
+    and the chunk's path and lines: its score is its best window's, measured against the level the
+    best of that many unrelated texts reaches; a chunk embedded whole keeps the one-text level."""
+    bg = [i / 10 for i in range(11)]
+    level = background_level(bg)
+    meta = {"w1": ("notes.md", "memory", 1, 9), "w2": ("notes.md", "memory", 1, 9),
+            "whole": ("MEMORY.md", "memory", 1, 3), "chunk": ("notes.md", "memory", 1, 9)}
+    got = chunk_vector_scores([("w1", 0.95), ("w2", 0.92), ("whole", 0.95)], meta, bg, level)
+    windowed, whole = ("memory", "notes.md", 1, 9), ("memory", "MEMORY.md", 1, 3)
+    assert got[whole] == pytest.approx(calibrated_cosine(0.95, level))
+    assert got[windowed] == pytest.approx(calibrated_cosine(0.95, best_of_level(bg, 2)))
+    assert 0 < got[windowed] < got[whole]
+    # The keyword side's row of that chunk (its own id) finds the windows' score through the chunk's key.
+    keys = [(m[1], m[0], m[2], m[3]) for m in (meta["chunk"], meta["whole"])]
+    assert keyword_agreement(keys[:1], [1.0], got) == got[windowed]
+    # Without the query's cosines to the calibration passages: the one-text level for every chunk.
+    flat = chunk_vector_scores([("w1", 0.95), ("w2", 0.92)], meta, [], level)
+    assert flat[windowed] == pytest.approx(calibrated_cosine(0.95, level))
+
+
+def test_windowed_embedder_backs_the_keyword_sides_chunk(tmp_path: Path) -> None:
+    """With an embedder that embeds chunks as windows, the agreement of the two sides is read
+    through the chunk's windows (it read 0 when it looked the chunk's own id up among the window
+    rows, so every question lost the agreement's confirmation)."""
+    emb = HashEmbedder(dims=256)
+    emb.window_bytes = 60  # MEMORY.md's chunk becomes several windows
+    mem = _index(tmp_path, EN_FILES, embedder=emb)
+    try:
+        hits = mem.search("tomato beds water every morning", min_score=0)
+        assert hits[0].path == "MEMORY.md" and hits[0].vector_score > 0
+        sig = hits.info["confidence_signals"]
+        assert 0 < sig["agreement"] <= hits[0].vector_score + 1e-9
+        assert hits.info["confidence"] > 1.0  # the two sides agree: confirmed
+        assert mem.search("tomato beds water every morning")[0].path == "MEMORY.md"
+    finally:
+        mem.close()
+
+
+def _translating_vectors(dims: int = 32) -> list[list[float]]:
+    rng = random.Random(7)
+    vecs = [[rng.gauss(0, 1) for _ in range(dims)] for _ in BACKGROUND_TEXTS]
+    for en, zh in TRANSLATED_PAIRS:
+        vecs[zh] = list(vecs[en])
+    return vecs
+
+
+def test_translation_strength_tells_an_embedder_that_recognises_meaning() -> None:
+    assert translation_strength(_translating_vectors()) == pytest.approx(1.0)
+    rng = random.Random(3)
+    unrelated = [[rng.gauss(0, 1) for _ in range(32)] for _ in BACKGROUND_TEXTS]
+    assert translation_strength(unrelated) < 0.1
+    hashed = HashEmbedder(dims=256).embed_documents(list(BACKGROUND_TEXTS))
+    assert translation_strength(hashed) == 0.0  # a bag of words shares no word across languages
+    assert translation_strength(unrelated[:10]) == 0.0  # not the calibration passages' vectors
+    assert all(BACKGROUND_TEXTS[en] != BACKGROUND_TEXTS[zh] for en, zh in TRANSLATED_PAIRS)
+
+
+def test_vector_doubt_floor_follows_the_embedders_strength() -> None:
+    assert vector_doubt_floor(0.0) == VECTOR_DOUBT_FLOOR
+    assert vector_doubt_floor(-0.3) == VECTOR_DOUBT_FLOOR
+    assert vector_doubt_floor(math.nan) == VECTOR_DOUBT_FLOOR
+    assert vector_doubt_floor(VECTOR_FULL) == pytest.approx(VECTOR_DOUBT_FLOOR_STRONG)
+    assert vector_doubt_floor(1.0) == pytest.approx(VECTOR_DOUBT_FLOOR_STRONG)
+    assert vector_doubt_floor(VECTOR_FULL / 2) == pytest.approx((VECTOR_DOUBT_FLOOR + VECTOR_DOUBT_FLOOR_STRONG) / 2)
+
+
+class TranslatingEmbedder(HashEmbedder):
+    """The hash embedder, except that it embeds each Chinese calibration passage as its English
+    twin: an embedder that recognises the same meaning across languages."""
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        twin = {BACKGROUND_TEXTS[zh]: BACKGROUND_TEXTS[en] for en, zh in TRANSLATED_PAIRS}
+        return super()._embed_documents([twin.get(t, t) for t in texts])
+
+
+def test_an_embedder_that_recognises_translations_doubts_further(tmp_path: Path) -> None:
+    """The vector side's doubt floor comes from the embedder's calibration vectors: the hash
+    embedder keeps VECTOR_DOUBT_FLOOR, one that matches the passages' translations gets
+    VECTOR_DOUBT_FLOOR_STRONG, and a foreign question neither backs sits on that floor."""
+    query = FOREIGN_EN[0]
+    got = {}
+    for name, emb in (("hash", HashEmbedder(dims=256)), ("translating", TranslatingEmbedder(dims=256))):
+        mem = _index(tmp_path / name, EN_FILES, embedder=emb)
+        try:
+            got[name] = mem.search(query, min_score=0).info
+        finally:
+            mem.close()
+    assert got["hash"]["confidence_signals"]["doubt_floor"] == VECTOR_DOUBT_FLOOR
+    sig = got["translating"]["confidence_signals"]
+    assert sig["doubt_floor"] == pytest.approx(VECTOR_DOUBT_FLOOR_STRONG)
+    args = (sig["vocabulary"], sig["vector_best"], sig["agreement"])
+    conf = query_confidence(*args, alone=sig["vector_alone"], floor=sig["doubt_floor"])
+    assert got["translating"]["confidence"] == pytest.approx(conf, abs=1e-3)
+    assert conf < query_confidence(*args, alone=sig["vector_alone"], floor=VECTOR_DOUBT_FLOOR)
+    assert got["translating"]["confidence"] < got["hash"]["confidence"]
