@@ -15,6 +15,7 @@ extension (pgvector), which every managed PostgreSQL ships.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import logging
@@ -73,6 +74,9 @@ HNSW_BUILD_MEMORY = "256MB"
 _HNSW_MAX_DIMS = {"vector": 2000, "halfvec": 4000}
 #: A failed automatic build is tried again after this many seconds (searches stay exact meanwhile).
 _HNSW_RETRY_SECONDS = 600.0
+#: Versions of its own commits a store handle keeps for :meth:`PostgresStore.others_version`
+#: (older ones are counted, not kept).
+_OWN_KEPT = 1024
 #: FTS5's ``bm25()`` constants.
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
@@ -973,6 +977,16 @@ class PostgresStore(Store):
         self.agent = agent
         self._gen = generation
         self._closed = False
+        #: The data versions this handle's own write transactions committed (ascending; the
+        #: latest :data:`_OWN_KEPT` at most), how many older ones were folded into a count (each
+        #: at or below ``_own_floor``), the highest version :meth:`others_version` answered for,
+        #: and a count bumped when a commit is recorded at or below it (see :meth:`others_version`).
+        self._own: list[int] = []
+        self._own_folded = 0
+        self._own_floor = -1
+        self._own_reported = -1
+        self._own_epoch = 0
+        self._own_lock = threading.Lock()
         self._cache_token: Any = None
         self._stats: tuple[int, float] = (0, 1.0)
         self._vec_count: dict[int, int] = {}
@@ -1128,9 +1142,11 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _write_tx(self, read_generation: bool) -> Iterator[tuple["psycopg.Connection", Any]]:
+        row: Sequence[Any] | None = None
         with self._conn() as conn, conn.pipeline(), conn.transaction():
             cur = conn.execute(
-                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s RETURNING generation",
+                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s "
+                "RETURNING generation, data_version",
                 (self.agent,),
             )
             if self._gen is not None:
@@ -1140,6 +1156,45 @@ class PostgresStore(Store):
             else:
                 row = cur.fetchone()
                 yield conn, int(row[0]) if row else -1  # an agent nobody has indexed: no rows
+        # committed (a commit whose outcome is unknown raised above, and is not counted as ours)
+        if row is None:
+            row = cur.fetchone()
+        if row is not None:
+            self._own_commit(int(row[1]))
+
+    def _own_commit(self, version: int) -> None:
+        """Record that this handle's transaction committed the agent's data ``version``."""
+        with self._own_lock:
+            if version <= self._own_reported:  # an answer already counted it as another's
+                self._own_epoch += 1
+            if version <= self._own_floor:
+                self._own_folded += 1
+                return
+            bisect.insort(self._own, version)
+            if len(self._own) > _OWN_KEPT:
+                fold = len(self._own) - _OWN_KEPT // 2
+                self._own_floor = self._own[fold - 1]
+                self._own_folded += fold
+                del self._own[:fold]
+
+    def others_version(self) -> Any:
+        """A token of the commits to the agent's index by every connection but this handle's own
+        write transactions (other processes, other handles of this process): the data version
+        (bumped by one by every write transaction, under the agent's row lock) less the versions
+        this handle committed. Only a commit known to have succeeded counts as this handle's; a
+        commit recorded after an answer that counted it as another's (a search read the version
+        between the commit and its record) changes the token, as any doubt does: a write by
+        someone else always changes it."""
+        token = self._read(self._token)
+        if token is None:
+            return (self._gen, None)
+        gen, version = token
+        with self._own_lock:
+            if version < self._own_floor:  # read before the versions still kept (a stale read)
+                return (self._gen, gen, version, None)
+            self._own_reported = max(self._own_reported, version)
+            own = self._own_folded + bisect.bisect_right(self._own, version)
+            return (self._gen, gen, version - own, self._own_epoch)
 
     def _generation(self, conn: "psycopg.Connection") -> int:
         if self._gen is not None:
@@ -1334,6 +1389,8 @@ class PostgresStore(Store):
         first: dict[str, tuple[Sequence[float] | None, list[ChunkRow]]] = {}
         for cid, vec, windows in items:
             first.setdefault(cid, (vec, windows))
+        if not first:
+            return 0
         with self._write(read_generation=False) as (conn, gen):
             # One statement a chunk, by its unique key, sent together: a single join against the
             # batch may be planned as a scan of every pending row of the agent (statistics lag
