@@ -1590,42 +1590,33 @@ class PostgresStore(Store):
         return self._read(run)
 
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return {}
-
-        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, tuple[str, str, int, int]]:
-            known = memo.get("meta", {}) if memo is not None else {}
-            missing = [i for i in ids if i not in known]
-            if missing:
-                rows = conn.execute(
-                    f"SELECT id, path, source, start_line, end_line, pending FROM clawmem_chunks "
-                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
-                    {"agent": self.agent, "ids": missing},
-                ).fetchall()
-                if memo is None:
-                    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
-                self._remember(memo, rows)
-                known = memo["meta"]
-            return {i: known[i] for i in ids if i in known}
-
-        return self._read(run)
+        return self._chunks_by_id(ids, texts=False)
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
+        return self._chunks_by_id(ids, texts=True)
+
+    def _chunks_by_id(self, ids: Iterable[str], texts: bool) -> dict[str, Any]:
+        """Chunks by id: ``(path, source, start_line, end_line)`` or, with ``texts``, whole
+        :class:`ChunkRow` s. In a block of reads, what it already answered is reused (a search's
+        candidates came with their paths and pending flags: :meth:`_remember`), and what is read
+        here is kept for the block the same way; only the ids it has not seen are asked for."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
 
-        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, ChunkRow]:
-            known: dict[str, ChunkRow] = memo.setdefault("chunks", {}) if memo is not None else {}
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, Any]:
+            memo = {} if memo is None else memo
+            known: dict[str, Any] = memo.setdefault("chunks" if texts else "meta", {})
             missing = [i for i in ids if i not in known]
             if missing:
                 rows = conn.execute(
-                    f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
-                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                    f"SELECT id, path, source, start_line, end_line, pending{', hash, model, text' if texts else ''} "
+                    f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
                     {"agent": self.agent, "ids": missing},
                 ).fetchall()
-                known.update((r[0], ChunkRow(*r)) for r in rows)
+                self._remember(memo, (r[:6] for r in rows))
+                if texts:
+                    known.update((r[0], ChunkRow(*r[:5], *r[6:])) for r in rows)
             return {i: known[i] for i in ids if i in known}
 
         return self._read(run)
