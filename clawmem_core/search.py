@@ -662,7 +662,8 @@ def _choose(
     MMR and thresholds."""
     import time
 
-    from .calibration import background_level, best_of_level, blind_scripts, calibrated_cosine, translation_strength
+    from .calibration import (background_cosines, background_level, best_of_level, blind_scripts, calibrated_cosine,
+                              translation_strength)
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
@@ -705,8 +706,7 @@ def _choose(
         level = math.nan
         to_background: list[float] = []
         if background and qvec is not None and vec_hits:
-            norm = math.sqrt(sum(a * a for a in qvec)) or 1.0
-            to_background = [sum(a * b for a, b in zip(qvec, bg)) / norm for bg in background]
+            to_background = background_cosines(qvec, background)
             level = background_level(to_background)
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
         if keyword_side:
