@@ -238,11 +238,14 @@ def chunk_vector_scores(vec_hits: Sequence[tuple[str, float]], meta: Mapping[str
             continue
         draws[key] = draws.get(key, 0) + 1
         best[key] = max(cos, best.get(key, -math.inf))
+    levels: dict[int, float] = {1: level}
     out = {}
     for key, cos in best.items():
-        n = draws[key]
-        lvl = best_of_level(to_background, n) if n > 1 and to_background else level
-        out[key] = calibrated_cosine(cos, lvl if math.isfinite(lvl) else level)
+        n = draws[key] if to_background else 1
+        if n not in levels:
+            lvl = best_of_level(to_background, n)
+            levels[n] = lvl if math.isfinite(lvl) else level
+        out[key] = calibrated_cosine(cos, levels[n])
     return out
 
 
