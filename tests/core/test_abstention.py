@@ -472,20 +472,24 @@ def test_chunk_vector_scores_read_a_chunk_by_its_best_window_against_the_best_of
     assert flat[windowed] == pytest.approx(calibrated_cosine(0.95, level))
 
 
-def test_windowed_embedder_backs_the_keyword_sides_chunk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("files,query", [
+    (EN_FILES, "tomato beds water every morning"),
+    (ZH_FILES, "每天早上给番茄浇水"),
+])
+def test_windowed_embedder_backs_the_keyword_sides_chunk(tmp_path: Path, files: dict[str, str], query: str) -> None:
     """With an embedder that embeds chunks as windows, the agreement of the two sides is read
     through the chunk's windows (it read 0 when it looked the chunk's own id up among the window
-    rows, so every question lost the agreement's confirmation)."""
+    rows, so every question lost the agreement's confirmation), in English and Chinese."""
     emb = HashEmbedder(dims=256)
-    emb.window_bytes = 60  # MEMORY.md's chunk becomes several windows
-    mem = _index(tmp_path, EN_FILES, embedder=emb)
+    emb.window_bytes = 24  # every chunk becomes several windows
+    mem = _index(tmp_path, files, embedder=emb)
     try:
-        hits = mem.search("tomato beds water every morning", min_score=0)
+        hits = mem.search(query, min_score=0)
         assert hits[0].path == "MEMORY.md" and hits[0].vector_score > 0
         sig = hits.info["confidence_signals"]
         assert 0 < sig["agreement"] <= hits[0].vector_score + 1e-9
         assert hits.info["confidence"] > 1.0  # the two sides agree: confirmed
-        assert mem.search("tomato beds water every morning")[0].path == "MEMORY.md"
+        assert mem.search(query)[0].path == "MEMORY.md"
     finally:
         mem.close()
 
