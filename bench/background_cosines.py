@@ -128,13 +128,13 @@ def numpy_import_ms() -> float:
     return statistics.median(runs) * 1e3
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dims", default="384,768,3072")
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--searches", type=int, default=60)
     ap.add_argument("--no-save", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     dims = [int(d) for d in a.dims.split(",")]
     load_start = _load()
     print(f"load at start: {load_start}")
