@@ -58,19 +58,21 @@ def held_blocks() -> Iterator[None]:
         pg.PostgresBackend.writing, pg.PostgresBackend._block_connection = real_writing, real_use  # type: ignore[method-assign]
 
 
-def run(chunks: int, rounds: int) -> dict[str, Any]:
+def run(chunks: int, rounds: int, url: str | None = None, work: Path = RAW) -> dict[str, Any]:
+    """Timed rounds on the database at ``url`` (an embedded server's, started for the run, without it)."""
     from clawmem_core import MemoryIndex
     from clawmem_core.testing import HashEmbedder
 
-    RAW.mkdir(parents=True, exist_ok=True)
-    ws, manifest = workspace(RAW / "freshness", chunks)
-    server = Server()
+    work.mkdir(parents=True, exist_ok=True)
+    ws, manifest = workspace(work / "freshness", chunks)
+    server = Server() if url is None else None
     times: dict[str, list[float]] = {"held": [], "per statement": []}
     loads = [load()]
     try:
-        url = server.database("vector_connections")
+        if server is not None:
+            url = server.database("vector_connections")
         cfg = {"store": {"url": url}, "sync": {"on_search": False, "on_session_start": False}}
-        state = Path(tempfile.mkdtemp(prefix="clawmem-vconn-", dir=RAW))
+        state = Path(tempfile.mkdtemp(prefix="clawmem-vconn-", dir=work))
         with MemoryIndex(ws, agent_id="bench", config=cfg, embedder=HashEmbedder(dims=384), state_dir=state) as mem:
             mem.sync()  # (untimed: the vectors go to the embedding cache)
             total = mem._store.vector_counts().total
@@ -91,7 +93,8 @@ def run(chunks: int, rounds: int) -> dict[str, Any]:
                     assert mem._store.vector_counts().pending == 0
                 loads.append(load())
     finally:
-        server.close()
+        if server is not None:
+            server.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"files": manifest["files"], "chunks": total, "rounds": rounds, "seconds": times, "median_s": med,
             "chunks_per_s": {k: total / v for k, v in med.items()},
