@@ -220,6 +220,14 @@ def test_freshness_bench_runs_every_system(tmp_path: Path, monkeypatch: pytest.M
     assert "`journal`" in (tmp_path / "out" / "freshness.md").read_text()
 
 
+def test_background_cosines_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import background_cosines
+
+    background_cosines.main(["--dims", "7,16", "--rounds", "3", "--searches", "2", "--no-save"])
+    out = capsys.readouterr().out
+    assert "    7-d  step: old" in out and "   16-d  step: old" in out and "numpy import" in out
+
+
 def test_missing_evaluation_data_stops_the_benchmark_naming_what_it_looked_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run from a checkout with no data beside it, the quality run used to write an empty table;
@@ -275,3 +283,22 @@ def test_the_data_is_found_beside_the_main_checkout_of_a_worktree(tmp_path: Path
     assert D.candidate_data_dirs(main_co) == [shared.resolve()]  # a main checkout: beside it
     monkeypatch.setenv(D.DATA_ENV, str(tmp_path / "mine"))
     assert D.candidate_data_dirs(wt) == [(tmp_path / "mine").resolve()]  # the variable alone
+
+
+def test_freshness_vectors_bench_runs_on_both_stores(tmp_path: Path, pg_url: str) -> None:
+    from bench import freshness_vectors
+
+    runs = [freshness_vectors.run(tmp_path / "w", 200, 4, 300.0),
+            freshness_vectors.run(tmp_path / "w", 200, 4, 300.0, url=pg_url)]
+    for r in runs:
+        assert r["queries"] and set(r["p50_ms"]) == set(freshness_vectors.SYSTEMS)
+        assert r["walks_per_search"]["off"] == 0
+    table = freshness_vectors.markdown(runs)
+    assert "| sqlite |" in table and "| postgres |" in table
+
+
+def test_pg_vector_connections_bench_runs(tmp_path: Path, pg_url: str) -> None:
+    from bench import pg_vector_connections
+
+    r = pg_vector_connections.run(100, 2, url=pg_url, work=tmp_path)
+    assert len(r["seconds"]["held"]) == len(r["seconds"]["per statement"]) == 2 and r["ratio"] > 0
