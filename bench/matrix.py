@@ -407,7 +407,7 @@ def markdown(res: dict[str, Any]) -> str:
                     if beir:
                         cells.append(_fmt(r["ndcg@10"]))
                     cells.append(_fmt(r["hit@5 default"]))
-                    if base is not None and e != "none":
+                    if base is not None and base is not r:
                         keys = ["hit@1", "hit@5"] + (["ndcg@10"] if beir else []) + ["hit@5 default"]
                         cells.append(" / ".join(f"**{r[k] - base[k]:+.3f}**" if r[k] < base[k] - 1e-9
                                                 else f"{r[k] - base[k]:+.3f}" for k in keys))
