@@ -41,7 +41,9 @@ NOTE = ("Reranking on: a **bi-encoder stand-in, not a cross-encoder** (`bench.re
         "stage's defaults (`query.rerank.candidates` 40, `query.rerank.weight` 0.5, position blend). For the rerank-on "
         "rows the time limits were raised (`query.rerank.timeout_ms` and `query.timeout_ms` 120 s) so that the figures "
         "measure the ranking, not the shared machine's load; every search was reranked unless the row says otherwise. "
-        "Its latency is measured apart (`python -m bench.rerankers`).")
+        "Its latency is measured apart (`python -m bench.rerankers`). Rows marked `MiniLM bi-encoder stand-in` use "
+        "all-MiniLM-L6-v2 the same way: an English-only model that cannot tell Chinese texts apart, i.e. a deliberately "
+        "weak reranker on Chinese; rows marked `w=...` set `query.rerank.weight`.")
 
 
 class _Scorer:
@@ -152,9 +154,7 @@ def e5_llamaindex(cache: VectorCache | None = None) -> Any:
 def minilm(cache: VectorCache | None = None) -> Any:
     """``--rerank bench.rerankers:minilm``: all-MiniLM-L6-v2 as a LangChain compressor (English-only: on Chinese
     it cannot tell texts apart, a deliberately weak reranker)."""
-    c = langchain_compressor(minilm_scorer(cache))
-    c.note = NOTE.replace("multilingual-e5-small (`query:` / `passage:`, the local provider's model)", "all-MiniLM-L6-v2")
-    return c
+    return langchain_compressor(minilm_scorer(cache))
 
 
 # --- latency -------------------------------------------------------------------------------------------------
