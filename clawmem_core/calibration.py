@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import math
 from array import array
-from typing import Sequence
+from typing import Any, Sequence
 
 #: Version of :data:`BACKGROUND_TEXTS`: the index re-embeds them when it changes.
 BACKGROUND_VERSION = 1
@@ -100,6 +100,53 @@ def calibrated_cosine(cosine: float, level: float) -> float:
         return max(0.0, min(1.0, cosine))
     level = min(level, 0.999)
     return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
+
+
+_UNITS_CACHE: dict[int, tuple[Sequence[Sequence[float]], Any]] = {}
+
+
+def _unit_matrix(background: Sequence[Sequence[float]]) -> Any:
+    """``background`` as a float64 matrix of unit rows (a zero row stays zero; shorter rows are
+    padded with zeros), built once per background object: the vectors are read, never changed."""
+    cached = _UNITS_CACHE.get(id(background))
+    if cached is not None and cached[0] is background:
+        return cached[1]
+    import numpy as np
+
+    width = max((len(v) for v in background), default=0)
+    matrix = np.zeros((len(background), width), dtype=np.float64)
+    for row, v in zip(matrix, background):
+        row[: len(v)] = v
+    with np.errstate(invalid="ignore", over="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+        norms[norms == 0] = 1.0
+        matrix /= norms[:, None]
+    if len(_UNITS_CACHE) >= 16:
+        _UNITS_CACHE.clear()
+    _UNITS_CACHE[id(background)] = (background, matrix)
+    return matrix
+
+
+def background_cosines(query: Sequence[float], background: Sequence[Sequence[float]]) -> list[float]:
+    """The cosine of ``query`` to each background vector, in order: 0 where either is a zero
+    vector, ``nan`` where either holds a non-finite value. One matrix-vector product over unit
+    vectors kept per ``background`` object (a search runs this on every hybrid query; the
+    background holds 48 vectors of up to thousands of dimensions). Dimensions beyond the shorter
+    of the two vectors count as zeros."""
+    if not background:
+        return []
+    import numpy as np
+
+    units = _unit_matrix(background)
+    q = np.asarray(query, dtype=np.float64).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        norm = math.sqrt(float(np.dot(q, q)))
+        if norm == 0:
+            return [0.0] * len(background)
+        width = units.shape[1]
+        if q.shape[0] != width:
+            q = np.pad(q[:width], (0, max(0, width - q.shape[0])))
+        return (units @ q / norm).tolist()  # type: ignore[no-any-return]
 
 
 #: :data:`BACKGROUND_TEXTS` holds this many English passages first, then as many Chinese ones.

@@ -610,7 +610,7 @@ def _choose(
     MMR and thresholds."""
     import time
 
-    from .calibration import background_level, blind_scripts, calibrated_cosine
+    from .calibration import background_cosines, background_level, blind_scripts, calibrated_cosine
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
@@ -652,8 +652,7 @@ def _choose(
             scores = text_relevance(ranks, query_idf_mass(terms, hits[1], hits[0]))
         level = math.nan
         if background and qvec is not None and vec_hits:
-            norm = math.sqrt(sum(a * a for a in qvec)) or 1.0
-            level = background_level([sum(a * b for a, b in zip(qvec, bg)) / norm for bg in background])
+            level = background_level(background_cosines(qvec, background))
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,9 +209,42 @@ def test_matrix_remote_setup_goes_through_the_openai_provider() -> None:
     assert cfg.query.hybrid.fusion == "openclaw"
 
 
-def test_freshness_bench_runs_every_system(tmp_path: Path) -> None:
-    from bench import freshness
+def test_freshness_bench_runs_every_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every system's searches are counted alone: a background sync that an index starts on its own
+    is held back until that index's first timed search, and then run to its end (as a loaded machine
+    may schedule it). The `off` system used to start one (its session-start sync), and its walk was
+    counted as a search's whenever it ran late (once at load 18)."""
+    import threading
 
+    from bench import freshness
+    from clawmem_core import MemoryIndex
+
+    searches: dict[MemoryIndex, int] = {}
+    gates: dict[MemoryIndex, threading.Event] = {}
+    real_background, real_search, real_close = MemoryIndex._background_sync, MemoryIndex.search, MemoryIndex.close
+
+    def gate(mem: MemoryIndex) -> threading.Event:
+        return gates.setdefault(mem, threading.Event())
+
+    def late_background_sync(self: MemoryIndex, *args: Any, **kwargs: Any) -> None:
+        gate(self).wait(120)
+        real_background(self, *args, **kwargs)
+
+    def search(self: MemoryIndex, *args: Any, **kwargs: Any) -> Any:
+        searches[self] = searches.get(self, 0) + 1
+        if searches[self] == freshness.WARM_UP + 1:  # the first timed search: a late background sync runs now
+            gate(self).set()
+            if self._bg_thread is not None:
+                self._bg_thread.join(120)
+        return real_search(self, *args, **kwargs)
+
+    def close(self: MemoryIndex) -> None:
+        gate(self).set()
+        real_close(self)
+
+    monkeypatch.setattr(MemoryIndex, "_background_sync", late_background_sync)
+    monkeypatch.setattr(MemoryIndex, "search", search)
+    monkeypatch.setattr(MemoryIndex, "close", close)
     assert freshness.main(["--scales", "60", "--queries", "4", "--work", str(tmp_path / "w"),
                            "--out", str(tmp_path / "out")]) == 0
     res = json.loads((tmp_path / "out" / "freshness.json").read_text())

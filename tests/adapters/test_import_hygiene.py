@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: module -> (frameworks it must load, frameworks it must not load)
 CASES = {
     "clawmem_core": ([], ["langchain_core", "langchain", "llama_index", "mcp", "detect_secrets", "requests",
-                          "charset_normalizer", "regex", "rich", "inotify_simple"]),
+                          "charset_normalizer", "regex", "rich", "inotify_simple", "numpy"]),
     "langchain_clawmem": (["langchain_core"], ["llama_index"]),
     "llama_index_clawmem": (["llama_index"], ["langchain_core", "langchain"]),
 }

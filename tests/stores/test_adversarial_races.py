@@ -1,7 +1,9 @@
 """Races on the PostgreSQL store: the connection killed by the server before each statement of a
-sync, in turn (an aimed hook, as ``tests/reliability/fs_race.py`` aims file swaps); two processes
-syncing one agent while a third searches; a shared namespace switching generations under a
-reader. After each: every file group is wholly old or wholly new, and the next sync finishes."""
+sync, in turn (an aimed hook, as ``tests/reliability/fs_race.py`` aims file swaps); on both
+backends, two processes syncing one agent, and a shared namespace switching generations, inside
+a search stopped at each point where a sync can replace what it has read (a hook again, never a
+sleep). After each: every file group is wholly old or wholly new, a search shows one version
+with its text, and the next sync finishes."""
 
 from __future__ import annotations
 
@@ -178,48 +180,88 @@ def test_a_connection_killed_before_each_statement_of_a_sync(tmp_path: Path, pg_
 
 
 
-def test_two_processes_sync_one_agent_while_a_third_searches(tmp_path: Path, store_config: dict[str, Any]) -> None:
-    """Both backends: two syncing processes and a searching one on the same agent; the searcher
-    finds each note in exactly one version (old or new) at every search, and never fails."""
-    import json
-    import subprocess
-    import sys
+class SearchWindow:
+    """Runs an action inside a search at an exact point of its pipeline, once per :meth:`arm`: just
+    before the search calls ``method`` of ``cls`` (the store class it reads through) in this
+    thread. ``get_chunk_meta``: the candidate lists are read, their chunks' places not yet;
+    ``get_chunks``: the results are ranked, their text not read yet. A sync run there replaces
+    the chunks the search holds ids of, every time (no timing involved)."""
 
-    from .test_coordination import ROOT, wait_for
+    #: The window -> the store method the search calls when it closes.
+    METHODS = {"candidates": "get_chunk_meta", "text": "get_chunks"}
 
-    n = 16
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, cls: type, window: str) -> None:
+        self.fired = 0
+        self._action: Any = None
+        self._thread = threading.get_ident()
+        real = getattr(cls, self.METHODS[window])
+
+        def hooked(store: Any, *args: Any, **kwargs: Any) -> Any:
+            action, self._action = self._action, None
+            if action is not None and threading.get_ident() == self._thread:
+                action()
+                self.fired += 1
+            return real(store, *args, **kwargs)
+
+        monkeypatch.setattr(cls, self.METHODS[window], hooked)
+
+    def arm(self, action: Any) -> None:
+        self._action = action
+
+
+def _run(procs: list[Any]) -> None:
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+
+
+def _one_version(hits: Any, path: str, i: int) -> list[str]:
+    """The versions of note ``i`` that the results show, by their text."""
+    return [t for t in ("v1", "v2") if any(r.path == path and f"topic{i}x{t}" in r.snippet for r in hits)]
+
+
+@pytest.mark.parametrize("window", list(SearchWindow.METHODS))
+def test_two_processes_sync_one_agent_while_a_third_searches(tmp_path: Path, store_config: dict[str, Any],
+                                                             monkeypatch: pytest.MonkeyPatch, window: str) -> None:
+    """Both backends: a search stops at ``window``, and two processes sync the agent from one
+    version of the notes to the other there (v1 -> v2 -> v1 -> v2), to their end; the search then
+    finds the note in exactly one version, with its text, and never fails. Before the fix, the
+    search lost the note (candidates gone before their places were read) or returned it without
+    text (the chunk gone before its text was read)."""
+    n = 4
     ws = notes(tmp_path / "ws", n, tag="v1")
     state = tmp_path / "state"
     with MemoryIndex(ws, config={"store": store_config}, embedder=HashEmbedder(), state_dir=state) as mem:
         mem.sync()
-    stop = tmp_path / "stop"
-    cmd = [sys.executable, str(Path(__file__).with_name("search_worker.py")), str(ws), str(state), str(n), str(stop)]
-    searcher = subprocess.Popen(cmd + (["--store", store_config["url"]] if store_config else []),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        wait_for(searcher, "ready")
-        for tag in ("v2", "v1", "v2"):
-            notes(ws, n, tag=tag)
-            syncers = [worker(ws, state, store_config, "--sleep", "0.01") for _ in range(2)]
-            outs = [p.communicate(timeout=180) for p in syncers]
-            assert all(p.returncode == 0 for p in syncers), [o[1][-2000:] for o in outs]
-    finally:
-        stop.touch()
-        out, err = searcher.communicate(timeout=180)
-    assert searcher.returncode == 0, err[-2000:]
-    report = json.loads(next(line for line in out.splitlines() if line.startswith("done "))[5:])
-    assert report["rounds"] >= 2 and not report["errors"] and not report["torn"], report
+    with MemoryIndex(ws, config={"store": store_config, **QUIET}, embedder=HashEmbedder(), state_dir=state) as mem:
+        mem.search("topic0xv1", min_score=0)  # opened and warm: the hook sees only the searches below
+        gate = SearchWindow(monkeypatch, type(mem._search_store()), window)
+        for rounds, tag in enumerate(("v2", "v1", "v2"), 1):
+            i = rounds % n
+
+            def sync_there(tag: str = tag) -> None:
+                notes(ws, n, tag=tag)
+                _run([worker(ws, state, store_config) for _ in range(2)])
+
+            gate.arm(sync_there)
+            hits = mem.search(f"topic{i}xv1 topic{i}xv2", max_results=4, min_score=0)
+            assert gate.fired == rounds
+            assert len(_one_version(hits, f"memory/n{i:03d}.md", i)) == 1, [(r.path, r.snippet[:40]) for r in hits]
+            assert all(r.snippet for r in hits)
     with MemoryIndex(ws, config={"store": store_config}, embedder=HashEmbedder(), state_dir=state) as mem:
         assert mem.sync().files_indexed == 0 and mem.status().files == n + 1
         assert all(mem.search(f"topic{i}xv2", min_score=0)[0].path == f"memory/n{i:03d}.md" for i in range(n))
 
 
-def test_a_shared_namespace_switching_generations_under_a_reader(tmp_path: Path, store_config: dict[str, Any]) -> None:
-    """Both backends: the team's process rebuilds its index (a full reindex: a new generation on
-    PostgreSQL, a swapped file on SQLite) while alice searches and reads the team's namespace; each
-    search finds the note in exactly one version, with its text, and each read returns one version."""
-    n = 8
+@pytest.mark.parametrize("window", list(SearchWindow.METHODS))
+def test_a_shared_namespace_switching_generations_under_a_reader(tmp_path: Path, store_config: dict[str, Any],
+                                                                 monkeypatch: pytest.MonkeyPatch, window: str) -> None:
+    """Both backends: alice's search of the team's namespace stops at ``window``, and the team's
+    process rebuilds its index there (a full reindex: a new generation on PostgreSQL, a swapped
+    file on SQLite) from one version of the notes to the other, three times; each search finds
+    the note in exactly one version, with its text, and each read returns one version."""
+    from clawmem_core.store.shared import SharedView
+
+    n = 4
     team = notes(tmp_path / "team", n, tag="v1")
     state = tmp_path / "state"
     cfg = {"store": store_config, **QUIET}
@@ -228,22 +270,22 @@ def test_a_shared_namespace_switching_generations_under_a_reader(tmp_path: Path,
     alice_ws = tmp_path / "alice"
     alice_ws.mkdir()
     (alice_ws / "MEMORY.md").write_text("# Alice\n", encoding="utf-8")
-    bad: list[Any] = []
-    searches = 0
     with MemoryIndex(alice_ws, agent_id="alice", config={**cfg, "shared": ["team"]}, embedder=HashEmbedder(),
                      state_dir=state) as alice:
-        for tag in ("v2", "v1", "v2"):
-            notes(team, n, tag=tag)
-            proc = worker(team, state, store_config, "--agent", "team", "--force", "--sleep", "0.01")
-            while proc.poll() is None or searches < 3:
-                searches += 1
-                hits = [r for r in alice.search("topic3xv1 topic3xv2", max_results=4, min_score=0)
-                        if r.path == "@team/memory/n003.md"]
-                versions = {t for r in hits for t in ("v1", "v2") if f"topic3x{t}" in r.snippet}
-                text = alice.read("@team/memory/n003.md").text
-                if len(versions) != 1 or ("topic3xv1" in text) == ("topic3xv2" in text):
-                    bad.append((tag, [(r.snippet[:40], r.score) for r in hits], text[:40]))
-            out, err = proc.communicate(timeout=180)
-            assert proc.returncode == 0, err[-2000:]
+        alice.search("topic3xv1", min_score=0)
+        gate = SearchWindow(monkeypatch, SharedView, window)
+        for rounds, tag in enumerate(("v2", "v1", "v2"), 1):
+
+            def rebuild_there(tag: str = tag) -> None:
+                notes(team, n, tag=tag)
+                _run([worker(team, state, store_config, "--agent", "team", "--force")])
+
+            gate.arm(rebuild_there)
+            hits = alice.search("topic3xv1 topic3xv2", max_results=4, min_score=0)
+            assert gate.fired == rounds
+            assert len(_one_version(hits, "@team/memory/n003.md", 3)) == 1, [(r.path, r.snippet[:40]) for r in hits]
+            assert all(r.snippet for r in hits)
+            text = alice.read("@team/memory/n003.md").text
+            assert ("topic3xv1" in text) != ("topic3xv2" in text)
         assert "topic3xv2" in alice.read("@team/memory/n003.md").text
-    assert searches >= 9 and not bad, bad[:3]
+        assert [r.path for r in alice.search("topic3xv2", max_results=1, min_score=0)] == ["@team/memory/n003.md"]
