@@ -11,10 +11,11 @@ alternating query by query so that the ratio comes from one run on a shared mach
 - ``now``: commits by the index's own vector phase do not (another writer's still do).
 
 An index with no freshness check (``sync.on_search = false``), searched in the same rotation,
-gives the floor (``off``).
+gives the floor (``off``). Runs on SQLite and on PostgreSQL (an embedded server; the store tells
+the index's own commits from other connections' through ``Store.others_version()`` on both).
 
-    python -m bench.freshness_vectors                      # about 4k files, 10k chunks
-    python -m bench.freshness_vectors --chunks 2500 --queries 60
+    python -m bench.freshness_vectors                      # about 4k files, 10k chunks, both stores
+    python -m bench.freshness_vectors --chunks 2500 --queries 60 --stores postgres
 
 Writes ``bench/results/freshness_vectors.json`` and ``freshness_vectors.md``.
 """
@@ -49,17 +50,19 @@ class SlowHash(HashEmbedder):
         return super()._embed_documents(texts)
 
 
-def run(work: Path, chunks: int, queries: int, batch_ms: float) -> dict[str, Any]:
+def run(work: Path, chunks: int, queries: int, batch_ms: float, url: str | None = None) -> dict[str, Any]:
+    """One timed run on SQLite, or on the PostgreSQL database at ``url`` (emptied first)."""
     ws, manifest = workspace(work, chunks)
-    state = work / f"vectors-state-{chunks}"
+    state = work / f"vectors-state-{chunks}{'-pg' if url else ''}"
     if state.exists():
         import shutil
 
         shutil.rmtree(state)
+    store = {"store": {"url": url}} if url else {}
     emb = SlowHash(batch_ms / 1000)
-    mem = MemoryIndex(ws, embedder=emb, state_dir=state)
+    mem = MemoryIndex(ws, embedder=emb, state_dir=state, config=MemoryConfig.from_dict(store))
     mem.fresh_budget = 60.0
-    quiet = MemoryConfig.from_dict({"sync": {"on_search": False, "on_session_start": False}})
+    quiet = MemoryConfig.from_dict({"sync": {"on_search": False, "on_session_start": False}, **store})
     off = MemoryIndex(ws, embedder=SlowHash(0), config=quiet, state_dir=state)
     walks = {n: 0 for n in SYSTEMS}
     times: dict[str, list[float]] = {n: [] for n in SYSTEMS}
@@ -103,7 +106,7 @@ def run(work: Path, chunks: int, queries: int, batch_ms: float) -> dict[str, Any
     n = len(times["now"])
     p50 = {k: statistics.median(v) * 1000 for k, v in times.items()} if n else {}
     return {
-        "files": manifest["files"], "chunks": total, "queries": n, "batch_ms": batch_ms,
+        "store": "postgres" if url else "sqlite", "files": manifest["files"], "chunks": total, "queries": n, "batch_ms": batch_ms,
         "vectors_done_at_end": done, "p50_ms": p50,
         "p90_ms": {k: sorted(v)[int(0.9 * (len(v) - 1))] * 1000 for k, v in times.items()} if n else {},
         "ratio_to_off": {k: p50[k] / p50["off"] for k in SYSTEMS} if n else {},
@@ -112,27 +115,29 @@ def run(work: Path, chunks: int, queries: int, batch_ms: float) -> dict[str, Any
     }
 
 
-def markdown(r: dict[str, Any]) -> str:
-    return "\n".join([
+def markdown(runs: list[dict[str, Any]]) -> str:
+    r0 = runs[0]
+    lines = [
         "Searches during the vector phase: one `MemoryIndex` over a generated workspace making its vectors in the "
-        f"background (hash vectors, {r['batch_ms']:.0f} ms per group of chunks), searched with the journal trusted "
+        f"background (hash vectors, {r0['batch_ms']:.0f} ms per group of chunks), searched with the journal trusted "
         "through its own vector writes (`now`) and with every commit counted as another writer's (`before`), "
         "alternating query by query; `off` is an index with no freshness check searched in the same rotation. "
-        f"{r['cpus']} CPUs shared with other work. Regenerate with `python -m bench.freshness_vectors`.",
+        "PostgreSQL: an embedded server on a local socket. "
+        f"{r0['cpus']} CPUs shared with other work. Regenerate with `python -m bench.freshness_vectors`.",
         "",
-        "| files (chunks) | searches | `off` p50 ms | `before` p50 ms (x off) | `now` p50 ms (x off) | "
-        "walks per search before / now | load |",
-        "|---|---|---|---|---|---|---|",
-        f"| {r['files']:,} ({r['chunks']:,}) | {r['queries']} | {r['p50_ms']['off']:.2f} | "
-        f"{r['p50_ms']['before']:.2f} ({r['ratio_to_off']['before']:.1f}x) | "
-        f"{r['p50_ms']['now']:.2f} ({r['ratio_to_off']['now']:.1f}x) | "
-        f"{r['walks_per_search']['before']:.2f} / {r['walks_per_search']['now']:.2f} | "
-        f"{r['load_before']} → {r['load_after']} |",
-        "",
-        f"Vectors made by the end of the timed searches: {r['vectors_done_at_end']:,} of {r['chunks']:,} "
-        "(the searches stop when the vector phase ends).",
-        "",
-    ])
+        "| store | files (chunks) | searches | `off` p50 ms | `before` p50 ms (x off) | `now` p50 ms (x off) | "
+        "walks per search before / now | vectors made | load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r.get('store', 'sqlite')} | {r['files']:,} ({r['chunks']:,}) | {r['queries']} | {r['p50_ms']['off']:.2f} | "
+            f"{r['p50_ms']['before']:.2f} ({r['ratio_to_off']['before']:.2f}x) | "
+            f"{r['p50_ms']['now']:.2f} ({r['ratio_to_off']['now']:.2f}x) | "
+            f"{r['walks_per_search']['before']:.2f} / {r['walks_per_search']['now']:.2f} | "
+            f"{r['vectors_done_at_end']:,} of {r['chunks']:,} | {r['load_before']} → {r['load_after']} |")
+    lines += ["", "Vectors made: by the end of the timed searches (the searches stop when the vector phase ends).", ""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,21 +145,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=10000, help="generated workspace size (10000: about 4k files)")
     ap.add_argument("--queries", type=int, default=150, help="timed searches per system, at most")
     ap.add_argument("--batch-ms", type=float, default=50.0, help="embedding time per group of chunks")
+    ap.add_argument("--stores", default="sqlite,postgres", help="stores to run, in order (sqlite, postgres)")
     ap.add_argument("--work", type=Path, default=RESULTS / "raw" / "freshness")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
-    r = run(a.work, a.chunks, a.queries, a.batch_ms)
-    if not r["queries"]:
-        raise SystemExit("the vector phase ended before any timed search: raise --chunks or --batch-ms")
-    print(f"{r['files']:,} files ({r['chunks']:,} chunks), {r['queries']} searches each, load "
-          f"{r['load_before']} -> {r['load_after']}")
-    for n in SYSTEMS:
-        print(f"  {n:7s} p50 {r['p50_ms'][n]:8.2f} ms  p90 {r['p90_ms'][n]:8.2f} ms  {r['ratio_to_off'][n]:5.2f}x off  "
-              f"walks/search {r['walks_per_search'][n]:.2f}")
+    stores = [x.strip() for x in a.stores.split(",") if x.strip()]
+    if not stores or set(stores) - {"sqlite", "postgres"}:
+        raise SystemExit("--stores takes sqlite, postgres or both")
+    runs = []
+    for kind in stores:
+        if kind == "sqlite":
+            r = run(a.work, a.chunks, a.queries, a.batch_ms)
+        else:
+            from .postgres import Server
+
+            server = Server()
+            try:
+                r = run(a.work, a.chunks, a.queries, a.batch_ms, url=server.database("freshness_vectors"))
+            finally:
+                server.close()
+        if not r["queries"]:
+            raise SystemExit(f"{kind}: the vector phase ended before any timed search: raise --chunks or --batch-ms")
+        print(f"{kind}: {r['files']:,} files ({r['chunks']:,} chunks), {r['queries']} searches each, load "
+              f"{r['load_before']} -> {r['load_after']}")
+        for n in SYSTEMS:
+            print(f"  {n:7s} p50 {r['p50_ms'][n]:8.2f} ms  p90 {r['p90_ms'][n]:8.2f} ms  "
+                  f"{r['ratio_to_off'][n]:5.2f}x off  walks/search {r['walks_per_search'][n]:.2f}")
+        runs.append(r)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "freshness_vectors.json").write_text(json.dumps(r, indent=2) + "\n")
-    (a.out / "freshness_vectors.md").write_text(markdown(r), encoding="utf-8")
+    (a.out / "freshness_vectors.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    (a.out / "freshness_vectors.md").write_text(markdown(runs), encoding="utf-8")
     return 0
 
 

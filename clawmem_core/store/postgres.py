@@ -15,6 +15,7 @@ extension (pgvector), which every managed PostgreSQL ships.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import logging
@@ -73,6 +74,9 @@ HNSW_BUILD_MEMORY = "256MB"
 _HNSW_MAX_DIMS = {"vector": 2000, "halfvec": 4000}
 #: A failed automatic build is tried again after this many seconds (searches stay exact meanwhile).
 _HNSW_RETRY_SECONDS = 600.0
+#: Versions of its own commits a store handle keeps for :meth:`PostgresStore.others_version`
+#: (older ones are counted, not kept).
+_OWN_KEPT = 1024
 #: FTS5's ``bm25()`` constants.
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
@@ -418,8 +422,25 @@ class _KeywordCache:
 
 KEYWORD_CACHE = _KeywordCache()
 
-#: This thread's open writing blocks (:meth:`PostgresBackend.writing`): URL -> [connection, depth].
+class _Writing:
+    """One thread's writing block on one database (:meth:`PostgresBackend.writing`): the
+    connection its current statement runs on (``None`` between statements), how deeply the block
+    and its statements nest, and whether the last statement failed because the connection was
+    lost."""
+
+    def __init__(self) -> None:
+        self.depth = 1
+        self.conn: psycopg.Connection | None = None
+        self.uses = 0
+        self.lost = False
+
+
+#: This thread's open writing blocks (:meth:`PostgresBackend.writing`), by database URL.
 _WRITING = threading.local()
+
+
+def _writing_block(url: str) -> _Writing | None:
+    return getattr(_WRITING, "by_url", {}).get(url)  # type: ignore[no-any-return]
 
 
 def _again_if_lost(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -430,12 +451,16 @@ def _again_if_lost(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: "PostgresStore", *args: Any, **kwargs: Any) -> Any:
+        block = _writing_block(self.backend._url)
+        if block is not None:
+            block.lost = False
         try:
             return method(self, *args, **kwargs)
         except StoreError:
-            block = getattr(_WRITING, "by_url", {}).get(self.backend._url)
-            if block is None or not (block[0].closed or block[0].broken):
+            block = _writing_block(self.backend._url)
+            if block is None or not block.lost:
                 raise
+            block.lost = False
             log.debug("the connection of a writing block was lost during %s: once more", method.__name__)
             return method(self, *args, **kwargs)
 
@@ -671,15 +696,15 @@ class PostgresBackend(StoreBackend):
 
     @contextlib.contextmanager
     def connection(self) -> Iterator["psycopg.Connection"]:
-        """A pooled connection (autocommit), or the connection of this thread's open writing
-        block (:meth:`writing`); driver errors come out as :class:`StoreError` without the
-        password."""
+        """A pooled connection (autocommit), or one for this thread's open writing block
+        (:meth:`writing`); driver errors come out as :class:`StoreError` without the password."""
         import psycopg
 
+        block = _writing_block(self._url)
         try:
-            block = getattr(_WRITING, "by_url", {}).get(self._url)
             if block is not None:
-                yield self._block_connection(block)
+                with self._block_connection(block) as conn:
+                    yield conn
                 return
             with self.pool.connection(timeout=30) as conn:
                 yield conn
@@ -692,61 +717,96 @@ class PostgresBackend(StoreBackend):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
 
+    def _unchecked(self) -> "psycopg.Connection":
+        """A connection from the pool without the pool's check (a round trip, as long as a
+        statement under load)."""
+        _UNCHECKED.on = True
+        try:
+            return self.pool.getconn(timeout=30)
+        finally:
+            _UNCHECKED.on = False
+
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """A block of this thread's statements on one connection, taken from the pool (and
-        checked) once: under load, each of the pool's checks waits for the server as long as a
-        statement. Nested blocks share the outermost one. A connection lost meanwhile fails the
-        statements after it (nothing is retried), and the pool drops it at the end of the block."""
+        """A block of this thread's statements (the vector phase), each on a connection taken from
+        the pool without the pool's check and handed back after it: a thread never holds one while
+        it does something else (embeds), so a pool of one connection serves the block and other
+        threads' searches alike. A connection lost while idle is seen by its socket and replaced;
+        one lost under a statement fails it (the vector phase's calls then run once more). Nested
+        blocks share the outermost one. Inside this thread's block of reads (a search that syncs
+        an edit and its vectors), the reads' connection goes back first, and the reads run on the
+        block's connections until it ends; never inside a snapshot (a read-only transaction)."""
         blocks = _WRITING.__dict__.setdefault("by_url", {})
         block = blocks.get(self._url)
         if block is not None:
-            block[1] += 1
+            block.depth += 1
             try:
                 yield
             finally:
-                block[1] -= 1
+                block.depth -= 1
             return
-        try:
-            conn = self.pool.getconn(timeout=30)
-        except Exception as exc:
-            from psycopg_pool import PoolTimeout
-
-            if isinstance(exc, PoolTimeout):
-                raise self.error("no PostgreSQL connection available", exc) from None
-            raise
-        block = blocks[self._url] = [conn, 1]
+        readers = getattr(_READING, "by_url", {}).get(self._url, [])
+        if any(r.snapshot for r in readers):
+            raise RuntimeError("no writing block inside a snapshot: its reads are one read-only transaction")
+        for r in readers:  # a block of reads outside a snapshot holds no transaction: nothing is lost
+            r.release()
+        blocks[self._url] = _Writing()
         try:
             yield
         finally:
             del blocks[self._url]
-            self.pool.putconn(block[0])
 
-    def _block_connection(self, block: list[Any]) -> "psycopg.Connection":
-        """The connection of a writing block, replaced by a new one when it was lost while idle
-        (the server closed it: its socket has something to read while no statement runs); asking
-        the server is left to the rare case where the socket says so."""
+    @contextlib.contextmanager
+    def _block_connection(self, block: _Writing) -> Iterator["psycopg.Connection"]:
+        """A connection for one statement (with the statements nested in it) of a writing block,
+        handed back after it. One lost while idle in the pool (the server closed it: its socket has
+        something to read while no statement runs) is replaced; asking the server is left to the
+        rare case where the socket says so."""
+        import psycopg
+
+        if block.uses:
+            block.uses += 1
+            try:
+                yield block.conn  # type: ignore[misc]
+            finally:
+                block.uses -= 1
+            return
+        conn = self._unchecked()
+        try:
+            conn = self._alive(conn)
+            block.conn, block.uses = conn, 1
+            try:
+                yield conn
+            except psycopg.Error:
+                block.lost = conn.closed or conn.broken
+                raise
+        finally:
+            block.conn, block.uses = None, 0
+            self.pool.putconn(conn)
+
+    def _alive(self, conn: "psycopg.Connection") -> "psycopg.Connection":
+        """``conn``, or a new connection in its place when the server closed it while idle."""
         import select
 
-        conn = block[0]
         try:
             idle_news = not conn.closed and bool(select.select([conn.fileno()], [], [], 0)[0])
         except (OSError, ValueError):
             idle_news = True
-        if conn.closed or conn.broken or idle_news:
-            from psycopg_pool import ConnectionPool
+        if not (conn.closed or conn.broken or idle_news):
+            return conn
+        from psycopg_pool import ConnectionPool
 
-            try:
-                if conn.closed or conn.broken:
-                    raise ConnectionError
-                ConnectionPool.check_connection(conn)  # a notice, or the end of the connection
-            except Exception:
-                log.debug("the connection of a writing block was lost: taking a new one")
-                with contextlib.suppress(Exception):
-                    conn.close()
-                self.pool.putconn(conn)
-                conn = block[0] = self.pool.getconn(timeout=30)
-        return conn  # type: ignore[no-any-return]
+        try:
+            if conn.closed or conn.broken:
+                raise ConnectionError
+            ConnectionPool.check_connection(conn)  # a notice, or the end of the connection
+            return conn
+        except Exception:
+            log.debug("a pooled connection was lost while idle: taking a new one")
+            with contextlib.suppress(Exception):
+                conn.close()
+            self.pool.putconn(conn)
+            return self.pool.getconn(timeout=30)  # checked: the others may be gone too (a restart)
 
     def _reading(self) -> _Reading | None:
         """This thread's innermost open reading block on this database."""
@@ -756,7 +816,11 @@ class PostgresBackend(StoreBackend):
     @contextlib.contextmanager
     def reading(self, snapshot: bool = False) -> Iterator[None]:
         """A block of this thread's reads on one connection (see :meth:`Store.reading`); blocks
-        of the same kind nest into the outermost one, for every agent of this database."""
+        of the same kind nest into the outermost one, for every agent of this database. Inside
+        this thread's writing block, the reads run on the writing block's connections (and a
+        snapshot, which would need a second connection, is refused)."""
+        if snapshot and _writing_block(self._url) is not None:
+            raise RuntimeError("no snapshot inside a writing block: it would hold a second connection")
         blocks = _READING.__dict__.setdefault("by_url", {}).setdefault(self._url, [])
         if blocks and blocks[-1].snapshot == snapshot:
             blocks[-1].depth += 1
@@ -973,6 +1037,16 @@ class PostgresStore(Store):
         self.agent = agent
         self._gen = generation
         self._closed = False
+        #: The data versions this handle's own write transactions committed (ascending; the
+        #: latest :data:`_OWN_KEPT` at most), how many older ones were folded into a count (each
+        #: at or below ``_own_floor``), the highest version :meth:`others_version` answered for,
+        #: and a count bumped when a commit is recorded at or below it (see :meth:`others_version`).
+        self._own: list[int] = []
+        self._own_folded = 0
+        self._own_floor = -1
+        self._own_reported = -1
+        self._own_epoch = 0
+        self._own_lock = threading.Lock()
         self._cache_token: Any = None
         self._stats: tuple[int, float] = (0, 1.0)
         self._vec_count: dict[int, int] = {}
@@ -1014,7 +1088,9 @@ class PostgresStore(Store):
         if self._closed:
             raise StoreError(f"index {self.backend.location} is closed")
         block = self.backend._reading()
-        if block is None or (block.snapshot and not read) or block.interrupted:
+        if block is not None and block.snapshot and not read:
+            raise RuntimeError("no writes inside a snapshot: its connection is in a read-only transaction")
+        if block is None or block.interrupted or _writing_block(self.backend._url) is not None:
             with self.backend.connection() as conn:
                 yield conn
             return
@@ -1040,7 +1116,7 @@ class PostgresStore(Store):
         if self._closed:
             raise StoreError(f"index {self.backend.location} is closed")
         block = self.backend._reading()
-        if block is None:
+        if block is None or _writing_block(self.backend._url) is not None:
             with self.backend.connection() as conn:
                 return fn(conn, None)
         import psycopg
@@ -1128,9 +1204,11 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _write_tx(self, read_generation: bool) -> Iterator[tuple["psycopg.Connection", Any]]:
+        row: Sequence[Any] | None = None
         with self._conn() as conn, conn.pipeline(), conn.transaction():
             cur = conn.execute(
-                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s RETURNING generation",
+                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s "
+                "RETURNING generation, data_version",
                 (self.agent,),
             )
             if self._gen is not None:
@@ -1140,6 +1218,45 @@ class PostgresStore(Store):
             else:
                 row = cur.fetchone()
                 yield conn, int(row[0]) if row else -1  # an agent nobody has indexed: no rows
+        # committed (a commit whose outcome is unknown raised above, and is not counted as ours)
+        if row is None:
+            row = cur.fetchone()
+        if row is not None:
+            self._own_commit(int(row[1]))
+
+    def _own_commit(self, version: int) -> None:
+        """Record that this handle's transaction committed the agent's data ``version``."""
+        with self._own_lock:
+            if version <= self._own_reported:  # an answer already counted it as another's
+                self._own_epoch += 1
+            if version <= self._own_floor:
+                self._own_folded += 1
+                return
+            bisect.insort(self._own, version)
+            if len(self._own) > _OWN_KEPT:
+                fold = len(self._own) - _OWN_KEPT // 2
+                self._own_floor = self._own[fold - 1]
+                self._own_folded += fold
+                del self._own[:fold]
+
+    def others_version(self) -> Any:
+        """A token of the commits to the agent's index by every connection but this handle's own
+        write transactions (other processes, other handles of this process): the data version
+        (bumped by one by every write transaction, under the agent's row lock) less the versions
+        this handle committed. Only a commit known to have succeeded counts as this handle's; a
+        commit recorded after an answer that counted it as another's (a search read the version
+        between the commit and its record) changes the token, as any doubt does: a write by
+        someone else always changes it."""
+        token = self._read(self._token)
+        if token is None:
+            return (self._gen, None)
+        gen, version = token
+        with self._own_lock:
+            if version < self._own_floor:  # read before the versions still kept (a stale read)
+                return (self._gen, gen, version, None)
+            self._own_reported = max(self._own_reported, version)
+            own = self._own_folded + bisect.bisect_right(self._own, version)
+            return (self._gen, gen, version - own, self._own_epoch)
 
     def _generation(self, conn: "psycopg.Connection") -> int:
         if self._gen is not None:
@@ -1334,6 +1451,8 @@ class PostgresStore(Store):
         first: dict[str, tuple[Sequence[float] | None, list[ChunkRow]]] = {}
         for cid, vec, windows in items:
             first.setdefault(cid, (vec, windows))
+        if not first:
+            return 0
         with self._write(read_generation=False) as (conn, gen):
             # One statement a chunk, by its unique key, sent together: a single join against the
             # batch may be planned as a scan of every pending row of the agent (statistics lag
@@ -1471,42 +1590,33 @@ class PostgresStore(Store):
         return self._read(run)
 
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return {}
-
-        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, tuple[str, str, int, int]]:
-            known = memo.get("meta", {}) if memo is not None else {}
-            missing = [i for i in ids if i not in known]
-            if missing:
-                rows = conn.execute(
-                    f"SELECT id, path, source, start_line, end_line, pending FROM clawmem_chunks "
-                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
-                    {"agent": self.agent, "ids": missing},
-                ).fetchall()
-                if memo is None:
-                    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
-                self._remember(memo, rows)
-                known = memo["meta"]
-            return {i: known[i] for i in ids if i in known}
-
-        return self._read(run)
+        return self._chunks_by_id(ids, texts=False)
 
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
+        return self._chunks_by_id(ids, texts=True)
+
+    def _chunks_by_id(self, ids: Iterable[str], texts: bool) -> dict[str, Any]:
+        """Chunks by id: ``(path, source, start_line, end_line)`` or, with ``texts``, whole
+        :class:`ChunkRow` s. In a block of reads, what it already answered is reused (a search's
+        candidates came with their paths and pending flags: :meth:`_remember`), and what is read
+        here is kept for the block the same way; only the ids it has not seen are asked for."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
 
-        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, ChunkRow]:
-            known: dict[str, ChunkRow] = memo.setdefault("chunks", {}) if memo is not None else {}
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> dict[str, Any]:
+            memo = {} if memo is None else memo
+            known: dict[str, Any] = memo.setdefault("chunks" if texts else "meta", {})
             missing = [i for i in ids if i not in known]
             if missing:
                 rows = conn.execute(
-                    f"SELECT id, path, source, start_line, end_line, hash, model, text FROM clawmem_chunks "
-                    f"WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
+                    f"SELECT id, path, source, start_line, end_line, pending{', hash, model, text' if texts else ''} "
+                    f"FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} AND id = ANY(%(ids)s)",
                     {"agent": self.agent, "ids": missing},
                 ).fetchall()
-                known.update((r[0], ChunkRow(*r)) for r in rows)
+                self._remember(memo, (r[:6] for r in rows))
+                if texts:
+                    known.update((r[0], ChunkRow(*r[:5], *r[6:])) for r in rows)
             return {i: known[i] for i in ids if i in known}
 
         return self._read(run)

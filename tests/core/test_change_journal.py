@@ -357,17 +357,20 @@ _MANY = {"MEMORY.md": "# Preferences\n\nI like espresso.\n",
 
 
 @pytest.mark.parametrize("writer", ["another index", "another process"])
-def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(make_workspace: WorkspaceFactory,
+def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(store_config: dict[str, Any],
+                                                                      make_workspace: WorkspaceFactory,
                                                                       open_index: IndexFactory, state_dir: Path,
                                                                       writer: str) -> None:
     """Vectors made in the background move the store's data version; they are this index's own
     writes (vectors, never a file's state), so searches keep trusting the journal while they
-    land. A write by anyone else in the meantime is still seen and walked for."""
+    land. A write by anyone else in the meantime is still seen and walked for. On SQLite and on
+    PostgreSQL (where the other writer may be another host's index of the same agent)."""
     from clawmem_core.testing import HashEmbedder
 
     ws = make_workspace(_MANY)
     emb = HashEmbedder()
-    mem = open_index(ws, embedder=emb)
+    config = MemoryConfig.from_dict({"store": store_config})
+    mem = open_index(ws, embedder=emb, config=config)
     stepped = _Stepped(mem, emb)
     mem.fresh_budget = 60.0
     try:
@@ -388,16 +391,17 @@ def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(make_works
         assert 0 < stepped.done() < total  # still in the vector phase
         # someone else writes the index (no change to the Markdown): seen, walked for, repaired
         if writer == "another index":
-            other = open_index(ws)
+            other = open_index(ws, config=config)
             other._writer_store().delete_files("memory", ["MEMORY.md"])
         else:
+            import json
             import subprocess
 
-            code = ("import sys; from clawmem_core import MemoryIndex; from clawmem_core.testing import HashEmbedder; "
-                    "m = MemoryIndex(sys.argv[1], agent_id='main', embedder=HashEmbedder(), state_dir=sys.argv[2]); "
-                    "m._writer_store().delete_files('memory', ['MEMORY.md']); m.close()")
-            subprocess.run([sys.executable, "-c", code, str(ws), str(state_dir)], check=True,
-                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            code = ("import json, sys; from clawmem_core import MemoryIndex; from clawmem_core.testing import HashEmbedder; "
+                    "m = MemoryIndex(sys.argv[1], agent_id='main', embedder=HashEmbedder(), state_dir=sys.argv[2], "
+                    "config=json.loads(sys.argv[3])); m._writer_store().delete_files('memory', ['MEMORY.md']); m.close()")
+            subprocess.run([sys.executable, "-c", code, str(ws), str(state_dir), json.dumps({"store": store_config})],
+                           check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         stepped.step()  # the vector phase goes on meanwhile
         assert paths(mem, "espresso") == {"MEMORY.md"}
         assert walks.count > n

@@ -304,3 +304,28 @@ def test_a_search_holds_one_connection_at_a_time(pg_url: str) -> None:
         assert s.get_meta() == {"k": 1} and s.cache_get("p", "m", "k", ["h"]) == {}
         assert s.get_chunks([hits[0][0]])[hits[0][0]].text == "green tea 绿茶"
         assert s.counts().chunks == 1
+
+
+def test_chunks_by_id_are_read_once_per_snapshot(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texts, line ranges and pending flags of chunks read by id in a snapshot answer the later
+    reads of the same ids without a statement (only ids not seen yet are asked for); the answers
+    are those of a read outside any block."""
+    s = PostgresBackend(pg_url, "byid").open()
+    rows = [chunk(f"memory/{i}.md", i, f"第{i}条笔记 note {i}") for i in range(4)]
+    s.replace_files([(file(f"memory/{i}.md", str(i)), [replace(rows[i], pending=i % 2 == 1)]) for i in range(4)])
+    ids = [r.id for r in rows]
+    outside = (s.get_chunks(ids), s.get_chunk_meta(ids), s.pending_ids(ids))
+    assert outside[0][ids[2]].text == "第2条笔记 note 2" and outside[2] == {ids[1], ids[3]}
+    assert outside[1][ids[3]] == ("memory/3.md", "memory", 3, 3)
+    counter = Statements(monkeypatch)
+    with s.reading(snapshot=True):
+        first = counter.during(lambda: s.get_chunks(ids[:2]))
+        assert s.get_chunks(ids[:2]) == {i: outside[0][i] for i in ids[:2]}
+        again = counter.during(lambda: (s.get_chunks(ids[:2]), s.get_chunk_meta(ids[:2]), s.pending_ids(ids[:2])))
+        assert again == []
+        rest = counter.during(lambda: s.get_chunk_meta(ids))  # the two not seen yet, by line range
+        assert len(rest) == 1 and s.get_chunk_meta(ids) == outside[1] and s.pending_ids(ids) == outside[2]
+        texts = counter.during(lambda: s.get_chunks(ids))  # texts of those two: one statement
+        assert len(texts) == 1 and s.get_chunks(ids) == outside[0]
+        assert s.get_chunks(["nope"]) == {} and s.get_chunk_meta([]) == {}
+    assert any(x.startswith("BEGIN") for x in first)
