@@ -13,7 +13,7 @@ For each dimension it prints, interleaved round by round (A then B, so both see 
 - the one-time costs of the new path: importing numpy in a fresh interpreter (a process that has not
   imported it yet pays this on its first hybrid search) and building the unit matrix.
 
-The load average is printed at the start and the end. Results also go to
+The load average is printed at the start and the end. Each run is added to
 ``bench/results/background_cosines.md`` unless ``--no-save``.
 """
 
@@ -128,13 +128,13 @@ def numpy_import_ms() -> float:
     return statistics.median(runs) * 1e3
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dims", default="384,768,3072")
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--searches", type=int, default=60)
     ap.add_argument("--no-save", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     dims = [int(d) for d in a.dims.split(",")]
     load_start = _load()
     print(f"load at start: {load_start}")
@@ -153,11 +153,15 @@ def main() -> None:
     print(f"load at end: {load_end}")
     if a.no_save:
         return
+    out = Path(__file__).resolve().parent / "results" / "background_cosines.md"
+    head = ["# Calibration background cosines per search", "",
+            "`python -m bench.background_cosines` (medians; old and new interleaved in one run). One section per run,",
+            "newest last.", ""]
+    earlier = out.read_text(encoding="utf-8").split("\n## ", 1) if out.exists() else []
+    kept = "## " + earlier[1].rstrip("\n") + "\n\n" if len(earlier) == 2 else ""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
-        "# Calibration background cosines per search",
-        "",
-        "`python -m bench.background_cosines` (medians; old and new interleaved in one run).",
-        f"Load average (1, 5, 15 min) at start {load_start}, at end {load_end}; {os.cpu_count()} CPUs.",
+        f"## {stamp}: load {load_start} at start, {load_end} at end ({os.cpu_count()} CPUs)",
         "",
         "| dims | step old (us) | step new (us) | step ratio | search old (us) | search new (us) | search ratio |",
         "|---|---|---|---|---|---|---|",
@@ -172,8 +176,7 @@ def main() -> None:
         + ", ".join(f"{d}-d {step['first_call_us']:.0f} us" for d, step, _ in rows) + ".",
         "",
     ]
-    out = Path(__file__).resolve().parent / "results" / "background_cosines.md"
-    out.write_text("\n".join(lines), encoding="utf-8")
+    out.write_text("\n".join(head) + "\n" + kept + "\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
     print(f"wrote {out}")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from .errors import InvalidQueryError
 from .results import SearchHits, SearchResult
@@ -120,8 +120,14 @@ VOCABULARY_FULL = 0.6
 #: Below it the scores are scaled down in proportion, above it up, within the two bounds below.
 VECTOR_FULL = 0.25
 #: The vector side alone at most scales a query's scores down to this share: it doubts, the keyword
-#: evidence keeps a say.
+#: evidence keeps a say ...
 VECTOR_DOUBT_FLOOR = 0.7
+#: ... or down to this share for an embedder that has shown it recognises meaning: one that places
+#: the calibration passages' translations :data:`VECTOR_FULL` or more above unrelated text
+#: (:func:`~clawmem_core.calibration.translation_strength`; in between, in proportion). Such an
+#: embedder backs the chunks that answer a question; when it backs none of the keyword side's, its
+#: doubt is worth more than a weak embedder's.
+VECTOR_DOUBT_FLOOR_STRONG = 0.4
 #: ... and at most up by this factor (scores stay at most 1): when the chunks the keywords rank
 #: first are also clearly above unrelated text for the embedder, two independent sides agree.
 VECTOR_CONFIRMS = 4 / 3
@@ -130,8 +136,9 @@ VECTOR_CONFIRMS = 4 / 3
 #: the keyword side agrees with (a question about something absent from the memory still lands
 #: near some chunk, never near the chunks its rare words pick).
 VECTOR_ALONE = 0.7
-#: How many of the keyword side's best chunks are checked for the vector side's agreement.
-AGREEMENT_CHUNKS = 3
+#: How many of the keyword side's best chunks are checked for the vector side's agreement (about
+#: the results a search shows, ``query.max_results`` 6).
+AGREEMENT_CHUNKS = 5
 #: A best calibrated vector score this high vouches for the query whatever its words (a paraphrase,
 #: another language): the vocabulary factor is then at least ``best / VECTOR_VOUCHES``.
 VECTOR_VOUCHES = 0.35
@@ -162,36 +169,81 @@ def vocabulary_share(terms: Sequence[str], hits: Sequence[int]) -> float | None:
     return sum(counted) / len(counted)
 
 
-def query_confidence(vocabulary: float | None, best_vector: float | None, agreement: float | None = None) -> float:
+def query_confidence(vocabulary: float | None, best_vector: float | None, agreement: float | None = None, *,
+                     alone: float | None = None, floor: float = VECTOR_DOUBT_FLOOR) -> float:
     """How far a query's calibrated scores are to be trusted, in ``[0, VECTOR_CONFIRMS]``: every
     score of the query is multiplied by it (and capped at 1), so the order is unchanged.
 
-    Keyword evidence: ``min(1, vocabulary / VOCABULARY_FULL)`` (:func:`vocabulary_share`; 1 when
-    ``None``). When the vector side ran with a calibration (``best_vector``: the best calibrated
-    vector score among the query's chunks), that factor is at least ``best_vector / VECTOR_VOUCHES``
-    (a paraphrase), and it is multiplied by the vector side's evidence ``e / VECTOR_FULL``, bounded
-    to ``[VECTOR_DOUBT_FLOOR, VECTOR_CONFIRMS]``, where ``e`` is ``max(agreement, VECTOR_ALONE *
-    best_vector)``; ``agreement`` is the best calibrated vector score among the keyword side's first
-    :data:`AGREEMENT_CHUNKS` chunks (``None``: counted as 0). A question about something absent from
-    the memory shares a rare word with some chunk the embedder places no closer than unrelated text:
-    its scores fall below ``min_score``; a question whose keyword and vector sides agree gains."""
-    vocab = 1.0 if vocabulary is None or not math.isfinite(vocabulary) else vocabulary / VOCABULARY_FULL
+    Keyword evidence: ``min(1, vocabulary / VOCABULARY_FULL) ** 2`` (:func:`vocabulary_share`; 1
+    when ``None``): a question whose words the memory does not use is doubted faster than the share
+    it lacks, since what it does share is mostly its commonest words. When the vector side ran with
+    a calibration (``best_vector``: the best calibrated vector score among the query's chunks), that
+    factor is at least ``best_vector / VECTOR_VOUCHES`` (a paraphrase), and it is multiplied by the
+    vector side's evidence ``e / VECTOR_FULL``, bounded to ``[floor, VECTOR_CONFIRMS]``, where ``e``
+    is ``max(agreement, VECTOR_ALONE * alone)``: ``agreement`` is the best calibrated vector score
+    among the keyword side's first :data:`AGREEMENT_CHUNKS` chunks (``None``: counted as 0), and
+    ``alone`` the vector side's best match measured against the best of as many unrelated texts as
+    it had candidates (``None``: ``best_vector``). ``floor`` (:data:`VECTOR_DOUBT_FLOOR`, lower for
+    an embedder that recognises meaning, :func:`vector_doubt_floor`). A question about something
+    absent from the memory shares a rare word with some chunk the embedder places no closer than
+    unrelated text: its scores fall below ``min_score``; a question whose two sides agree gains."""
+    vocab = 1.0 if vocabulary is None or not math.isfinite(vocabulary) else max(0.0, min(1.0, vocabulary / VOCABULARY_FULL)) ** 2
     if best_vector is None or not math.isfinite(best_vector):
-        return max(0.0, min(1.0, vocab))
+        return vocab
     best = max(0.0, min(1.0, best_vector))
+    lone = best if alone is None or not math.isfinite(alone) else max(0.0, min(1.0, alone))
     agree = agreement if agreement is not None and math.isfinite(agreement) else 0.0
-    evidence = max(max(0.0, min(1.0, agree)), VECTOR_ALONE * best)
+    evidence = max(max(0.0, min(1.0, agree)), VECTOR_ALONE * lone)
     vocab = max(vocab, best / VECTOR_VOUCHES)
-    return max(0.0, min(1.0, vocab)) * max(VECTOR_DOUBT_FLOOR, min(VECTOR_CONFIRMS, evidence / VECTOR_FULL))
+    low = max(0.0, min(1.0, floor)) if math.isfinite(floor) else VECTOR_DOUBT_FLOOR
+    return max(0.0, min(1.0, vocab)) * max(low, min(VECTOR_CONFIRMS, evidence / VECTOR_FULL))
 
 
-def keyword_agreement(kw_ids: Sequence[str], text_scores: Sequence[float], vector_of: dict[str, float],
+def vector_doubt_floor(strength: float) -> float:
+    """The floor of the vector side's doubt for an embedder of this
+    :func:`~clawmem_core.calibration.translation_strength`: :data:`VECTOR_DOUBT_FLOOR` at 0 (or
+    below), :data:`VECTOR_DOUBT_FLOOR_STRONG` from :data:`VECTOR_FULL` up, linear in between."""
+    share = max(0.0, min(1.0, strength / VECTOR_FULL)) if math.isfinite(strength) else 0.0
+    return VECTOR_DOUBT_FLOOR - (VECTOR_DOUBT_FLOOR - VECTOR_DOUBT_FLOOR_STRONG) * share
+
+
+def keyword_agreement(kw_ids: Sequence[Hashable], text_scores: Sequence[float], vector_of: Mapping[Hashable, float],
                       n: int = AGREEMENT_CHUNKS) -> float:
     """The best calibrated vector score among the ``n`` chunks the keyword side scores highest
-    (``vector_of``: calibrated vector score by chunk id; a chunk the vector side did not return
-    counts 0): do the two sides agree on where the answer is?"""
+    (``vector_of``: calibrated vector score by chunk, keyed as ``kw_ids``; a chunk the vector side
+    did not return counts 0): do the two sides agree on where the answer is?"""
     order = sorted(range(len(kw_ids)), key=lambda i: -text_scores[i])[:n]
     return max((vector_of.get(kw_ids[i], 0.0) for i in order), default=0.0)
+
+
+def _chunk_key(meta: tuple[str, str, int, int] | None) -> tuple[str, str, int, int] | None:
+    """A chunk's identity across its rows (its embedding windows share its path and line range)."""
+    return None if meta is None else (meta[1], meta[0], meta[2], meta[3])
+
+
+def chunk_vector_scores(vec_hits: Sequence[tuple[str, float]], meta: Mapping[str, tuple[str, str, int, int]],
+                        to_background: Sequence[float], level: float) -> dict[Any, float]:
+    """The calibrated vector score of each chunk the vector side returned, keyed by
+    :func:`_chunk_key`: that of its best window, measured against the level the best of its windows
+    reaches by chance (:func:`~clawmem_core.calibration.best_of_level`, ``n`` the windows of the
+    chunk among ``vec_hits``; a chunk embedded whole is one draw, ``level``). Without the query's
+    cosines to the calibration passages, against ``level``."""
+    from .calibration import best_of_level, calibrated_cosine
+
+    best: dict[Any, float] = {}
+    draws: dict[Any, int] = {}
+    for cid, cos in vec_hits:
+        key = _chunk_key(meta.get(cid))
+        if key is None or not math.isfinite(cos):
+            continue
+        draws[key] = draws.get(key, 0) + 1
+        best[key] = max(cos, best.get(key, -math.inf))
+    out = {}
+    for key, cos in best.items():
+        n = draws[key]
+        lvl = best_of_level(to_background, n) if n > 1 and to_background else level
+        out[key] = calibrated_cosine(cos, lvl if math.isfinite(lvl) else level)
+    return out
 
 
 #: The keyword score of a chunk of ``MEMORY.md``, or of a note whose file name names a query term
@@ -610,7 +662,8 @@ def _choose(
     MMR and thresholds."""
     import time
 
-    from .calibration import background_cosines, background_level, blind_scripts, calibrated_cosine
+    from .calibration import (background_cosines, background_level, best_of_level, blind_scripts, calibrated_cosine,
+                              translation_strength)
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
@@ -651,8 +704,10 @@ def _choose(
         else:
             scores = text_relevance(ranks, query_idf_mass(terms, hits[1], hits[0]))
         level = math.nan
+        to_background: list[float] = []
         if background and qvec is not None and vec_hits:
-            level = background_level(background_cosines(qvec, background))
+            to_background = background_cosines(qvec, background)
+            level = background_level(to_background)
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms
@@ -669,18 +724,25 @@ def _choose(
             best = max(vec_scores, default=0.0) if math.isfinite(level) and not no_vectors and not vectors_partial else None
             if best is not None and background and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background):
                 best = None  # the embedder cannot tell texts of this script apart: no say either way
-            agree = None
+            agree = alone = None
+            floor = VECTOR_DOUBT_FLOOR
             if best is not None:
-                vector_of: dict[str, float] = {}
-                for (cid, _), v in zip(vec_hits, vec_scores):
-                    vector_of[cid] = max(v, vector_of.get(cid, 0.0))
-                agree = keyword_agreement([i for i, _ in kw_hits], scores, vector_of)
-            conf = query_confidence(vocab, best, agree)
+                agree = keyword_agreement([_chunk_key(meta.get(i)) for i, _ in kw_hits], scores,
+                                          chunk_vector_scores(vec_hits, meta, to_background, level))
+                # The best of all the candidates is the best of that many draws: against the level the
+                # best of as many unrelated texts reaches.
+                top = max((c for _, c in vec_hits if math.isfinite(c)), default=math.nan)
+                many = best_of_level(to_background, len(vec_hits)) if to_background else level
+                alone = calibrated_cosine(top, many if math.isfinite(many) else level) if math.isfinite(top) else 0.0
+                floor = vector_doubt_floor(translation_strength(background)) if background else VECTOR_DOUBT_FLOOR
+            conf = query_confidence(vocab, best, agree, alone=alone, floor=floor)
             info["confidence"] = round(conf, 4)
             info["confidence_signals"] = {
                 "vocabulary": None if vocab is None else round(vocab, 4),
                 "vector_best": None if best is None else round(best, 4),
                 "agreement": None if agree is None else round(agree, 4),
+                "vector_alone": None if alone is None else round(alone, 4),
+                "doubt_floor": round(floor, 4),
             }
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
     vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]

@@ -257,6 +257,14 @@ def test_freshness_bench_runs_every_system(tmp_path: Path, monkeypatch: pytest.M
     assert "`journal`" in (tmp_path / "out" / "freshness.md").read_text()
 
 
+def test_background_cosines_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import background_cosines
+
+    background_cosines.main(["--dims", "7,16", "--rounds", "3", "--searches", "2", "--no-save"])
+    out = capsys.readouterr().out
+    assert "    7-d  step: old" in out and "   16-d  step: old" in out and "numpy import" in out
+
+
 def test_missing_evaluation_data_stops_the_benchmark_naming_what_it_looked_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run from a checkout with no data beside it, the quality run used to write an empty table;

@@ -12,18 +12,31 @@ from typing import Any
 import pytest
 
 from clawmem_core import MemoryConfig, MemoryIndex
-from clawmem_core.calibration import BACKGROUND_LATIN, BACKGROUND_TEXTS, blind_scripts
+from clawmem_core.calibration import (
+    BACKGROUND_LATIN,
+    BACKGROUND_TEXTS,
+    TRANSLATED_PAIRS,
+    background_level,
+    best_of_level,
+    blind_scripts,
+    calibrated_cosine,
+    translation_strength,
+)
 from clawmem_core.search import (
+    AGREEMENT_CHUNKS,
     VECTOR_ALONE,
     VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
+    VECTOR_DOUBT_FLOOR_STRONG,
     VECTOR_FULL,
     VECTOR_VOUCHES,
     VOCABULARY_FULL,
+    chunk_vector_scores,
     keyword_agreement,
     query_confidence,
     query_script,
     select_confident,
+    vector_doubt_floor,
     vocabulary_share,
     Candidate,
 )
@@ -99,7 +112,9 @@ def test_vocabulary_share_counts_terms_the_index_knows() -> None:
 def test_query_confidence_bounds_and_factors() -> None:
     assert query_confidence(None, None) == 1.0
     assert query_confidence(0.0, None) == 0.0
-    assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.5)
+    # The vocabulary factor falls with the square of the share below VOCABULARY_FULL.
+    assert query_confidence(VOCABULARY_FULL / 2, None) == pytest.approx(0.25)
+    assert query_confidence(VOCABULARY_FULL, None) == 1.0
     # Keyword-only: the vocabulary alone, never above 1.
     assert query_confidence(1.0, None) == 1.0
     # The vector side agrees with the keyword side's chunks at exactly VECTOR_FULL: unchanged.
@@ -115,10 +130,18 @@ def test_query_confidence_bounds_and_factors() -> None:
     # A strong vector match vouches for a query whose words the index does not know (a paraphrase).
     assert query_confidence(0.0, VECTOR_VOUCHES, VECTOR_FULL) == pytest.approx(1.0)
     assert query_confidence(0.0, 0.1, 0.0) == pytest.approx(0.1 / VECTOR_VOUCHES * VECTOR_DOUBT_FLOOR)
+    # The vector side alone counts at its best-of-many score when given, the best chunk still vouches.
+    assert query_confidence(1.0, 0.3, 0.0, alone=0.1) == pytest.approx(VECTOR_DOUBT_FLOOR)
+    assert query_confidence(1.0, 0.3, 0.0, alone=0.3) == pytest.approx(VECTOR_ALONE * 0.3 / VECTOR_FULL)
+    assert query_confidence(0.0, VECTOR_VOUCHES, 0.0, alone=0.0) == pytest.approx(VECTOR_DOUBT_FLOOR)
+    # The floor is the caller's (an embedder that recognises meaning doubts further).
+    assert query_confidence(1.0, 0.0, 0.0, floor=VECTOR_DOUBT_FLOOR_STRONG) == VECTOR_DOUBT_FLOOR_STRONG
     for vocab in (None, 0.0, 0.2, 0.7, 1.0, math.nan):
         for best in (None, 0.0, 0.1, 0.3, 0.9, math.nan, -1.0, 5.0):
             for agree in (None, 0.0, 0.3, math.nan, 7.0, -2.0):
-                assert 0.0 <= query_confidence(vocab, best, agree) <= VECTOR_CONFIRMS
+                for alone in (None, 0.0, 0.5, math.nan, 3.0):
+                    for floor in (VECTOR_DOUBT_FLOOR, 0.0, math.nan, 2.0):
+                        assert 0.0 <= query_confidence(vocab, best, agree, alone=alone, floor=floor) <= VECTOR_CONFIRMS
 
 
 def test_query_script() -> None:
@@ -317,9 +340,10 @@ def test_hybrid_vector_side_has_no_say_in_a_script_the_embedder_cannot_read(tmp_
 
 def test_keyword_agreement_reads_the_keyword_sides_first_chunks() -> None:
     vector_of = {"garden": 0.6, "store": 0.05, "番茄": 0.4, "vector-only": 0.9}
-    # The keyword side's first three chunks by score; a chunk the vector side did not return is 0.
+    # The keyword side's first AGREEMENT_CHUNKS chunks by score; a chunk the vector side did not return is 0.
     assert keyword_agreement(["store", "garden", "x"], [0.9, 0.5, 0.1], vector_of) == 0.6
-    assert keyword_agreement(["store", "x", "y", "garden"], [0.9, 0.8, 0.7, 0.6], vector_of) == 0.05
+    assert keyword_agreement(["store", "x", "y", "z", "w", "garden"], [0.9, 0.8, 0.7, 0.65, 0.62, 0.6], vector_of) == 0.05
+    assert keyword_agreement(["store", "x", "y", "garden"], [0.9, 0.8, 0.7, 0.6], vector_of, n=3) == 0.05
     assert keyword_agreement(["番茄", "store"], [0.2, 0.9], vector_of) == 0.4
     # A chunk only the vector side found is not agreement.
     assert keyword_agreement(["x"], [1.0], vector_of) == 0.0
@@ -385,10 +409,14 @@ def test_confidence_signals_are_read_from_both_sides(tmp_path: Path, files: dict
         hits = mem.search(query, min_score=0, max_results=50)
         sig = hits.info["confidence_signals"]
         assert sig["vector_best"] == pytest.approx(max(h.vector_score for h in hits), abs=1e-3)
-        by_text = sorted((h for h in hits if h.text_score > 0), key=lambda h: -h.text_score)[:3]
+        by_text = sorted((h for h in hits if h.text_score > 0), key=lambda h: -h.text_score)[:AGREEMENT_CHUNKS]
         assert sig["agreement"] == pytest.approx(max(h.vector_score for h in by_text), abs=1e-3)
+        # the best of all candidates, against the best of as many unrelated texts: never above the best
+        assert sig["vector_alone"] <= sig["vector_best"] + 1e-9
+        assert sig["doubt_floor"] == VECTOR_DOUBT_FLOOR  # a hashed bag of words recognises no translation
         assert hits.info["confidence"] == pytest.approx(
-            query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"]), abs=1e-3)
+            query_confidence(sig["vocabulary"], sig["vector_best"], sig["agreement"], alone=sig["vector_alone"],
+                             floor=sig["doubt_floor"]), abs=1e-3)
     finally:
         mem.close()
 
@@ -406,3 +434,116 @@ def test_openclaw_fusion_is_untouched(tmp_path: Path) -> None:
         assert hits and "confidence" not in hits.info
     finally:
         mem.close()
+
+
+# -- windows, the best of many, and the embedder's shown strength -------------------------------
+
+
+def test_best_of_level_is_the_level_the_best_of_n_unrelated_texts_reaches() -> None:
+    bg = [i / 10 for i in range(11)]
+    assert best_of_level(bg, 1) == pytest.approx(background_level(bg))  # one draw: the 90th percentile
+    # the best of two stays below q with probability q**2: the 100 * 0.9**0.5 percentile
+    assert best_of_level(bg, 2) == pytest.approx(0.9 ** 0.5)
+    levels = [best_of_level(bg, n) for n in (1, 2, 3, 5, 10, 100)]
+    assert levels == sorted(levels) and levels[0] < levels[-1]
+    assert best_of_level(bg, 10 ** 6) == pytest.approx(1.0)  # saturates at the closest passage
+    assert best_of_level(bg, 0) == best_of_level(bg, 1)
+    assert math.isnan(best_of_level([], 3))
+
+
+def test_chunk_vector_scores_read_a_chunk_by_its_best_window_against_the_best_of_its_windows() -> None:
+    """A chunk embedded as windows comes back from the vector side as window rows with their own ids
+    and the chunk's path and lines: its score is its best window's, measured against the level the
+    best of that many unrelated texts reaches; a chunk embedded whole keeps the one-text level."""
+    bg = [i / 10 for i in range(11)]
+    level = background_level(bg)
+    meta = {"w1": ("notes.md", "memory", 1, 9), "w2": ("notes.md", "memory", 1, 9),
+            "whole": ("MEMORY.md", "memory", 1, 3), "chunk": ("notes.md", "memory", 1, 9)}
+    got = chunk_vector_scores([("w1", 0.95), ("w2", 0.92), ("whole", 0.95)], meta, bg, level)
+    windowed, whole = ("memory", "notes.md", 1, 9), ("memory", "MEMORY.md", 1, 3)
+    assert got[whole] == pytest.approx(calibrated_cosine(0.95, level))
+    assert got[windowed] == pytest.approx(calibrated_cosine(0.95, best_of_level(bg, 2)))
+    assert 0 < got[windowed] < got[whole]
+    # The keyword side's row of that chunk (its own id) finds the windows' score through the chunk's key.
+    keys = [(m[1], m[0], m[2], m[3]) for m in (meta["chunk"], meta["whole"])]
+    assert keyword_agreement(keys[:1], [1.0], got) == got[windowed]
+    # Without the query's cosines to the calibration passages: the one-text level for every chunk.
+    flat = chunk_vector_scores([("w1", 0.95), ("w2", 0.92)], meta, [], level)
+    assert flat[windowed] == pytest.approx(calibrated_cosine(0.95, level))
+
+
+def test_windowed_embedder_backs_the_keyword_sides_chunk(tmp_path: Path) -> None:
+    """With an embedder that embeds chunks as windows, the agreement of the two sides is read
+    through the chunk's windows (it read 0 when it looked the chunk's own id up among the window
+    rows, so every question lost the agreement's confirmation)."""
+    emb = HashEmbedder(dims=256)
+    emb.window_bytes = 60  # MEMORY.md's chunk becomes several windows
+    mem = _index(tmp_path, EN_FILES, embedder=emb)
+    try:
+        hits = mem.search("tomato beds water every morning", min_score=0)
+        assert hits[0].path == "MEMORY.md" and hits[0].vector_score > 0
+        sig = hits.info["confidence_signals"]
+        assert 0 < sig["agreement"] <= hits[0].vector_score + 1e-9
+        assert hits.info["confidence"] > 1.0  # the two sides agree: confirmed
+        assert mem.search("tomato beds water every morning")[0].path == "MEMORY.md"
+    finally:
+        mem.close()
+
+
+def _translating_vectors(dims: int = 32) -> list[list[float]]:
+    rng = random.Random(7)
+    vecs = [[rng.gauss(0, 1) for _ in range(dims)] for _ in BACKGROUND_TEXTS]
+    for en, zh in TRANSLATED_PAIRS:
+        vecs[zh] = list(vecs[en])
+    return vecs
+
+
+def test_translation_strength_tells_an_embedder_that_recognises_meaning() -> None:
+    assert translation_strength(_translating_vectors()) == pytest.approx(1.0)
+    rng = random.Random(3)
+    unrelated = [[rng.gauss(0, 1) for _ in range(32)] for _ in BACKGROUND_TEXTS]
+    assert translation_strength(unrelated) < 0.1
+    hashed = HashEmbedder(dims=256).embed_documents(list(BACKGROUND_TEXTS))
+    assert translation_strength(hashed) == 0.0  # a bag of words shares no word across languages
+    assert translation_strength(unrelated[:10]) == 0.0  # not the calibration passages' vectors
+    assert all(BACKGROUND_TEXTS[en] != BACKGROUND_TEXTS[zh] for en, zh in TRANSLATED_PAIRS)
+
+
+def test_vector_doubt_floor_follows_the_embedders_strength() -> None:
+    assert vector_doubt_floor(0.0) == VECTOR_DOUBT_FLOOR
+    assert vector_doubt_floor(-0.3) == VECTOR_DOUBT_FLOOR
+    assert vector_doubt_floor(math.nan) == VECTOR_DOUBT_FLOOR
+    assert vector_doubt_floor(VECTOR_FULL) == pytest.approx(VECTOR_DOUBT_FLOOR_STRONG)
+    assert vector_doubt_floor(1.0) == pytest.approx(VECTOR_DOUBT_FLOOR_STRONG)
+    assert vector_doubt_floor(VECTOR_FULL / 2) == pytest.approx((VECTOR_DOUBT_FLOOR + VECTOR_DOUBT_FLOOR_STRONG) / 2)
+
+
+class TranslatingEmbedder(HashEmbedder):
+    """The hash embedder, except that it embeds each Chinese calibration passage as its English
+    twin: an embedder that recognises the same meaning across languages."""
+
+    def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        twin = {BACKGROUND_TEXTS[zh]: BACKGROUND_TEXTS[en] for en, zh in TRANSLATED_PAIRS}
+        return super()._embed_documents([twin.get(t, t) for t in texts])
+
+
+def test_an_embedder_that_recognises_translations_doubts_further(tmp_path: Path) -> None:
+    """The vector side's doubt floor comes from the embedder's calibration vectors: the hash
+    embedder keeps VECTOR_DOUBT_FLOOR, one that matches the passages' translations gets
+    VECTOR_DOUBT_FLOOR_STRONG, and a foreign question neither backs sits on that floor."""
+    query = FOREIGN_EN[0]
+    got = {}
+    for name, emb in (("hash", HashEmbedder(dims=256)), ("translating", TranslatingEmbedder(dims=256))):
+        mem = _index(tmp_path / name, EN_FILES, embedder=emb)
+        try:
+            got[name] = mem.search(query, min_score=0).info
+        finally:
+            mem.close()
+    assert got["hash"]["confidence_signals"]["doubt_floor"] == VECTOR_DOUBT_FLOOR
+    sig = got["translating"]["confidence_signals"]
+    assert sig["doubt_floor"] == pytest.approx(VECTOR_DOUBT_FLOOR_STRONG)
+    args = (sig["vocabulary"], sig["vector_best"], sig["agreement"])
+    conf = query_confidence(*args, alone=sig["vector_alone"], floor=sig["doubt_floor"])
+    assert got["translating"]["confidence"] == pytest.approx(conf, abs=1e-3)
+    assert conf < query_confidence(*args, alone=sig["vector_alone"], floor=VECTOR_DOUBT_FLOOR)
+    assert got["translating"]["confidence"] < got["hash"]["confidence"]
