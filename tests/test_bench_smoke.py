@@ -320,3 +320,22 @@ def test_the_data_is_found_beside_the_main_checkout_of_a_worktree(tmp_path: Path
     assert D.candidate_data_dirs(main_co) == [shared.resolve()]  # a main checkout: beside it
     monkeypatch.setenv(D.DATA_ENV, str(tmp_path / "mine"))
     assert D.candidate_data_dirs(wt) == [(tmp_path / "mine").resolve()]  # the variable alone
+
+
+def test_freshness_vectors_bench_runs_on_both_stores(tmp_path: Path, pg_url: str) -> None:
+    from bench import freshness_vectors
+
+    runs = [freshness_vectors.run(tmp_path / "w", 200, 4, 300.0),
+            freshness_vectors.run(tmp_path / "w", 200, 4, 300.0, url=pg_url)]
+    for r in runs:
+        assert r["queries"] and set(r["p50_ms"]) == set(freshness_vectors.SYSTEMS)
+        assert r["walks_per_search"]["off"] == 0
+    table = freshness_vectors.markdown(runs)
+    assert "| sqlite |" in table and "| postgres |" in table
+
+
+def test_pg_vector_connections_bench_runs(tmp_path: Path, pg_url: str) -> None:
+    from bench import pg_vector_connections
+
+    r = pg_vector_connections.run(100, 2, url=pg_url, work=tmp_path)
+    assert len(r["seconds"]["held"]) == len(r["seconds"]["per statement"]) == 2 and r["ratio"] > 0
