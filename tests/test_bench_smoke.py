@@ -163,6 +163,43 @@ def test_matrix_runs_every_embedder_fusion_and_rerank_mode_through_search(tmp_pa
     assert on["reranked"] > 0 and on["rerank"] == "on (reverse)"
 
 
+def test_matrix_rerank_only_run_merges_and_keeps_the_first_index_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerank-on run (the bi-encoder stand-in's LangChain compressor, here over hash vectors) adds its rows to
+    the rerank-off ones without redoing them, keeps the first build's indexing times, and at weight 0 the blend
+    leaves the fused order as it was."""
+    pytest.importorskip("clawmem_core.index")
+    pytest.importorskip("langchain_core")
+    from bench import matrix, rerankers
+    from clawmem_core.testing import HashEmbedder
+
+    def hashed(cache: object = None) -> object:
+        emb = HashEmbedder(dims=32)
+        return rerankers.langchain_compressor(rerankers._Scorer(emb.embed_query, emb.embed_documents, "hash"))
+
+    monkeypatch.setattr(rerankers, "e5", hashed)
+    data = _tiny_data(tmp_path / "data")
+    out = tmp_path / "m.json"
+    common = ["--embedders", "none,hash", "--datasets", "locomo-en", "--fusions", "calibrated", "--data", str(data),
+              "--work", str(tmp_path / "work"), "--out", str(out)]
+    assert matrix.main(common) == 0
+    first = json.loads(out.read_text())
+    for i in first["index"]:
+        i["seconds"] = 999.0  # the first build's (embedding) time, which a cached re-sync must not replace
+    out.write_text(json.dumps(first))
+    assert matrix.main(common + ["--merge", "--rerank-only", "--rerank", "bench.rerankers:e5",
+                                 "--rerank-label", "stand-in", "--rerank-weight", "0"]) == 0
+    res = json.loads(out.read_text())
+    rows = {(r["embedder"], r["rerank"]): r for r in res["rows"]}
+    assert set(rows) == {(e, m) for e in ("none", "hash") for m in ("off", "on (stand-in, w=0)")}
+    for e in ("none", "hash"):
+        off, on = rows[(e, "off")], rows[(e, "on (stand-in, w=0)")]
+        assert on["reranked"] > 0 and off["reranked"] == 0
+        assert [on[k] for k in ("hit@1", "hit@5", "hit@5 default")] == [off[k] for k in ("hit@1", "hit@5", "hit@5 default")]
+    assert {i["seconds"] for i in res["index"]} == {999.0}
+    md = out.with_suffix(".md").read_text()
+    assert "bi-encoder stand-in, not a cross-encoder" in md and "Rerank on minus rerank off" in md
+
+
 def test_matrix_remote_setup_goes_through_the_openai_provider() -> None:
     from bench import matrix
 
@@ -283,6 +320,25 @@ def test_the_data_is_found_beside_the_main_checkout_of_a_worktree(tmp_path: Path
     assert D.candidate_data_dirs(main_co) == [shared.resolve()]  # a main checkout: beside it
     monkeypatch.setenv(D.DATA_ENV, str(tmp_path / "mine"))
     assert D.candidate_data_dirs(wt) == [(tmp_path / "mine").resolve()]  # the variable alone
+
+
+def test_freshness_vectors_bench_runs_on_both_stores(tmp_path: Path, pg_url: str) -> None:
+    from bench import freshness_vectors
+
+    runs = [freshness_vectors.run(tmp_path / "w", 200, 4, 300.0),
+            freshness_vectors.run(tmp_path / "w", 200, 4, 300.0, url=pg_url)]
+    for r in runs:
+        assert r["queries"] and set(r["p50_ms"]) == set(freshness_vectors.SYSTEMS)
+        assert r["walks_per_search"]["off"] == 0
+    table = freshness_vectors.markdown(runs)
+    assert "| sqlite |" in table and "| postgres |" in table
+
+
+def test_pg_vector_connections_bench_runs(tmp_path: Path, pg_url: str) -> None:
+    from bench import pg_vector_connections
+
+    r = pg_vector_connections.run(100, 2, url=pg_url, work=tmp_path)
+    assert len(r["seconds"]["held"]) == len(r["seconds"]["per statement"]) == 2 and r["ratio"] > 0
 
 
 def test_scifact_subset_excluding_an_earlier_one_shares_no_claim_and_no_abstract(tmp_path: Path) -> None:

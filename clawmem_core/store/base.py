@@ -219,8 +219,9 @@ class Store(ABC):
         return set()
 
     def writing(self) -> ContextManager[None]:
-        """A block of this thread's calls that a store may run on one connection (the vector
-        phase is one): cheaper where each call would take a connection and check it first."""
+        """A block of this thread's calls (the vector phase is one) that a store may run without
+        checking a connection before each: cheaper where each call would take a connection and
+        check it first. Allowed inside a :meth:`reading` block, not inside a snapshot."""
         import contextlib
 
         return contextlib.nullcontext()

@@ -1038,15 +1038,13 @@ class PostgresStore(Store):
         self._gen = generation
         self._closed = False
         #: The data versions this handle's own write transactions committed (ascending; the
-        #: latest :data:`_OWN_KEPT` at most), how many older ones were folded into a count (each
-        #: at or below ``_own_floor``), the highest version :meth:`others_version` answered for,
-        #: and a count bumped when a commit is recorded at or below it (see :meth:`others_version`).
+        #: latest :data:`_OWN_KEPT` at most) and how many older ones were folded into a count (each
+        #: at or below ``_own_floor``); held (``_own_gate``) from before a commit of this handle
+        #: goes out until it is recorded (see :meth:`others_version`).
         self._own: list[int] = []
         self._own_folded = 0
         self._own_floor = -1
-        self._own_reported = -1
-        self._own_epoch = 0
-        self._own_lock = threading.Lock()
+        self._own_gate = threading.RLock()
         self._cache_token: Any = None
         self._stats: tuple[int, float] = (0, 1.0)
         self._vec_count: dict[int, int] = {}
@@ -1205,30 +1203,36 @@ class PostgresStore(Store):
     @contextlib.contextmanager
     def _write_tx(self, read_generation: bool) -> Iterator[tuple["psycopg.Connection", Any]]:
         row: Sequence[Any] | None = None
-        with self._conn() as conn, conn.pipeline(), conn.transaction():
-            cur = conn.execute(
-                "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s "
-                "RETURNING generation, data_version",
-                (self.agent,),
-            )
-            if self._gen is not None:
-                yield conn, self._gen
-            elif not read_generation:
-                yield conn, "(SELECT generation FROM clawmem_agents WHERE agent = %s)"
-            else:
+        gate = self._own_gate
+        gated = False
+        try:
+            with self._conn() as conn, conn.pipeline(), conn.transaction():
+                cur = conn.execute(
+                    "UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s "
+                    "RETURNING generation, data_version",
+                    (self.agent,),
+                )
+                if self._gen is not None:
+                    yield conn, self._gen
+                elif not read_generation:
+                    yield conn, "(SELECT generation FROM clawmem_agents WHERE agent = %s)"
+                else:
+                    row = cur.fetchone()
+                    yield conn, int(row[0]) if row else -1  # an agent nobody has indexed: no rows
+                gate.acquire()  # the COMMIT goes out as the blocks end
+                gated = True
+            # committed (a commit whose outcome is unknown raised above: never counted as ours)
+            if row is None:
                 row = cur.fetchone()
-                yield conn, int(row[0]) if row else -1  # an agent nobody has indexed: no rows
-        # committed (a commit whose outcome is unknown raised above, and is not counted as ours)
-        if row is None:
-            row = cur.fetchone()
-        if row is not None:
-            self._own_commit(int(row[1]))
+            if row is not None:
+                self._own_commit(int(row[1]))
+        finally:
+            if gated:
+                gate.release()
 
     def _own_commit(self, version: int) -> None:
         """Record that this handle's transaction committed the agent's data ``version``."""
-        with self._own_lock:
-            if version <= self._own_reported:  # an answer already counted it as another's
-                self._own_epoch += 1
+        with self._own_gate:
             if version <= self._own_floor:
                 self._own_folded += 1
                 return
@@ -1243,20 +1247,18 @@ class PostgresStore(Store):
         """A token of the commits to the agent's index by every connection but this handle's own
         write transactions (other processes, other handles of this process): the data version
         (bumped by one by every write transaction, under the agent's row lock) less the versions
-        this handle committed. Only a commit known to have succeeded counts as this handle's; a
-        commit recorded after an answer that counted it as another's (a search read the version
-        between the commit and its record) changes the token, as any doubt does: a write by
-        someone else always changes it."""
+        this handle committed. Only a commit known to have succeeded counts as this handle's (one
+        rolled back, or whose outcome is unknown, counts as another's: a walk more, never one
+        less). A version read while this handle's commit is on its way is counted once that
+        commit is recorded: the count waits for it (a round trip at most)."""
         token = self._read(self._token)
         if token is None:
             return (self._gen, None)
         gen, version = token
-        with self._own_lock:
+        with self._own_gate:
             if version < self._own_floor:  # read before the versions still kept (a stale read)
                 return (self._gen, gen, version, None)
-            self._own_reported = max(self._own_reported, version)
-            own = self._own_folded + bisect.bisect_right(self._own, version)
-            return (self._gen, gen, version - own, self._own_epoch)
+            return (self._gen, gen, version - self._own_folded - bisect.bisect_right(self._own, version))
 
     def _generation(self, conn: "psycopg.Connection") -> int:
         if self._gen is not None:
