@@ -230,3 +230,34 @@ def test_searches_while_the_vector_phase_embeds_on_a_pool_of_one(one: Held, pg_u
         mem.sync()
         assert mem._store.vector_counts().pending == 0
     assert one.most == 1
+
+
+def test_connections_killed_while_the_vector_phase_and_searches_share_a_pool_of_one(
+        one: Held, pg_url: str, tmp_path: Path) -> None:
+    """Every connection of the database is killed again and again while the background vector
+    phase embeds group by group and searches (English and Chinese) come: the searches answer,
+    the phase carries on over new connections, and every chunk ends with its vector."""
+    many = {**NOTES, **{f"memory/notes/n{i:03d}.md": f"Note {i}: topic {i}. 第{i}个话题。\n" for i in range(120)}}
+    ws = write(tmp_path / "ws", many)  # groups of 16 chunks: more groups than the loop below lets through
+    emb = _Gated()
+    with MemoryIndex(ws, agent_id="kill", config={"store": {"url": pg_url}}, embedder=emb,
+                     state_dir=tmp_path / "s") as mem:
+        mem.sync(vectors=False)
+        total = mem._store.vector_counts().total
+        try:
+            assert mem.search("billing migration")  # starts the vector phase in the background
+            for q in ["部署账单迁移", "Dana green tea", "李伟 咖啡"] * 2:
+                assert emb.waiting.wait(30)
+                emb.waiting.clear()
+                _cut(pg_url)
+                emb.gate.release()  # one group goes through, on a connection it has to take again
+                assert mem.search(q), q
+        finally:
+            emb.gate.release(1000)
+        if mem._bg_thread is not None:
+            mem._bg_thread.join(60)
+        mem.sync()
+        counts = mem._store.vector_counts()
+        assert counts.pending == 0 and counts.total == total
+        assert mem.search("部署账单迁移").vectors == {"done": total, "total": total}
+    assert one.most == 1
