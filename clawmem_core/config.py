@@ -167,7 +167,10 @@ class RerankConfig:
     model_path: str | None = None
     base_url: str | None = None
     candidates: int = 40
-    weight: float = 0.5
+    #: 0.25: a reranker that reverses the fused order leaves it as it is, one that agrees lifts
+    #: little, one that disagrees broadly reorders; at 0.5 weak rerankers cost real recall
+    #: (bench/results/matrix.md, "Rerank on minus rerank off").
+    weight: float = 0.25
     timeout_ms: int = 3000
 
     def __post_init__(self) -> None:
@@ -176,7 +179,7 @@ class RerankConfig:
         n = _num(self.candidates, "rerank.candidates")
         self.candidates = int(_clamp(n, 1, 200)) if math.isfinite(n) else 40
         w = _num(self.weight, "rerank.weight")
-        self.weight = _clamp(w, 0.0, 1.0) if math.isfinite(w) else 0.5
+        self.weight = _clamp(w, 0.0, 1.0) if math.isfinite(w) else 0.25
         t = _num(self.timeout_ms, "rerank.timeout_ms")
         self.timeout_ms = int(_clamp(t, 1, 600_000)) if math.isfinite(t) else 3000
 

@@ -339,3 +339,30 @@ def test_pg_vector_connections_bench_runs(tmp_path: Path, pg_url: str) -> None:
 
     r = pg_vector_connections.run(100, 2, url=pg_url, work=tmp_path)
     assert len(r["seconds"]["held"]) == len(r["seconds"]["per statement"]) == 2 and r["ratio"] > 0
+
+
+def test_scifact_subset_excluding_an_earlier_one_shares_no_claim_and_no_abstract(tmp_path: Path) -> None:
+    from bench.scifact_subset import build
+
+    src = tmp_path / "data" / "scifact"
+    (src / "workspace" / "memory").mkdir(parents=True)
+    for i in range(60):
+        (src / "workspace" / "memory" / f"d{i}.md").write_text(f"abstract {i}\n", encoding="utf-8")
+    # claim i is judged on d{i} and, for even i, also on d{i+1}: a claim can reach an abstract another one holds
+    rows = [{"qid": f"q{i}", "query": f"claim {i}", "relevant_paths": [f"memory/d{i}.md"] + ([f"memory/d{i + 1}.md"] if i % 2 == 0 else [])}
+            for i in range(30)]
+    (src / "queries-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    def read(out: Path) -> tuple[set[str], set[str]]:
+        qids = {json.loads(line)["qid"] for line in (out / "queries-train.jsonl").read_text().splitlines()}
+        return qids, {p.name for p in (out / "workspace" / "memory").glob("*.md")}
+
+    first = build(tmp_path / "a", tmp_path / "data", n_queries=8, n_distractors=10, seed=7)
+    again = build(tmp_path / "a2", tmp_path / "data", n_queries=8, n_distractors=10, seed=7)
+    assert read(first) == read(again)  # without --exclude the draw is what it was
+    second = build(tmp_path / "b", tmp_path / "data", n_queries=8, n_distractors=10, seed=7, exclude=[first])
+    (q1, d1), (q2, d2) = read(first), read(second)
+    assert len(q2) == 8 and not q1 & q2
+    assert not d1 & d2
+    judged2 = {Path(p).name for r in rows if r["qid"] in q2 for p in r["relevant_paths"]}
+    assert judged2 <= d2 and len(d2) == len(judged2) + 10

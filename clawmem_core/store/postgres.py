@@ -1019,10 +1019,12 @@ class PostgresBackend(StoreBackend):
 
     def set_aside(self, exc: BaseException) -> str:
         """Nothing to move: the server keeps its data consistent. The agent's rows are dropped
-        so that the next sync rebuilds them."""
+        so that the next sync rebuilds them, and its data version moves, so that every process
+        holding the agent's index (caches, a trusted change journal) sees the rows go."""
         with self.connection() as conn, conn.transaction():
             for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta"):
                 conn.execute(f"DELETE FROM {table} WHERE agent = %s", (self.agent_id,))
+            conn.execute("UPDATE clawmem_agents SET data_version = data_version + 1 WHERE agent = %s", (self.agent_id,))
         return "nowhere (its rows were dropped)"
 
 

@@ -539,3 +539,16 @@ def test_deadline_helper_returns_errors_and_times_out() -> None:
     gate.set()
     with pytest.raises(ZeroDivisionError):
         run_with_deadline(lambda: 1 / 0, 5)
+
+
+def test_default_blend_weight_holds_the_fused_order_against_a_reversing_reranker() -> None:
+    """At the default weight a reranker that ranks the fused order backwards (a useless one) changes
+    nothing over a full candidate pool, while one that disagrees broadly still reorders."""
+    rc = MemoryConfig.from_dict({}).query.rerank
+    n = rc.candidates
+    assert blend_by_position(n, [float(i) for i in range(n)], rc.weight) == list(range(n))
+    shuffled = [float((7 * i) % n) for i in range(n)]  # a reranker with an order of its own
+    order = blend_by_position(n, shuffled, rc.weight)
+    assert order != list(range(n))
+    top_choice = max(range(n), key=lambda i: shuffled[i])
+    assert order.index(top_choice) < top_choice  # its own first choice rises

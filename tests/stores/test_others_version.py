@@ -198,3 +198,21 @@ def test_postgres_a_commit_of_unknown_outcome_counts_as_anothers(pg: None, make_
         assert after != mark  # the commit it could not confirm is counted as another's
         mine.set_vectors([(pending[1].id, [0.0, 1.0], [])])
         assert mine.others_version() == after and mine.vector_counts().done == 2
+
+
+def test_postgres_rows_set_aside_move_every_handles_token(pg: None, make_backend: BackendFactory) -> None:
+    """A damaged index set aside (its rows dropped for a rebuild) is a change every other handle of
+    the agent must see: their caches and their trust in the change journal rest on the token."""
+    backend = make_backend("main")
+    writer = backend.open()
+    reader = make_backend("main").open()
+    try:
+        _write(writer, 0)
+        mark, version = reader.others_version(), reader.data_version()
+        backend.set_aside(StoreError("damaged"))
+        assert reader.data_version() != version
+        assert reader.others_version() != mark
+        assert reader.keyword_search(["green"], 5) == []
+    finally:
+        writer.close()
+        reader.close()
