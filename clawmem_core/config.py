@@ -107,7 +107,8 @@ class HybridConfig:
     (``clawmem_core.calibration``); both are on an absolute 0-1 scale, so ``min_score`` means the
     same for every embedder and a query about something absent scores low; every score of a query
     is also scaled by the query's confidence (``clawmem_core.search.query_confidence``: the share of
-    its terms the index knows, and the vector side's best calibrated score). ``"openclaw"``:
+    its terms the index knows, and whether the embedder backs the chunks the keywords pick, with
+    its inputs in ``SearchHits.info["confidence_signals"]``). ``"openclaw"``:
     OpenClaw's ``vw * cosine + tw * |r| / (1 + |r|)`` with its relaxed keyword fallback, bit for
     bit. Weights left unset take the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3);
     set ones are normalised to sum to 1.
