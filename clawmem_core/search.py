@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -534,14 +535,13 @@ def check_args(query: Any, max_results: Any, min_score: Any, cfg: "QueryConfig")
     return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, float(ms))
 
 
-def run_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
+def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Event | None" = None) -> tuple[bool, Any]:
     """Run ``fn`` in a daemon thread and wait at most ``seconds``: ``(True, result)``, or
     ``(False, None)`` on time-out (the call is left to finish on its own; a daemon thread never
-    holds up interpreter exit). An exception from ``fn`` is raised here."""
-    import threading
-
+    holds up interpreter exit; ``done``, when given, is set when it has). An exception from ``fn``
+    is raised here."""
     box: list[Any] = []
-    done = threading.Event()
+    done = done if done is not None else threading.Event()
 
     def run() -> None:
         try:
@@ -560,6 +560,12 @@ def run_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]
     return True, value
 
 
+#: Rerankers whose last call ran out of time, by id, with the event set when that call ends: until
+#: it does, searches keep the fused order rather than start more calls behind it (a slow local model
+#: would otherwise run one call per search on the CPU the searches need).
+_LATE_RERANKS: dict[int, tuple[Any, "threading.Event"]] = {}
+
+
 def _rerank_head(
     store: "Store", query: str, merged: list[Candidate], reranker: Any, cfg: "QueryConfig", seconds: float,
     info: dict[str, Any],
@@ -574,12 +580,22 @@ def _rerank_head(
         info["reranked"] = False
         info["rerank_error"] = "fewer than two candidates"
         return merged, None
+    late = _LATE_RERANKS.get(id(reranker))
+    if late is not None and late[0] is reranker and not late[1].is_set():
+        # an earlier call ran out of time and is still running: another would only pile up behind it
+        info["reranked"] = False
+        info["rerank_error"] = "reranker still busy with an earlier query that ran out of time"
+        return merged, None
+    if late is not None:
+        _LATE_RERANKS.pop(id(reranker), None)
     head = merged[:n]
     rows = store.get_chunks([c.id for c in head])
     texts = [rows[c.id].text if c.id in rows else c.snippet for c in head]
     try:
-        ok, scores = run_with_deadline(lambda: reranker.rerank(query, texts), seconds)
+        done = threading.Event()
+        ok, scores = run_with_deadline(lambda: reranker.rerank(query, texts), seconds, done)
         if not ok:
+            _LATE_RERANKS[id(reranker)] = (reranker, done)
             info["reranked"] = False
             info["rerank_error"] = f"reranker timeout ({seconds * 1000:.0f} ms)"
             return merged, None

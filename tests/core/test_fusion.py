@@ -436,8 +436,9 @@ def test_reranker_fails_open(make_workspace: WorkspaceFactory, open_index: Index
         assert payload["reranked"] is False and payload["results"]
         if name == "broken":
             assert "reranker service is down" in payload["rerank_error"]
-        else:
-            assert "timeout" in payload["rerank_error"]
+        else:  # the first search's call is still running: this one does not start another
+            assert "still busy" in payload["rerank_error"]
+            assert "timeout" in hits.info["rerank_error"]
     sleeping.release.set()
 
 
@@ -552,3 +553,42 @@ def test_default_blend_weight_holds_the_fused_order_against_a_reversing_reranker
     assert order != list(range(n))
     top_choice = max(range(n), key=lambda i: shuffled[i])
     assert order.index(top_choice) < top_choice  # its own first choice rises
+
+
+def test_a_reranker_that_ran_out_of_time_is_not_called_again_until_it_ends(
+        make_workspace: WorkspaceFactory, open_index: IndexFactory, tmp_path: Path) -> None:
+    """A slow reranker's call that timed out keeps running; later searches keep the fused order and
+    say why instead of starting more calls behind it, and use the reranker again once it is done."""
+    calls: list[str] = []
+
+    class Slow(Reranker):
+        def __init__(self) -> None:
+            self.release = threading.Event()
+            self.finished = threading.Event()
+
+        def rerank(self, query: str, texts: list[str]) -> list[float]:
+            calls.append(query)
+            if len(calls) == 1:
+                self.release.wait(30)
+                self.finished.set()
+            return [float(-i) for i in range(len(texts))]
+
+    rr = Slow()
+    cfg = {"provider": "none", "query": {"timeoutMs": 60_000, "rerank": {"enabled": True, "timeoutMs": 100}}}
+    mem = open_index(make_workspace(MANY), embedder=None, config=MemoryConfig.from_dict(cfg), reranker=rr,
+                     state=tmp_path / "slow")
+    mem.sync()
+    first = search_payload(mem, "billing report", min_score=0)
+    assert first["reranked"] is False and "timeout" in first["rerank_error"]
+    second = search_payload(mem, "report billing", min_score=0)
+    assert second["reranked"] is False and "still busy" in second["rerank_error"]
+    assert calls == ["billing report"]  # no second call piled up behind the first
+    rr.release.set()
+    assert rr.finished.wait(10)
+    deadline = __import__("time").monotonic() + 10
+    while True:  # the first call's thread sets its done flag right after returning
+        third = search_payload(mem, "billing report", min_score=0)
+        if third["reranked"] or __import__("time").monotonic() > deadline:
+            break
+    assert third["reranked"] is True
+    assert calls[1:] and set(calls[1:]) == {"billing report"}
