@@ -185,6 +185,8 @@ class MemoryIndex:
         #: The reranking stage (``query.rerank``): an object passed here, else one built from the
         #: configuration on first use.
         self._reranker = wrap_reranker(reranker) if reranker is not None else None
+        #: The embedder and the done flag of a query embedding that ran out of time (``search``).
+        self._late_query_embedding: tuple[Any, threading.Event] | None = None
         self._reranker_built = reranker is not None
         self._background_vecs: dict[str, list[list[float]]] = {}
         self._background_pending: dict[str, threading.Event] = {}
@@ -720,11 +722,21 @@ class MemoryIndex:
         qvec = None
         degraded = None
         if emb is not None and not keyword_only:
-            ok, qvec = run_with_deadline(lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]), deadline - time.monotonic())
-            if not ok:
+            late = self._late_query_embedding
+            if late is not None and late[0] is emb and not late[1].is_set():
+                # an earlier query's embedding ran out of time and is still running: another call would
+                # only queue behind it (a hung API, a model still loading); answer from the keywords now
                 degraded = "embedding timeout"
-                log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
-                            self.config.query.timeout_ms)
+                log.info("an earlier query embedding is still running: keyword results only")
+            else:
+                done = threading.Event()
+                ok, qvec = run_with_deadline(lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]),
+                                             deadline - time.monotonic(), done)
+                if not ok:
+                    self._late_query_embedding = (emb, done)
+                    degraded = "embedding timeout"
+                    log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
+                                self.config.query.timeout_ms)
         return self._ranked(q, qvec, k, ms, keyword_only, stale, vectors, emb, explicit, deadline, degraded)
 
     def _ranked(self, q: str, qvec: list[float] | None, k: int, ms: float, keyword_only: bool, stale: bool,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -585,10 +586,41 @@ def test_a_reranker_that_ran_out_of_time_is_not_called_again_until_it_ends(
     assert calls == ["billing report"]  # no second call piled up behind the first
     rr.release.set()
     assert rr.finished.wait(10)
-    deadline = __import__("time").monotonic() + 10
+    deadline = time.monotonic() + 10
     while True:  # the first call's thread sets its done flag right after returning
         third = search_payload(mem, "billing report", min_score=0)
-        if third["reranked"] or __import__("time").monotonic() > deadline:
+        if third["reranked"] or time.monotonic() > deadline:
             break
     assert third["reranked"] is True
     assert calls[1:] and set(calls[1:]) == {"billing report"}
+
+
+def test_a_query_embedding_that_ran_out_of_time_is_not_started_again_until_it_ends(
+        make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+    """A hung embedder (an API that does not answer, a model still loading) gets one call, not one
+    per search: while it runs, searches answer from the keywords at once; once it ends, searches
+    embed their queries again."""
+    calls: list[str] = []
+
+    class Hung(SleepingEmbedder):
+        def _embed_query(self, text: str) -> list[float]:
+            calls.append(text)
+            return super()._embed_query(text)
+
+    emb = Hung(delay=30)
+    mem = open_index(make_workspace(NOTES), embedder=emb, config=_deadline_config(300))
+    mem.sync()
+    try:
+        assert mem.search("Grafana dashboards").degraded == "embedding timeout"
+        second = mem.search("Grafana panels")
+        assert second.degraded == "embedding timeout" and second[0].path == "memory/2026-01-06.md"
+        assert calls == ["Grafana dashboards"]
+    finally:
+        emb.release.set()
+    emb.delay = 0
+    end = time.monotonic() + 10
+    while True:  # the first call's thread flags its end right after returning
+        hits = mem.search("Grafana dashboards")
+        if hits.degraded is None or time.monotonic() > end:
+            break
+    assert hits.degraded is None and calls[-1] == "Grafana dashboards" and len(calls) >= 2
