@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import math
 from array import array
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 #: Version of :data:`BACKGROUND_TEXTS`: the index re-embeds them when it changes.
 BACKGROUND_VERSION = 1
@@ -105,11 +105,6 @@ def _percentile(values: Sequence[float], percentile: float) -> float:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
-def _calibrated(cosine: float, level: float) -> float:
-    level = min(level, 0.999)
-    return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
-
-
 def calibrated_cosine(cosine: float, level: float) -> float:
     """``(cos - level) / (1 - level)`` clipped to [0, 1]: 0 for a chunk no closer to the query than
     an unrelated passage, 1 for an identical text. Without a level (``nan``) the raw cosine,
@@ -122,15 +117,30 @@ def calibrated_cosine(cosine: float, level: float) -> float:
     return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
 
 
-_UNITS_CACHE: dict[int, tuple[Sequence[Sequence[float]], Any]] = {}
+_MEMO: dict[tuple[str, int], tuple[Sequence[Sequence[float]], Any]] = {}
+
+
+def _per_background(kind: str, background: Sequence[Sequence[float]], derive: Callable[[Sequence[Sequence[float]]], Any]) -> Any:
+    """``derive(background)``, computed once per background object (the vectors are read, never
+    changed) and per ``kind`` of derivation."""
+    key = (kind, id(background))
+    cached = _MEMO.get(key)
+    if cached is not None and cached[0] is background:
+        return cached[1]
+    value = derive(background)
+    if len(_MEMO) >= 48:
+        _MEMO.clear()
+    _MEMO[key] = (background, value)
+    return value
 
 
 def _unit_matrix(background: Sequence[Sequence[float]]) -> Any:
     """``background`` as a float64 matrix of unit rows (a zero row stays zero; shorter rows are
-    padded with zeros), built once per background object: the vectors are read, never changed."""
-    cached = _UNITS_CACHE.get(id(background))
-    if cached is not None and cached[0] is background:
-        return cached[1]
+    padded with zeros), built once per background object."""
+    return _per_background("units", background, _build_unit_matrix)
+
+
+def _build_unit_matrix(background: Sequence[Sequence[float]]) -> Any:
     import numpy as np
 
     width = max((len(v) for v in background), default=0)
@@ -141,9 +151,6 @@ def _unit_matrix(background: Sequence[Sequence[float]]) -> Any:
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
         norms[norms == 0] = 1.0
         matrix /= norms[:, None]
-    if len(_UNITS_CACHE) >= 16:
-        _UNITS_CACHE.clear()
-    _UNITS_CACHE[id(background)] = (background, matrix)
     return matrix
 
 
@@ -175,9 +182,6 @@ BACKGROUND_LATIN = 24
 #: alike (mean pairwise cosine) than unrelated passages in the other script.
 BLIND_MARGIN = 0.2
 
-_BLIND_CACHE: dict[int, tuple[Sequence[Sequence[float]], frozenset[str]]] = {}
-
-
 def _mean_pairwise_cosine(vectors: Sequence[Sequence[float]]) -> float:
     """Mean cosine over the distinct pairs of ``vectors``: ``(|sum of unit vectors|^2 - n) / (n(n-1))``."""
     units = []
@@ -198,26 +202,21 @@ def blind_scripts(background: Sequence[Sequence[float]]) -> frozenset[str]:
     unrelated Chinese passages to nearly the same vector (mean pairwise cosine 0.59, against 0.05
     for the English ones). Its cosine then says nothing about a Chinese query, so the vector side
     neither confirms nor vetoes one (:func:`clawmem_core.search.query_confidence`)."""
-    cached = _BLIND_CACHE.get(id(background))
-    if cached is not None and cached[0] is background:
-        return cached[1]
-    out: frozenset[str] = frozenset()
-    if len(background) == len(BACKGROUND_TEXTS):
-        latin = _mean_pairwise_cosine(background[:BACKGROUND_LATIN])
-        cjk = _mean_pairwise_cosine(background[BACKGROUND_LATIN:])
-        if math.isfinite(latin) and math.isfinite(cjk):
-            out = frozenset(name for name, a, b in (("latin", latin, cjk), ("cjk", cjk, latin)) if a - b > BLIND_MARGIN)
-    if len(_BLIND_CACHE) >= 16:
-        _BLIND_CACHE.clear()
-    _BLIND_CACHE[id(background)] = (background, out)
-    return out
+    return _per_background("blind", background, _blind_scripts)  # type: ignore[no-any-return]
+
+
+def _blind_scripts(background: Sequence[Sequence[float]]) -> frozenset[str]:
+    if len(background) != len(BACKGROUND_TEXTS):
+        return frozenset()
+    latin = _mean_pairwise_cosine(background[:BACKGROUND_LATIN])
+    cjk = _mean_pairwise_cosine(background[BACKGROUND_LATIN:])
+    if not (math.isfinite(latin) and math.isfinite(cjk)):
+        return frozenset()
+    return frozenset(name for name, a, b in (("latin", latin, cjk), ("cjk", cjk, latin)) if a - b > BLIND_MARGIN)
 
 
 #: Pairs of :data:`BACKGROUND_TEXTS` (English index, Chinese index) that say the same thing.
 TRANSLATED_PAIRS: tuple[tuple[int, int], ...] = tuple((i, BACKGROUND_LATIN + i) for i in range(BACKGROUND_LATIN) if i != 5)
-
-_STRENGTH_CACHE: dict[int, tuple[Sequence[Sequence[float]], float]] = {}
-
 
 def translation_strength(background: Sequence[Sequence[float]]) -> float:
     """How far above unrelated text the embedder places a passage that says the same thing in other
@@ -228,30 +227,23 @@ def translation_strength(background: Sequence[Sequence[float]]) -> float:
     shared, so only meaning can place them together: multilingual-e5-small about 0.38,
     all-MiniLM-L6-v2 about 0 (it is blind to Chinese), a hashed bag of words below 0. ``0.0``
     when the vectors are not those of :data:`BACKGROUND_TEXTS`."""
-    cached = _STRENGTH_CACHE.get(id(background))
-    if cached is not None and cached[0] is background:
-        return cached[1]
-    out = 0.0
-    if len(background) == len(BACKGROUND_TEXTS):
-        units = []
-        for v in background:
-            norm = math.sqrt(sum(x * x for x in v))
-            units.append([x / norm for x in v] if norm > 0 and math.isfinite(norm) else None)
-        zh = range(BACKGROUND_LATIN, len(BACKGROUND_TEXTS))
-        scores = []
-        for en, twin in TRANSLATED_PAIRS:
-            a = units[en]
-            if a is None or units[twin] is None:
-                continue
-            cos = {j: sum(x * y for x, y in zip(a, units[j])) for j in zh if units[j] is not None}
-            level = _percentile([c for j, c in cos.items() if j != twin], BACKGROUND_PERCENTILE)
-            scores.append(_calibrated(cos[twin], level) if math.isfinite(level) else 0.0)
-        if scores:
-            out = _percentile(scores, 50.0)
-    if len(_STRENGTH_CACHE) >= 16:
-        _STRENGTH_CACHE.clear()
-    _STRENGTH_CACHE[id(background)] = (background, out)
-    return out
+    return _per_background("translation", background, _translation_strength)  # type: ignore[no-any-return]
+
+
+def _translation_strength(background: Sequence[Sequence[float]]) -> float:
+    if len(background) != len(BACKGROUND_TEXTS):
+        return 0.0
+    # zero or non-finite vectors say nothing: left out of the pairs and of the levels
+    usable = [any(x != 0 for x in v) and all(math.isfinite(x) for x in v) for v in background]
+    zh = [j for j in range(BACKGROUND_LATIN, len(BACKGROUND_TEXTS)) if usable[j]]
+    scores = []
+    for en, twin in TRANSLATED_PAIRS:
+        if not (usable[en] and usable[twin]):
+            continue
+        cos = background_cosines(background[en], background)
+        level = background_level([cos[j] for j in zh if j != twin])
+        scores.append(calibrated_cosine(cos[twin], level) if math.isfinite(level) else 0.0)
+    return _percentile(scores, 50.0) if scores else 0.0
 
 
 def encode_vectors(vectors: Sequence[Sequence[float]]) -> str:

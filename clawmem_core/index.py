@@ -37,10 +37,10 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     MAX_QUERY_EMBED_CHARS,
     MAX_QUERY_TERM_CHARS,
     MAX_QUERY_TERMS,
+    LATE_CALLS,
     MAX_RESULTS,
     check_args,
     rank,
-    run_with_deadline,
 )
 from .store.base import CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError
 from .progress import ProgressCallback, SyncProgress, as_listener
@@ -185,8 +185,6 @@ class MemoryIndex:
         #: The reranking stage (``query.rerank``): an object passed here, else one built from the
         #: configuration on first use.
         self._reranker = wrap_reranker(reranker) if reranker is not None else None
-        #: The embedder and the done flag of a query embedding that ran out of time (``search``).
-        self._late_query_embedding: tuple[Any, threading.Event] | None = None
         self._reranker_built = reranker is not None
         self._background_vecs: dict[str, list[list[float]]] = {}
         self._background_pending: dict[str, threading.Event] = {}
@@ -722,18 +720,13 @@ class MemoryIndex:
         qvec = None
         degraded = None
         if emb is not None and not keyword_only:
-            late = self._late_query_embedding
-            if late is not None and late[0] is emb and not late[1].is_set():
-                # an earlier query's embedding ran out of time and is still running: another call would
-                # only queue behind it (a hung API, a model still loading); answer from the keywords now
+            if LATE_CALLS.busy(emb):  # an earlier query's embedding ran out of time and still runs
                 degraded = "embedding timeout"
                 log.info("an earlier query embedding is still running: keyword results only")
             else:
-                done = threading.Event()
-                ok, qvec = run_with_deadline(lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]),
-                                             deadline - time.monotonic(), done)
+                ok, qvec = LATE_CALLS.run(emb, lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]),
+                                          deadline - time.monotonic())
                 if not ok:
-                    self._late_query_embedding = (emb, done)
                     degraded = "embedding timeout"
                     log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
                                 self.config.query.timeout_ms)

@@ -560,10 +560,36 @@ def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Ev
     return True, value
 
 
-#: Rerankers whose last call ran out of time, by id, with the event set when that call ends: until
-#: it does, searches keep the fused order rather than start more calls behind it (a slow local model
-#: would otherwise run one call per search on the CPU the searches need).
-_LATE_RERANKS: dict[int, tuple[Any, "threading.Event"]] = {}
+class LateCalls:
+    """Calls that ran out of time (:func:`run_with_deadline`) and still run, by owner (a query
+    embedder, a reranker): while one runs, its owner is not called again, since another call would
+    only queue behind it (a hung API, a model still loading, a slow local model on the CPU the
+    searches need)."""
+
+    def __init__(self) -> None:
+        self._late: dict[int, tuple[Any, threading.Event]] = {}
+
+    def busy(self, owner: Any) -> bool:
+        """Whether a call of ``owner`` that ran out of time is still running."""
+        late = self._late.get(id(owner))
+        if late is None or late[0] is not owner:
+            return False
+        if late[1].is_set():
+            self._late.pop(id(owner), None)
+            return False
+        return True
+
+    def run(self, owner: Any, fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
+        """:func:`run_with_deadline`, remembering the call when it runs out of time."""
+        done = threading.Event()
+        ok, value = run_with_deadline(fn, seconds, done)
+        if not ok:
+            self._late[id(owner)] = (owner, done)
+        return ok, value
+
+
+#: The process's calls that ran out of time.
+LATE_CALLS = LateCalls()
 
 
 def _rerank_head(
@@ -580,22 +606,16 @@ def _rerank_head(
         info["reranked"] = False
         info["rerank_error"] = "fewer than two candidates"
         return merged, None
-    late = _LATE_RERANKS.get(id(reranker))
-    if late is not None and late[0] is reranker and not late[1].is_set():
-        # an earlier call ran out of time and is still running: another would only pile up behind it
+    if LATE_CALLS.busy(reranker):
         info["reranked"] = False
         info["rerank_error"] = "reranker still busy with an earlier query that ran out of time"
         return merged, None
-    if late is not None:
-        _LATE_RERANKS.pop(id(reranker), None)
     head = merged[:n]
     rows = store.get_chunks([c.id for c in head])
     texts = [rows[c.id].text if c.id in rows else c.snippet for c in head]
     try:
-        done = threading.Event()
-        ok, scores = run_with_deadline(lambda: reranker.rerank(query, texts), seconds, done)
+        ok, scores = LATE_CALLS.run(reranker, lambda: reranker.rerank(query, texts), seconds)
         if not ok:
-            _LATE_RERANKS[id(reranker)] = (reranker, done)
             info["reranked"] = False
             info["rerank_error"] = f"reranker timeout ({seconds * 1000:.0f} ms)"
             return merged, None

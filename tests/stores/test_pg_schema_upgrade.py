@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from clawmem_core import MemoryIndex
 from clawmem_core.testing import HashEmbedder
+from tests.conftest import drop_database, new_database
 
 psycopg = pytest.importorskip("psycopg")
 pytest.importorskip("psycopg_pool")
@@ -144,21 +144,6 @@ def fingerprint(mem: MemoryIndex) -> tuple[Any, ...]:
     return st.files, st.chunks, st.vectors, hits
 
 
-def other_database(pg_server: Any) -> str:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE clawmem_template")
-    return str(pg_server.get_uri(name))
-
-
-def drop(pg_server: Any, url: str) -> None:
-    from clawmem_core.store.postgres import PostgresBackend
-
-    PostgresBackend.close_pools(url)
-    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1].split('?', 1)[0]} WITH (FORCE)")
-
-
 def make_old(url: str, ref: str, kind: str) -> None:
     """``url`` holding ``ref``'s rows under an old schema: ``v2``, ``v3``, or ``v3-from-v2`` (a
     version 2 database upgraded by the code of version 3)."""
@@ -193,14 +178,14 @@ def table_rows(url: str) -> dict[str, Any]:
 def reference(tmp_path: Path, pg_server: Any) -> Any:
     """A workspace indexed by this code in a database of its own, and what it holds and answers."""
     ws = notes(tmp_path / "ws")
-    url = other_database(pg_server)
+    url = new_database(pg_server)
     try:
         with open_index(ws, tmp_path / "ref-state", url) as mem:
             mem.sync()
             before = fingerprint(mem)
         yield ws, url, before, table_rows(url)
     finally:
-        drop(pg_server, url)
+        drop_database(pg_server, url)
 
 
 @pytest.mark.parametrize("kind", ["v2", "v3", "v3-from-v2"])
