@@ -152,6 +152,12 @@ MUTATIONS: dict[str, tuple] = {
         "key = (st.st_dev, st.st_ino, st.st_mtime_ns, 0)",
         ["tests/core/test_change_journal.py::test_walk_reuses_unchanged_directory_listings_and_sees_every_change"],
     ),
+    "write-group-commit": (  # a write group that failed half-way committed instead of rolled back
+        "clawmem_core/store/sqlite.py",
+        "                if not self.conn.getautocommit():\n                    self.conn.execute(\"ROLLBACK\")",
+        "                if not self.conn.getautocommit():\n                    self.conn.execute(\"COMMIT\")",
+        ["tests/reliability/test_blind_spots.py::test_a_failure_inside_a_write_group_rolls_the_whole_group_back"],
+    ),
 }
 
 
