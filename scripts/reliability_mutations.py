@@ -158,6 +158,18 @@ MUTATIONS: dict[str, tuple] = {
         "                if not self.conn.getautocommit():\n                    self.conn.execute(\"COMMIT\")",
         ["tests/reliability/test_blind_spots.py::test_a_failure_inside_a_write_group_rolls_the_whole_group_back"],
     ),
+    "mmr-last-similarity": (  # MMR penalising the similarity to the last chosen result, not the largest
+        "clawmem_core/search.py",
+        "            if s > max_sim[i]:\n                max_sim[i] = s",
+        "            if True:\n                max_sim[i] = s",
+        ["tests/core/test_search_scoring.py::test_mmr_penalises_the_largest_similarity_to_the_chosen"],
+    ),
+    "mmr-summed-similarity": (  # MMR penalising the sum of the similarities to the chosen results
+        "clawmem_core/search.py",
+        "            if s > max_sim[i]:\n                max_sim[i] = s",
+        "            if True:\n                max_sim[i] += s",
+        ["tests/core/test_search_scoring.py::test_mmr_penalises_the_largest_similarity_to_the_chosen"],
+    ),
 }
 
 

@@ -295,6 +295,27 @@ def test_mmr_uses_cjk_unigrams_and_bigrams() -> None:
     assert [c.id for c in mmr_rerank(items, 0.5)] == ["a", "c", "b"]
 
 
+#: Two themes (a, c: fruit; b, d: instruments), f half of each, e unrelated. Each candidate's
+#: penalty is its *largest* similarity to the results already chosen: with the mean, the minimum,
+#: the last or the first chosen result, or the sum, the order from the third pick on differs.
+MMR_THEMES = {
+    "en": (["apple banana cherry grape", "violin cello flute drum", "apple banana cherry kiwi",
+            "violin cello flute harp", "apple banana violin cello", "river mountain forest lake"],
+           ["a", "b", "e", "f", "c", "d"]),
+    "zh": (["苹果香蕉樱桃葡萄", "小提琴大提琴长笛鼓", "苹果香蕉樱桃猕猴桃", "小提琴大提琴长笛竖琴",
+            "苹果香蕉小提琴大提琴", "河流高山森林湖泊"],
+           ["a", "b", "e", "c", "f", "d"]),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(MMR_THEMES))
+def test_mmr_penalises_the_largest_similarity_to_the_chosen(lang: str) -> None:
+    snippets, expected = MMR_THEMES[lang]
+    items = [cand(cid, score, snippet=text)
+             for cid, score, text in zip("abcdfe", [1.0, 0.9, 0.8, 0.75, 0.72, 0.6], snippets)]
+    assert [c.id for c in mmr_rerank(items, 0.5)] == expected
+
+
 def test_mmr_defaults_off_with_lambda_point_seven() -> None:
     mmr = MemoryConfig().query.hybrid.mmr
     assert (mmr.enabled, mmr.lambda_) == (False, 0.7)
