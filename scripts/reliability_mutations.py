@@ -170,6 +170,12 @@ MUTATIONS: dict[str, tuple] = {
         "            if True:\n                max_sim[i] += s",
         ["tests/core/test_search_scoring.py::test_mmr_penalises_the_largest_similarity_to_the_chosen"],
     ),
+    "extra-path-evergreen": (  # undated notes under an extra path's memory/ folder left to decay
+        "clawmem_core/search.py",
+        'return (path.startswith("memory/") or "/memory/" in path) and date_from_path(path) is None',
+        'return path.startswith("memory/") and date_from_path(path) is None',
+        ["tests/core/test_search_scoring.py::test_extra_path_memory_notes_keep_their_score_under_decay"],
+    ),
 }
 
 
