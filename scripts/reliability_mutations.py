@@ -176,6 +176,18 @@ MUTATIONS: dict[str, tuple] = {
         'return path.startswith("memory/") and date_from_path(path) is None',
         ["tests/core/test_search_scoring.py::test_extra_path_memory_notes_keep_their_score_under_decay"],
     ),
+    "journal-incomplete": (  # a target whose parent directory cannot be watched taken as watched
+        "clawmem_core/journal.py",
+        "                    complete = False  # its parent cannot be watched",
+        "                    pass  # its parent cannot be watched",
+        ["tests/core/test_change_journal.py::test_a_watch_set_missing_a_parent_directory_is_reported_incomplete"],
+    ),
+    "journal-health-ignored": (  # a journal that cannot vouch for every target trusted when it saw no event
+        "clawmem_core/journal.py",
+        "        return self._pending or not self.healthy",
+        "        return self._pending",
+        ["tests/core/test_change_journal.py::test_a_watch_set_missing_a_parent_directory_is_reported_incomplete"],
+    ),
 }
 
 
