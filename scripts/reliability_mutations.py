@@ -188,6 +188,18 @@ MUTATIONS: dict[str, tuple] = {
         "        return self._pending",
         ["tests/core/test_change_journal.py::test_a_watch_set_missing_a_parent_directory_is_reported_incomplete"],
     ),
+    "status-index-exit": (  # `clawmem status --index` answering 0 after its sync failed
+        "clawmem_core/cli.py",
+        '    print("\\n".join(lines))\n    return EXIT_ERROR if index_error else EXIT_OK',
+        '    print("\\n".join(lines))\n    return EXIT_OK',
+        ["tests/core/test_cli.py::test_status_index_exits_1_when_indexing_fails"],
+    ),
+    "status-index-exit-json": (  # the same, with --json
+        "clawmem_core/cli.py",
+        "        print(json.dumps(out, ensure_ascii=False, indent=2))\n        return EXIT_ERROR if index_error else EXIT_OK",
+        "        print(json.dumps(out, ensure_ascii=False, indent=2))\n        return EXIT_OK",
+        ["tests/core/test_cli.py::test_status_index_exits_1_when_indexing_fails"],
+    ),
 }
 
 
