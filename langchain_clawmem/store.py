@@ -23,7 +23,8 @@ string) under a small front matter holding the key, the timestamps and the other
     Dana is vegetarian and loves Lisbon's pastéis.
 
 A person can read and edit these files; the index finds them like any other note (``memory_search`` included).
-An item comes back exactly as it was put, whatever its size (no ``memory_get`` cap applies). A namespace is a
+An item comes back exactly as it was put, whatever its size (no ``memory_get`` cap applies); one whose file
+would pass ``sync.max_file_bytes``, the largest file indexed, is refused (``NoteTooLargeError``, nothing written). A namespace is a
 folder holding at least one file the store wrote; a Markdown file someone adds to such a folder is an item too
 (its key is the file name, its value ``{"content": <text>}``), while the ordinary notes of other folders
 (``memory/projects/``...) are not items: ``list_namespaces`` does not list their folders, and the store never
@@ -78,7 +79,7 @@ from langgraph.store.base import (
 from clawmem_core import MemoryIndex
 from clawmem_core.errors import PathNotAllowedError
 from clawmem_core.safe_fs import UnsafeFileError, decode, open_regular
-from clawmem_core.writing import remove_file, replace_file
+from clawmem_core.writing import NoteTooLargeError, remove_file, replace_file
 
 __all__ = ["ClawmemAgentsStore", "ClawmemStore", "decode_name", "encode_name"]
 
@@ -455,7 +456,13 @@ class ClawmemStore(BaseStore):
         if not found and moved:
             created = self._load(moved[0], namespace, op.key).created_at  # type: ignore[union-attr]
         now = _now()
-        replace_file(self.memory.workspace, relpath, self._render(op.key, value, created or now, now))
+        text = self._render(op.key, value, created or now, now)
+        limit = self.memory.config.sync.max_file_bytes
+        if len(text.encode("utf-8")) > limit:  # such a file is never indexed: the item could not be searched
+            raise NoteTooLargeError(f"the item of key {op.key[:80]!r} takes {len(text.encode('utf-8')):,} bytes as a "
+                                    f"file, past the {limit:,}-byte limit of the files the index reads "
+                                    "(sync.max_file_bytes); nothing was written")
+        replace_file(self.memory.workspace, relpath, text)
         for path in moved:  # the item moves to its current name
             remove_file(self.memory.workspace, path)
         return True

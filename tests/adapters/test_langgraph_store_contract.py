@@ -19,6 +19,7 @@ from langgraph.store.memory import InMemoryStore  # noqa: E402
 from clawmem_core import MemoryConfig, MemoryIndex  # noqa: E402
 from clawmem_core.errors import PathNotAllowedError  # noqa: E402
 from clawmem_core.testing import HashEmbedder  # noqa: E402
+from clawmem_core.writing import NoteTooLargeError  # noqa: E402
 from langchain_clawmem import ClawmemStore  # noqa: E402
 from langchain_clawmem.store import encode_name  # noqa: E402
 
@@ -84,6 +85,20 @@ def test_a_get_put_round_trip_changes_nothing(mem: MemoryIndex, value: dict[str,
     store.put(("memories", "dana"), "m1", item.value)
     assert _without_updated_at(path.read_text(encoding="utf-8")) == _without_updated_at(before)
     assert store.get(("memories", "dana"), "m1").value == value
+
+
+def test_an_item_too_large_to_be_indexed_is_refused(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    mem = MemoryIndex(ws, config=MemoryConfig.from_dict({"provider": "none", "sync": {"maxFileBytes": 4000}}), state_dir=tmp_path / "state")
+    try:
+        store = ClawmemStore(mem)
+        store.put(("users",), "ok", {"content": "李伟" * 300})  # 1,800 bytes of text fit, 6,000 do not
+        with pytest.raises(NoteTooLargeError, match="4,000-byte limit"):
+            store.put(("users",), "big", {"content": "李伟" * 1000})
+        assert store.get(("users",), "big") is None and store.get(("users",), "ok") is not None
+    finally:
+        mem.close()
 
 
 # -- item 13: no key takes the file of a long key shortened with a hash ------------------------------------------
