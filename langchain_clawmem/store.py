@@ -24,11 +24,11 @@ string) under a small front matter holding the key, the timestamps and the other
 
 A person can read and edit these files; the index finds them like any other note (``memory_search`` included).
 An item comes back exactly as it was put, whatever its size (no ``memory_get`` cap applies); one whose file
-would pass ``sync.max_file_bytes``, the largest file indexed, is refused (``NoteTooLargeError``, nothing written). A namespace is a
-folder holding at least one file the store wrote; a Markdown file someone adds to such a folder is an item too
-(its key is the file name, its value ``{"content": <text>}``), while the ordinary notes of other folders
-(``memory/projects/``...) are not items: ``list_namespaces`` does not list their folders, and the store never
-replaces nor deletes them. ``folder="agents/main"`` puts the namespaces under ``memory/agents/main/`` instead,
+would pass ``sync.max_file_bytes``, the largest file indexed, is refused (``NoteTooLargeError``, nothing
+written). A namespace is a folder holding at least one file the store wrote; a Markdown file someone adds to
+such a folder is an item too (its key is the file name, its value ``{"content": <text>}``), while the ordinary
+notes of other folders (``memory/projects/``...) are not items: ``list_namespaces`` does not list their
+folders, and the store never replaces nor deletes them. ``folder="agents/main"`` puts the namespaces under ``memory/agents/main/`` instead,
 so several agents can share one workspace without seeing each other's items; :class:`ClawmemAgentsStore` maps
 the first namespace label to an agent's own workspace.
 
