@@ -335,7 +335,8 @@ _WIDE_BOMS = (
 def _own_codec(fd: int) -> str:
     """The codec to append to a file without a UTF-16/32 byte-order mark in: the encoding the index and
     ``memory_get`` read it in (:class:`~clawmem_core.safe_fs.LineReader`), so UTF-8 unless the file is in a legacy
-    encoding such as cp1252 or GB18030. Newlines are one ``\\n`` byte in all of them."""
+    encoding such as cp1252 or GB18030 (ASCII-compatible: a newline is one ``\\n`` byte, as the line count
+    assumes)."""
     reader = LineReader(fd)
     if reader.binary or reader.encoding.replace("_", "-").lower() in ("utf-8", "utf-8-sig", "utf8", "ascii"):
         return "utf-8"
