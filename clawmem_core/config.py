@@ -332,6 +332,21 @@ class ReadConfig:
 
 
 @dataclass
+class WriteConfig:
+    """``write`` / ``memory_write``: a note over ``max_note_chars`` characters is refused, and so is one that
+    would take its file past ``sync.max_file_bytes`` (the largest file indexed), with an argument error naming
+    the limit; the file and the index are left as they were."""
+
+    max_note_chars: int = 20_000
+
+    def __post_init__(self) -> None:
+        limit = _num(self.max_note_chars, "write.max_note_chars")
+        if not math.isfinite(limit) or limit < 1:
+            raise ConfigError(f"write.max_note_chars must be a positive integer, got {self.max_note_chars!r}")
+        self.max_note_chars = int(limit)
+
+
+@dataclass
 class BatchConfig:
     """Provider batch APIs (OpenAI /batches, Gemini async batch, Voyage batch)."""
 
@@ -390,6 +405,7 @@ class MemoryConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     read: ReadConfig = field(default_factory=ReadConfig)
+    write: WriteConfig = field(default_factory=WriteConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)

@@ -1167,12 +1167,16 @@ class MemoryIndex:
     def write(self, text: str, target: str = "daily", *, now: datetime | None = None) -> "WriteResult":
         """Append a note to today's ``memory/YYYY-MM-DD.md`` (``target="daily"``) or to
         ``MEMORY.md`` (``"long_term"``); never overwrites. The index is updated before returning,
-        so the note is searchable at once."""
+        so the note is searchable at once. A note over ``write.max_note_chars`` characters, or one
+        that would take its file past ``sync.max_file_bytes``, is refused with
+        :class:`~clawmem_core.writing.NoteTooLargeError` (nothing written)."""
         from .writing import append_note
 
         self._check_open()
         self._check_workspace("memory_write")
-        result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
+        result = append_note(self.workspace, text, target, now=now,  # type: ignore[arg-type]
+                             max_note_chars=self.config.write.max_note_chars,
+                             max_file_bytes=self.config.sync.max_file_bytes)
         return self._index_written(result)
 
     def _index_written(self, result: "WriteResult") -> "WriteResult":
