@@ -605,6 +605,11 @@ def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
     _require_mcp()
     watch = not args.no_watch and mem.workspace is not None  # a replica has no files to watch
     if args.transport == "stdio":
+        http_only = [flag for flag, given in (("--tokens", args.tokens), ("--allowed-host", args.allowed_host),
+                                              ("--insecure", args.insecure)) if given]
+        if http_only:
+            raise ClawmemError(f"{', '.join(http_only)}: only for --transport http (a stdio server answers only "
+                               "the client that started it)")
         asyncio.run(serve_stdio(mem, watch=watch, read_only=args.read_only, session_key=args.session_key))
         return EXIT_OK
     tokens = load_tokens(args.tokens)  # a non-loopback host without tokens is refused by serve_http

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVER_NAME", "DEFAULT_PORT", "MCP_REQUIREMENT", "TOKEN_ENV", "AccessToken", "create_server", "tool_definitions",
-    "serve_stdio", "serve_http", "load_tokens", "is_loopback",
+    "serve_stdio", "serve_http", "http_app", "served_tools", "load_tokens", "is_loopback", "allowed_hosts_for",
 ]
 
 SERVER_NAME = "clawmem"
@@ -158,7 +158,8 @@ async def call_tool_payload(mem: "MemoryIndex", name: str, arguments: dict[str, 
                      f"{MEMORY_WRITE_NAME}")
 
 
-def served_tools(mem: "MemoryIndex", include: Iterable[str] = _ALL_TOOLS, *, read_only: bool = False) -> tuple[str, ...]:
+def served_tools(mem: "MemoryIndex", include: Iterable[str] = _ALL_TOOLS, *,
+                 read_only: bool = False) -> tuple[str, ...]:
     """The tool names a server over ``mem`` offers: ``include`` less ``memory_write`` when
     ``read_only`` or when ``mem`` is a replica (no workspace: a write could only fail)."""
     writable = not read_only and not getattr(mem, "replica", False)
@@ -268,7 +269,8 @@ def _check_token(token: Any, where: str) -> AccessToken:
     return AccessToken(token)
 
 
-def load_tokens(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | None = None) -> tuple[AccessToken, ...]:
+def load_tokens(path: str | os.PathLike[str] | None = None, *,
+                env: dict[str, str] | None = None) -> tuple[AccessToken, ...]:
     """The accepted bearer tokens: those of the JSON file ``path`` (a list of strings, e.g.
     ``["3kY…", "Qp9…"]``) and the one in ``$CLAWMEM_MCP_TOKEN``. Any other file shape is a
     :class:`ConfigError`; no message ever shows a token."""
@@ -286,7 +288,9 @@ def load_tokens(path: str | os.PathLike[str] | None = None, *, env: dict[str, st
                               'e.g. ["<token>", "<token>"]') from None
         if not isinstance(data, list):
             kind = {dict: "an object", str: "a string"}.get(type(data), type(data).__name__)
-            raise ConfigError(f'{where} holds {kind}: expected a JSON list of token strings, e.g. ["<token>"]')
+            later = " (tokens cannot be mapped to agents yet)" if isinstance(data, dict) else ""
+            raise ConfigError(f'{where} holds {kind}: expected a JSON list of token strings, e.g. ["<token>"]'
+                              f"{later}")
         if not data:
             raise ConfigError(f"{where} lists no token")
         tokens += [_check_token(t, f"{where}, entry {i + 1}") for i, t in enumerate(data)]

@@ -243,7 +243,8 @@ def test_a_non_loopback_bind_needs_tokens_or_insecure(servers: list[ServerProces
 def test_token_files_must_be_a_list_of_tokens(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     cases = {
-        json.dumps({TOKEN: "agent-a"}): "holds an object: expected a JSON list of token strings",
+        json.dumps({TOKEN: "agent-a"}): ('holds an object: expected a JSON list of token strings, e.g. ["<token>"] '
+                                         "(tokens cannot be mapped to agents yet)"),
         json.dumps(TOKEN): "holds a string: expected a JSON list",
         json.dumps([TOKEN, 42]): "entry 2: a token must be a string",
         json.dumps(["short"]): "entry 1: a token must be at least 16 characters",
@@ -438,3 +439,12 @@ def test_a_replica_server_does_not_list_memory_write(tmp_path: Path, pg_url: str
         tools, found = asyncio.run(session())
     assert tools == {"memory_search", "memory_get"}
     assert found["replica"] is True and found["results"][0]["path"] == "MEMORY.md"
+
+
+def test_http_flags_with_stdio_are_a_clear_error(ws: Path, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "clawmem_core.cli", "--workspace", str(ws), "--provider", "none",
+                           "mcp", "--insecure", "--allowed-host", "memory.lan"], env=_env(tmp_path),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == ("clawmem: error: --allowed-host, --insecure: only for --transport http (a stdio "
+                                   "server answers only the client that started it)")
