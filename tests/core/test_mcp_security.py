@@ -366,8 +366,8 @@ def mcp1(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-             "--target", str(target), f"mcp=={version}", "httpx-sse>=0.4", "pydantic-settings>=2.5.2",
-             "python-dotenv>=1.0"],
+             "--target", str(target), f"mcp=={version}", "httpx-sse>=0.4,<1", "pydantic-settings>=2.5.2,<3",
+             "python-dotenv>=1.0,<2"],
             capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"mcp {version} could not be installed: {exc}")
