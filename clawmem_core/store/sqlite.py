@@ -885,9 +885,15 @@ class SQLiteStore(Store):
             return 0
         tokens = self._fts_tokens([term])
         if tokens is not None:
-            self.conn.execute(
-                'CREATE VIRTUAL TABLE IF NOT EXISTS temp."chunks_fts_rows" USING fts5vocab(main, "chunks_fts", row)'
-            )
+            if self.read_only:  # query_only refuses temporary tables too (the file stays read-only)
+                self.conn.execute("PRAGMA query_only=0")
+            try:
+                self.conn.execute(
+                    'CREATE VIRTUAL TABLE IF NOT EXISTS temp."chunks_fts_rows" USING fts5vocab(main, "chunks_fts", row)'
+                )
+            finally:
+                if self.read_only:
+                    self.conn.execute("PRAGMA query_only=1")
             got = self.conn.execute('SELECT doc FROM temp."chunks_fts_rows" WHERE term = ?', (tokens[0],)).fetchall()
             return int(got[0][0]) if got else 0
         return int(self.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quote_fts(term),)).fetchall()[0][0])
