@@ -259,10 +259,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _answer_note(hits: Any, provider: str | None) -> str | None:
+def _answer_note(hits: Any, provider: str | None, *, elsewhere: bool = False) -> str | None:
     """With an embedder, one line saying which search answered: keyword-only, hybrid, or hybrid
-    where vectors exist (and how far the vectors are, and how to get the rest). ``None`` in
-    keyword-only mode (the payload's ``mode`` says it; ``auto`` without a key stays quiet)."""
+    where vectors exist (and how far the vectors are, and how to get the rest; ``elsewhere``:
+    another process is embedding them). ``None`` in keyword-only mode (the payload's ``mode``
+    says it; ``auto`` without a key stays quiet)."""
     vectors = getattr(hits, "vectors", None)
     degraded = (getattr(hits, "info", None) or {}).get("degraded")
     if vectors is None:
@@ -274,6 +275,8 @@ def _answer_note(hits: Any, provider: str | None) -> str | None:
         return f"clawmem: answered by hybrid search (keywords and {provider} vectors, {done}/{total} chunks embedded)"
     rest = ("`clawmem index` embeds the rest with progress, and each search embeds for up to --wait seconds "
             f"(default {DEFAULT_SEARCH_WAIT:g})")
+    if elsewhere:
+        rest = "another process is embedding the rest now; searches use them as they come, without waiting for it"
     if done == 0:
         return f"clawmem: answered by keyword search (vectors 0/{total} chunks embedded): {rest}"
     return (f"clawmem: answered by hybrid search where vectors exist (vectors {done}/{total} chunks embedded; "
@@ -381,13 +384,17 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     if query is None or not query.strip():
         print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
         return EXIT_ERROR
+    elsewhere = False
     try:
         # The keyword phase (seconds), then the vectors still missing for up to --wait seconds,
         # with progress and an ETA on stderr; what is not embedded by then waits for the next
-        # search or `clawmem index`, and the answer says how far the vectors are.
+        # search or `clawmem index`, and the answer says how far the vectors are. While another
+        # process embeds them, the search answers at once (it would only race that process).
         if mem.workspace is not None:  # a replica never syncs
             with _progress(transient=True) as progress:
-                mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait)
+                report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait,
+                                  wait_for_others=False)
+            elsewhere = report.vectors_elsewhere
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
@@ -399,7 +406,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    note = _answer_note(hits, mem.provider_info()["provider"])
+    note = _answer_note(hits, mem.provider_info()["provider"], elsewhere=elsewhere)
     if note:
         print(note, file=sys.stderr)
     if args.json:

@@ -154,6 +154,8 @@ class SyncReport:
     #: Chunks still waiting for vectors when the sync returned (0 after a complete sync; more
     #: when only the keyword phase ran, or the vector phase was stopped).
     vectors_pending: int = 0
+    #: Another process was embedding this index's pending chunks: this sync left them to it.
+    vectors_elsewhere: bool = False
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:

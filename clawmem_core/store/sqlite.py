@@ -1177,5 +1177,19 @@ class SQLiteBackend(StoreBackend):
         finally:
             lock.release()
 
+    @contextlib.contextmanager
+    def vector_lock(self, timeout: float | None = 0.0) -> Iterator[None]:
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(self.path) + ".vectors.lock")
+        try:
+            lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
+        except Timeout:
+            raise StoreBusyError(f"another process is embedding the vectors of the index {self.path}") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
     def set_aside(self, exc: BaseException) -> str:
         return quarantine_index(self.path).name
