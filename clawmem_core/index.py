@@ -124,6 +124,23 @@ def _wrap(obj: Any) -> Embedder:
     return wrap_embedder(obj)
 
 
+def _utc_iso(timestamp: str | None) -> str | None:
+    """A stored ``time.time()`` value (``repr``) as ISO 8601 UTC to the second; ``None`` when
+    missing or unreadable."""
+    try:
+        value = float(timestamp) if timestamp else 0.0
+    except ValueError:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        return None
+    from datetime import timezone
+
+    try:
+        return datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 class MemoryIndex:
     """A workspace of Markdown memory and its index.
 
@@ -1384,9 +1401,12 @@ class MemoryIndex:
             vc = store.vector_counts()
             vectors = {"done": vc.done, "total": vc.total}
         issues = []
+        replica = None
         if self.workspace is None:
             found = Discovery([], [])
             issues.append("replica: no workspace here; serving the index as the syncing process left it")
+            replica = {"agent": self.agent_id, "workspace": printable_name(str(meta.get("workspace") or "")) or None,
+                       "last_sync": _utc_iso(store.get_value("last_scan"))}
         else:
             found = list_memory_files(self.workspace, self.config.extra_paths)
             if not (self.workspace / "memory").is_dir():
@@ -1424,8 +1444,9 @@ class MemoryIndex:
             cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},
             fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
             issues=[printable_name(i) for i in issues],  # a path with undecodable bytes stays printable
-            files_on_disk=len(found.files),
+            files_on_disk=None if replica else len(found.files),
             vectors=vectors,
+            replica=replica,
         )
 
     # -- lifecycle ----------------------------------------------------------------------------

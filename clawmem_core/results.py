@@ -187,6 +187,10 @@ class IndexStatus:
     files_on_disk: int | None = None
     #: ``{"done": chunks with vectors, "total": chunks}``; ``None`` in keyword-only mode.
     vectors: Optional[dict[str, int]] = None
+    #: On a replica (no workspace here): ``{"agent": the agent it answers for, "workspace": the
+    #: syncing process's workspace, "last_sync": when that process last synced (ISO 8601, UTC),
+    #: or None}``; ``None`` elsewhere. A replica's ``files_on_disk`` is ``None``.
+    replica: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -89,3 +89,91 @@ def test_a_search_while_another_process_embeds_answers_at_once(
     assert code == 0, err
     assert json.loads(out)["vectors"] == {"done": 8, "total": 8}
     assert "another process" not in err and "clawmem: vectors: 8/8 chunks" in err
+
+
+TEAM = {
+    "MEMORY.md": "# Team\n\nThe deploy freeze starts on Fridays at noon.\n",
+    "memory/freeze.md": "- 部署冻结从每周五中午开始。\n",
+}
+
+
+def test_a_replica_s_status_says_it_is_a_replica(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CLAWMEM_STATE_DIR", str(tmp_path / "state"))
+    team = write_files(tmp_path / "team", TEAM)
+    code, _, err = run(capsys, "--workspace", str(team), "--store", pg_url, "--agent", "team", "--provider", "none",
+                       "index")
+    assert code == 0, err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    common = ["--store", pg_url, "--agent", "team", "--provider", "none"]
+    code, out, err = run(capsys, *common, "status")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "Replica of agent team: answering from the store as its syncing process left it" in out
+    replicates = next(line for line in lines if line.startswith("Replicates: "))
+    assert f"workspace {team} (on the syncing machine), last synced 20" in replicates
+    assert "Indexed: 2 files · 2 chunks" in lines  # not "2/0 files": nothing to count here
+    assert not any(line.startswith("Dirty:") for line in lines)
+    code, out, _ = run(capsys, *common, "status", "--json")
+    st = json.loads(out)["status"]
+    assert st["files_on_disk"] is None and st["replica"]["agent"] == "team"
+    assert st["replica"]["workspace"] == str(team) and st["replica"]["last_sync"].endswith("Z")
+    # a workspace's status is no replica's
+    code, out, _ = run(capsys, "--workspace", str(team), *common, "status", "--json")
+    st = json.loads(out)["status"]
+    assert st["replica"] is None and st["files_on_disk"] == 2
+
+
+@pytest.fixture
+def team_and_alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The team's memory indexed as agent ``team`` in the state directory; alice's workspace."""
+    monkeypatch.setenv("CLAWMEM_STATE_DIR", str(tmp_path / "state"))
+    with MemoryIndex(write_files(tmp_path / "team", TEAM), agent_id="team", config={"provider": "none"},
+                     state_dir=tmp_path / "state") as mem:
+        mem.sync()
+    return write_files(tmp_path / "alice", {"MEMORY.md": "# Alice\n\n- Alice prefers green tea.\n"})
+
+
+@pytest.mark.parametrize("query", ["deploy freeze Fridays", "部署冻结"])
+def test_shared_names_the_namespaces_to_search(team_and_alice: Path, capsys: pytest.CaptureFixture[str],
+                                               query: str) -> None:
+    common = ["--workspace", str(team_and_alice), "--agent", "alice", "--provider", "none"]
+    code, out, err = run(capsys, *common, "search", "--json", query)
+    assert code == 0 and json.loads(out)["results"] == [], err
+    for shared in (["--shared", "team"], ["--shared", "team,ghost"], ["--shared", "ghost", "--shared", " team "]):
+        code, out, err = run(capsys, *common, *shared, "search", "--json", query)
+        results = json.loads(out)["results"]
+        assert code == 0 and results and results[0]["path"].startswith("@team/"), (shared, err)
+    # after the command too, and in status: each namespace, and the one that does not exist
+    code, out, _ = run(capsys, *common, "status", "--json", "--shared", "team,ghost")
+    issues = json.loads(out)["status"]["issues"]
+    assert any("'ghost'" in i for i in issues) and not any("'team'" in i for i in issues)
+
+
+@pytest.mark.parametrize("bad", ["../team", "a/b", ","])
+def test_a_bad_shared_namespace_is_one_error_line(team_and_alice: Path, capsys: pytest.CaptureFixture[str],
+                                                  bad: str) -> None:
+    code, out, err = run(capsys, "--workspace", str(team_and_alice), "--provider", "none", "--shared", bad,
+                         "search", "tea")
+    if bad == ",":  # names nothing: as without the flag
+        assert code == 0 and "green tea" in out
+        return
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and not out and len(lines) == 1 and "shared namespaces must be plain agent ids" in lines[0]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["search", "--help"], ["status", "--help"]])
+def test_help_documents_shared(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--shared ID[,ID...]" in text and "repeatable or comma-separated" in text
+
+
+def test_readme_documents_shared() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    assert "`--shared ID` (repeatable or comma-separated" in section
