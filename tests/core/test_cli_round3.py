@@ -81,6 +81,12 @@ def test_a_search_while_another_process_embeds_answers_at_once(
         note = err.splitlines()[-1]
         assert note.startswith("clawmem: answered by hybrid search where vectors exist (vectors 3/8 chunks embedded")
         assert "another process is embedding the rest" in note
+        # the library: left to the other process at once, or once the time given is up
+        with MemoryIndex(ws, agent_id="main", config={"store": store_config}, embedder=HashEmbedder(),
+                         state_dir=state) as mem:
+            for kw in ({"wait_for_others": False, "vector_seconds": 3600.0}, {"vector_seconds": 0.0}):
+                report = mem.sync(**kw)  # type: ignore[arg-type]
+                assert report.vectors_elsewhere and report.vectors_pending == 5 and not report.vectors_completed
     finally:
         holder.kill()
         holder.wait()
