@@ -90,7 +90,8 @@ EXAMPLES = {
 Each result shows its score, path:lines (the lines the snippet shows) and the snippet.
 With an embedding provider, a search first embeds the chunks still without vectors, for up to
 --wait seconds (progress and ETA on stderr); it then answers hybrid where vectors exist and by
-keywords elsewhere, and says on stderr which it did and how far the vectors are.""",
+keywords elsewhere, and says on stderr which it did and how far the vectors are. While another
+process is embedding them, it answers at once and says so.""",
     "get": """examples:
   clawmem get MEMORY.md
   clawmem get MEMORY.md --from 8 --lines 3
