@@ -167,7 +167,8 @@ def test_a_bad_shared_namespace_is_one_error_line(team_and_alice: Path, capsys: 
         assert code == 0 and "green tea" in out
         return
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 1 and not out and len(lines) == 1 and "shared namespaces must be plain agent ids" in lines[0]
+    assert code == 1 and not out and len(lines) == 1, err
+    assert lines[0].startswith("clawmem: error: ") and "shared namespace" in lines[0] and repr(bad) in lines[0]
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["search", "--help"], ["status", "--help"]])
