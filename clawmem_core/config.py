@@ -108,7 +108,10 @@ class HybridConfig:
     same for every embedder and a query about something absent scores low; every score of a query
     is also scaled by the query's confidence (``clawmem_core.search.query_confidence``: the share of
     its terms the index knows, and whether the embedder backs the chunks the keywords pick, with
-    its inputs in ``SearchHits.info["confidence_signals"]``). ``"openclaw"``:
+    its inputs in ``SearchHits.info["confidence_signals"]``). With shared namespaces, each index
+    searched is scored and judged on its own, as if searched alone (a namespace's in
+    ``info["namespace_confidence"]``): the agent's own notes score the same with or without them.
+    ``"openclaw"``:
     OpenClaw's ``vw * cosine + tw * |r| / (1 + |r|)`` with its relaxed keyword fallback, bit for
     bit. Weights left unset take the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3);
     set ones are normalised to sum to 1.

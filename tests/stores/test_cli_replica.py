@@ -73,7 +73,7 @@ def test_a_cli_replica_searches_and_reads_from_the_store(replica_env: tuple[Path
         assert code == 1 and not out and "not allowed" in err
     code, out, _ = run(capsys, *common, "status")
     assert code == 0 and "Memory Search (agent team)" in out and "Workspace: none (a replica" in out
-    assert "Indexed: 2/" in out
+    assert "Indexed: 2 files" in out
     # the replica left nothing on this machine: no SQLite index, nothing in the current directory
     assert not (tmp_path / "state" / "memory").exists() and not any(Path(".").iterdir())
 
