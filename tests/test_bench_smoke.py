@@ -366,3 +366,21 @@ def test_scifact_subset_excluding_an_earlier_one_shares_no_claim_and_no_abstract
     assert not d1 & d2
     judged2 = {Path(p).name for r in rows if r["qid"] in q2 for p in r["relevant_paths"]}
     assert judged2 <= d2 and len(d2) == len(judged2) + 10
+
+
+
+def test_latency_bench_measures_each_latency_the_tests_do_not_time(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import latency
+
+    assert latency.main(["--edits", "2", "--dirs", "30", "--debounce-ms", "50", "--json", str(tmp_path / "latency.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    names = ["watcher report", "watcher stop", "watcher setup", "searchable after an edit", "1 MB query",
+             "provider query timeout"]
+    assert [line[:26].strip() for line in out[1:]] == names
+    r = json.loads((tmp_path / "latency.json").read_text())
+    for name in ("watcher report", "watcher stop", "searchable after an edit"):
+        assert r[name]["n"] == 2 and r[name]["max_s"] >= r[name]["median_s"]  # every edit was seen
+    assert r["watcher setup"]["directories"] == 30 and not r["watcher setup"]["polling"]
+    assert r["1 MB query"]["n"] == 1
+    assert "skipped" in r["provider query timeout"] or r["provider query timeout"]["n"] == 1  # it did time out
