@@ -59,7 +59,7 @@ class FakeServer:
 
     def __init__(self) -> None:
         self.requests: list[Request] = []
-        #: The requests answered so far (the reply written back), in the order answered.
+        #: The requests answered so far (their reply about to be written back), in the order answered.
         self.answered: list[Request] = []
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._lock = threading.Lock()
@@ -97,6 +97,8 @@ class FakeServer:
                     data = reply.body.encode() if isinstance(reply.body, str) else reply.body
                 else:
                     data = json.dumps(reply.body).encode()
+                with server._lock:  # before the write: a client may act on the answer before this thread runs on
+                    server.answered.append(req)
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", reply.content_type)
@@ -107,8 +109,6 @@ class FakeServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
-                with server._lock:
-                    server.answered.append(req)
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle
 
