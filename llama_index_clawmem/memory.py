@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from collections import OrderedDict
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional
 
+import regex
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
-from llama_index.core.memory.memory import BaseMemoryBlock
+from llama_index.core.memory.memory import BaseMemoryBlock, Memory
 
 from clawmem_core import MemoryIndex, SearchResult
 from clawmem_core.tools import citations_enabled
@@ -17,6 +20,24 @@ log = logging.getLogger("clawmem")
 
 SEPARATOR = "\n\n"
 MAX_REMEMBERED = 64
+#: Marks a snippet cut to fit the token budget.
+ELLIPSIS = "…"
+#: A snippet after the first is only cut when this many of its tokens still fit (a shorter stub is noise).
+MIN_CUT_TOKENS = 8
+#: How far (a fraction of the kept text) a cut may step back to end at a space or line break.
+WORD_BACKTRACK = 0.2
+
+_GRAPHEME = regex.compile(r"\X")
+
+
+class _Part(NamedTuple):
+    score: float
+    snippet: str
+    source: str  # "\nSource: <citation>", or "" when citations are off
+
+    @property
+    def text(self) -> str:
+        return self.snippet + self.source
 
 
 class ClawmemMemoryBlock(BaseMemoryBlock[str]):
@@ -34,10 +55,14 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
     not stored (``accept_short_term_memory`` is false). A failing search is logged and recalls
     nothing rather than breaking the agent.
 
-    The block respects ``Memory``'s token budget: its default ``priority`` (1) lets ``Memory`` truncate it
-    (priority 0 would never be truncated), and :meth:`atruncate` drops the lowest-scoring snippets first, so
-    the best ones stay. Citations follow ``session_key``, else the ``session_id`` ``Memory`` passes (a group
-    or channel session drops them when citations are ``auto``).
+    The recalled text fits a token budget, counted with the ``Memory``'s own ``tokenizer_fn``: ``max_tokens``,
+    else the share ``Memory`` leaves its blocks (``token_limit`` minus the ``chat_history_token_ratio`` reserved
+    for the chat history). Snippets go in best first; the first one that does not fit whole is cut to the
+    tokens left (marked ``…``, its ``Source:`` line kept) and the rest are left out. When ``Memory`` asks for
+    more room (:meth:`atruncate`), the lowest-scoring snippets go first and the best one is cut rather than
+    dropped. The default ``priority`` (1) lets ``Memory`` truncate the block (0 would never truncate it).
+    Citations follow ``session_key``, else the ``session_id`` ``Memory`` passes (a group or channel session
+    drops them when citations are ``auto``).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -53,9 +78,20 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
     session_key: Optional[str] = Field(
         default=None, description="Chat key for citations='auto' (None: the session_id Memory passes)."
     )
+    max_tokens: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="The most tokens the recalled text may take (None: the share the calling Memory leaves its "
+        "blocks, token_limit * (1 - chat_history_token_ratio); no limit outside a Memory).",
+    )
+    tokenizer_fn: Optional[Callable[[str], List[Any]]] = Field(
+        default=None,
+        exclude=True,
+        description="Counts tokens (None: the calling Memory's tokenizer_fn, else LlamaIndex's default tokenizer).",
+    )
     accept_short_term_memory: bool = Field(default=False)
     #: Recent recalls: content -> its snippets with scores, for atruncate (bounded).
-    _recalls: "OrderedDict[str, List[Tuple[float, str]]]" = PrivateAttr(default_factory=OrderedDict)
+    _recalls: "OrderedDict[str, List[_Part]]" = PrivateAttr(default_factory=OrderedDict)
 
     def _query(self, messages: Optional[List[ChatMessage]]) -> str:
         users = [m for m in messages or [] if m.role == MessageRole.USER]
@@ -66,16 +102,37 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
                 texts.append(text.strip())
         return "\n".join(texts)
 
-    def _parts(self, hits: List[SearchResult], session_key: Optional[str]) -> List[Tuple[float, str]]:
+    def _parts(self, hits: List[SearchResult], session_key: Optional[str]) -> List[_Part]:
         cite = citations_enabled(self.memory.config.citations, session_key)
-        return [(h.score, f"{h.snippet.strip()}\nSource: {h.citation}" if cite else h.snippet.strip()) for h in hits]
+        return [_Part(h.score, h.snippet.strip(), f"\nSource: {h.citation}" if cite else "") for h in hits]
 
     def format_results(self, hits: List[SearchResult], session_key: Optional[str] = None) -> str:
         """Snippets separated by blank lines, each followed by ``Source: <citation>`` when
-        citations are on."""
-        return SEPARATOR.join(text for _, text in self._parts(hits, session_key or self.session_key))
+        citations are on (the whole text, before any token budget)."""
+        return SEPARATOR.join(p.text for p in self._parts(hits, session_key or self.session_key))
+
+    def _counter(self, memory: Optional[Memory]) -> Callable[[str], int]:
+        tokenizer = self.tokenizer_fn or (memory.tokenizer_fn if memory is not None else None) or _default_tokenizer()
+        return lambda text: len(tokenizer(text)) if text else 0
+
+    def _budget(self, memory: Optional[Memory]) -> Optional[int]:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if memory is None:
+            return None
+        reserved = memory.token_limit * memory.chat_history_token_ratio
+        return max(0, math.floor(memory.token_limit - reserved + 1e-9))
+
+    def _remember(self, content: str, parts: List[_Part]) -> str:
+        if content:
+            self._recalls[content] = parts
+            self._recalls.move_to_end(content)
+            while len(self._recalls) > MAX_REMEMBERED:
+                self._recalls.popitem(last=False)
+        return content
 
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
+        memory = _calling_memory(self)
         query = self._query(messages)
         if not query:
             return ""
@@ -86,41 +143,89 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
             return ""
         session = self.session_key or block_kwargs.get("session_id")
         parts = self._parts(hits, session if isinstance(session, str) else None)
-        content = SEPARATOR.join(text for _, text in parts)
-        self._recalls[content] = parts
-        while len(self._recalls) > MAX_REMEMBERED:
-            self._recalls.popitem(last=False)
-        return content
+        budget = self._budget(memory)
+        if budget is not None:
+            parts = _fit(parts, budget, self._counter(memory))
+        return self._remember(SEPARATOR.join(p.text for p in parts), parts)
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
-        """``content`` without its lowest-scoring snippets, dropping as few as free ``tokens_to_truncate`` tokens
-        (``None`` when nothing is left)."""
+        """``content`` made ``tokens_to_truncate`` tokens shorter: the lowest-scoring snippets go first and the
+        best one is cut to what is left rather than dropped (``None`` when not even a part of it fits)."""
         if tokens_to_truncate <= 0:
             return content
         parts = self._recalls.get(content)
         if parts is None:
             return None  # content this block did not produce: drop it
-        count = _token_counter()
-        total = count(content)
-        kept = sorted(range(len(parts)), key=lambda i: parts[i][0], reverse=True)
-        while kept:
-            kept.pop()  # the lowest score
-            remaining = SEPARATOR.join(parts[i][1] for i in sorted(kept))
-            if total - count(remaining) >= tokens_to_truncate:
-                break
-        if not kept:
+        count = self._counter(_calling_memory(self))
+        order = sorted(range(len(parts)), key=lambda i: parts[i].score, reverse=True)
+        fitted = _fit([parts[i] for i in order], count(content) - tokens_to_truncate, count)
+        if not fitted:
             return None
-        result = SEPARATOR.join(parts[i][1] for i in sorted(kept))
-        self._recalls[result] = [parts[i] for i in sorted(kept)]
-        return result
+        kept = [part for _, part in sorted(zip(order, fitted))]  # back in the order they were recalled
+        return self._remember(SEPARATOR.join(p.text for p in kept), kept)
 
     async def _aput(self, messages: List[ChatMessage]) -> None:
         """Nothing is stored: write memory as Markdown files."""
         return None
 
 
-def _token_counter() -> Any:
+def _fit(parts: List[_Part], budget: int, count: Callable[[str], int]) -> List[_Part]:
+    """The longest run of ``parts`` (best first) whose joined text takes at most ``budget`` tokens, the first
+    part that does not fit whole cut to the tokens left."""
+    kept: List[_Part] = []
+    for part in parts:
+        if count(SEPARATOR.join([*(p.text for p in kept), part.text])) <= budget:
+            kept.append(part)
+            continue
+        head = SEPARATOR.join(p.text for p in kept) + (SEPARATOR if kept else "")
+        cut = _cut(part, lambda text: count(head + text) <= budget)
+        if cut is not None and (not kept or count(cut.snippet) >= MIN_CUT_TOKENS):
+            kept.append(cut)
+        break
+    return kept
+
+
+def _cut(part: _Part, fits: Callable[[str], bool]) -> Optional[_Part]:
+    """``part`` with the longest head of its snippet (whole characters, ending at a word break where one is
+    near) such that ``fits`` accepts its text; ``None`` when not even one character fits."""
+    ends = [m.end() for m in _GRAPHEME.finditer(part.snippet)]
+
+    def at(end: int) -> _Part:
+        return part._replace(snippet=part.snippet[:end].rstrip() + ELLIPSIS)
+
+    lo, hi = 0, len(ends)  # ends[:lo] are known to fit; invariant: lo == 0 or fits(at(ends[lo - 1]))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(at(ends[mid - 1]).text):
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        return None
+    end = ends[lo - 1]
+    space = max(part.snippet.rfind(" ", 0, end + 1), part.snippet.rfind("\n", 0, end + 1))
+    if space > 0 and end - space <= WORD_BACKTRACK * end and part.snippet[:space].strip():
+        shorter = at(space)
+        if fits(shorter.text):
+            return shorter
+    return at(end)
+
+
+def _calling_memory(block: ClawmemMemoryBlock) -> Optional[Memory]:
+    """The ``Memory`` whose ``aget`` is asking ``block`` for its content, found among the callers (LlamaIndex
+    passes a block its messages and ``session_id``, not the budget); ``None`` outside a ``Memory``."""
+    frame = sys._getframe(1)
+    for _ in range(8):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Memory) and any(b is block for b in owner.memory_blocks):
+            return owner
+    return None
+
+
+def _default_tokenizer() -> Callable[[str], List[Any]]:
     from llama_index.core.utils import get_tokenizer
 
-    tokenizer = get_tokenizer()
-    return lambda text: len(tokenizer(text)) if text else 0
+    return get_tokenizer()

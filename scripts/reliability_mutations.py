@@ -230,6 +230,37 @@ MUTATIONS: dict[str, tuple] = {
         "json_response=True, stateless=False,",
         ["tests/core/test_mcp_security.py::test_no_client_can_hold_sessions"],
     ),
+    "discovery-order": (  # subdirectories walked in reverse order (the files' order then depends on the tree)
+        "clawmem_core/discovery.py",
+        "    subdirs.sort(reverse=True)",
+        "    subdirs.sort()",
+        ["tests/core/test_discovery.py::test_order_is_stable"],
+    ),
+    "openclaw-text-score": (  # OpenClaw's |r| / (1 + |r|) keyword score changed
+        "clawmem_core/search.py",
+        "        return r / (1 + r)",
+        "        return r / (1.5 + r)",
+        ["tests/core/test_fusion.py::test_openclaw_fusion_is_bit_for_bit"],
+    ),
+    "query-term-cap": (  # a huge query's keyword terms taken from the whole query, not its head
+        "clawmem_core/search.py",
+        "terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]",
+        "terms = search_terms(query)[:MAX_QUERY_TERMS]",
+        ["tests/core/test_bad_input.py::test_huge_query_is_answered_from_a_bounded_head"],
+    ),
+    "query-embed-cap": (  # a huge query embedded whole
+        "clawmem_core/index.py",
+        "emb.embed_query(q[:MAX_QUERY_EMBED_CHARS])",
+        "emb.embed_query(q)",
+        ["tests/core/test_bad_input.py::test_huge_query_is_answered_from_a_bounded_head"],
+    ),
+    "query-timeout": (  # a query embedding given the documents' timeout
+        "clawmem_core/embeddings/openai.py",
+        '"timeout": self.query_timeout} if query',
+        '"timeout": self.timeout} if query',
+        ["tests/providers/test_provider_openai.py::test_timeout_becomes_embedding_error",
+         "tests/providers/test_provider_contract.py::test_timeout[openai-query]"],
+    ),
 }
 
 

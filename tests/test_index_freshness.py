@@ -83,15 +83,17 @@ def watched(tmp_path: Path, workspace: Path) -> Iterator[CountingIndex]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def test_edit_is_searchable_within_seconds(watched: CountingIndex, workspace: Path) -> None:
+def test_edit_is_searchable_after_the_watchers_sync(watched: CountingIndex, workspace: Path) -> None:
+    # Searches do not sync here (sync.on_search off): the edit is found because the watcher's own sync indexed
+    # it. How soon is measured by ``python -m bench.latency``; the wait below only guards against a hang.
     assert paths_for(watched, "hopper") == {"memory/notes.md"}
     assert not paths_for(watched, "quokka")
+    seen = len(watched.reports)
     with open(workspace / "memory" / "notes.md", "a", encoding="utf-8") as handle:
         handle.write("- The office mascot is a quokka named Pip.\n")
-    started = time.monotonic()
-    assert wait_until(lambda: paths_for(watched, "quokka mascot") == {"memory/notes.md"})
-    assert time.monotonic() - started < 5
-    assert watched.count("watch") >= 1
+    assert wait_until(lambda: any(r.reason == "watch" and r.files_indexed == 1 for r in watched.reports[seen:]), 30)
+    assert paths_for(watched, "quokka mascot") == {"memory/notes.md"}
+    assert {r.reason for r in watched.reports[seen:]} == {"watch"}  # no other sync brought it in
     # A new file in a new subdirectory, and the long-term file.
     (workspace / "memory" / "people").mkdir()
     (workspace / "memory" / "people" / "priya.md").write_text("Priya runs the ferret rescue.\n", encoding="utf-8")

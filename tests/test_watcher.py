@@ -62,14 +62,17 @@ def workspace(tmp_path: Path) -> Path:
     return Path(os.path.realpath(ws))
 
 
-def test_edit_is_reported_quickly(workspace: Path) -> None:
+def test_edit_is_reported_once_by_native_notification(workspace: Path) -> None:
+    # How soon is measured by ``python -m bench.latency``; here: the kernel's notification (not polling) reports
+    # the edited file, alone, in one callback.
     rec = Recorder()
-    with MemoryWatcher.for_workspace(workspace, rec, debounce_ms=DEBOUNCE_MS):
-        started = time.monotonic()
-        with open(workspace / "memory" / "2026-03-01.md", "a") as handle:
+    target = workspace / "memory" / "2026-03-01.md"
+    with MemoryWatcher.for_workspace(workspace, rec, debounce_ms=DEBOUNCE_MS) as watcher:
+        assert not watcher.polling
+        with open(target, "a") as handle:
             handle.write("new line\n")
-        assert rec.wait_path(workspace / "memory" / "2026-03-01.md", timeout=3)
-        assert time.monotonic() - started < 2.0
+        assert rec.wait_path(target, timeout=30)
+    assert rec.batches == [{target}] and watcher.callback_count == 1
 
 
 def test_long_term_file_edit_and_creation(workspace: Path) -> None:
@@ -184,19 +187,22 @@ def test_callback_exception_does_not_kill_the_thread(workspace: Path, caplog: py
     assert "on_change callback failed" in caplog.text
 
 
-def test_stop_is_prompt_and_joins(workspace: Path) -> None:
+def test_stop_joins_the_thread_and_is_restartable(workspace: Path) -> None:
+    # How soon stop() returns is measured by ``python -m bench.latency``; the timeout only guards against a hang.
     watcher = MemoryWatcher.for_workspace(workspace, Recorder(), debounce_ms=DEBOUNCE_MS).start()
     with pytest.raises(RuntimeError):
         watcher.start()
     thread = watcher._thread
     assert thread is not None and thread.is_alive()
-    time.sleep(0.3)
-    started = time.monotonic()
-    watcher.stop()
-    assert time.monotonic() - started < 1.0
-    assert not thread.is_alive() and not watcher.running
-    watcher.start()  # restartable
-    watcher.stop()
+    watcher.stop(timeout=30)
+    assert not thread.is_alive() and not watcher.running and watcher._notifiers == {}
+    rec = Recorder()
+    watcher._on_change = rec
+    watcher.start()  # restartable, and watching again
+    (workspace / "memory" / "after.md").write_text("x")
+    assert rec.wait_path(workspace / "memory" / "after.md", timeout=30)
+    watcher.stop(timeout=30)
+    assert not watcher.running
 
 
 def test_symlinked_extra_dir_is_skipped(tmp_path: Path, workspace: Path) -> None:
@@ -231,10 +237,8 @@ def test_large_tree_is_watched_without_exhausting_descriptors(tmp_path: Path, wo
             os.makedirs(big / f"d{i:03d}" / f"e{j:03d}")
     assert sum(1 for _ in big.glob("*/*")) == 20_000
     fds_before = len(os.listdir("/proc/self/fd"))
-    rec = Recorder()
-    started = time.monotonic()
+    rec = Recorder()  # the setup time of such a tree is measured by ``python -m bench.latency``
     with MemoryWatcher.for_workspace(workspace, rec, [str(big)], debounce_ms=DEBOUNCE_MS) as watcher:
-        setup = time.monotonic() - started
         assert not watcher.polling
         assert len(os.listdir("/proc/self/fd")) - fds_before < 20  # one inotify instance, not one fd per dir
         deep = big / "d150" / "e077" / "deep.md"
@@ -242,4 +246,3 @@ def test_large_tree_is_watched_without_exhausting_descriptors(tmp_path: Path, wo
         assert rec.wait_path(deep, timeout=5)
         (big / "d000" / "e000" / "first.md").write_text("x")
         assert rec.wait_path(big / "d000" / "e000" / "first.md", timeout=5)
-    assert setup < 10

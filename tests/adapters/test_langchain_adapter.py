@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +35,22 @@ from .conftest import copy_workspace  # noqa: E402
 QUERY = "Priya Marco Porto Redis"
 
 
-class SlowAsyncEmbeddings(Embeddings):
-    """A LangChain ``Embeddings`` whose async query path sleeps without blocking; the sync query
-    path is counted so a test can prove the async retriever never used it."""
+class GatedAsyncEmbeddings(Embeddings):
+    """A LangChain ``Embeddings`` whose async query path waits, without blocking the loop, until ``gate_at``
+    query embeddings are in flight together (after :meth:`open_gate_at`); the sync query path is counted so a
+    test can prove the async retriever never used it, and the most async calls ever in flight at once."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self) -> None:
         self.inner = HashEmbedder()
-        self.delay = delay
         self.sync_queries = 0
         self.async_queries = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.gate_at = 0
+        self.gate: asyncio.Event | None = None
+
+    def open_gate_at(self, calls: int) -> None:
+        self.gate_at, self.max_in_flight, self.gate = calls, 0, asyncio.Event()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.inner.embed_documents(texts)
@@ -55,15 +61,23 @@ class SlowAsyncEmbeddings(Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         self.async_queries += 1
-        await asyncio.sleep(self.delay)
-        return self.inner.embed_query(text)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.gate is not None:
+                if self.in_flight >= self.gate_at:
+                    self.gate.set()
+                await self.gate.wait()  # bounded by the search's own query.timeout_ms
+            return self.inner.embed_query(text)
+        finally:
+            self.in_flight -= 1
 
 
 @pytest.fixture(scope="module")
 def lc_memory(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("lc")
     copy_workspace(tmp)
-    emb = SlowAsyncEmbeddings(delay=0.5)
+    emb = GatedAsyncEmbeddings()
     mem = MemoryIndex(tmp / "workspace", embedder=emb, state_dir=tmp / "state")
     mem.sync()
     yield mem, emb
@@ -120,13 +134,15 @@ async def test_retriever_async_awaits_the_embedder_without_blocking(lc_memory: A
     mem, emb = lc_memory
     r = ClawmemRetriever(memory=mem, k=3, min_score=0.0)
     sync_before, async_before = emb.sync_queries, emb.async_queries
-    started = time.perf_counter()
-    results = await asyncio.gather(*(r.ainvoke(q) for q in ("Porto train", "Redis incident", "jazz piano")))
-    elapsed = time.perf_counter() - started
+    emb.open_gate_at(3)  # each query embedding waits until all three are in flight: only overlapping calls pass
+    try:
+        results = await asyncio.gather(*(r.ainvoke(q) for q in ("Porto train", "Redis incident", "jazz piano")))
+    finally:
+        emb.gate = None
     assert all(len(docs) == 3 for docs in results)
     assert emb.async_queries - async_before == 3 and emb.sync_queries == sync_before
-    # three 0.5 s query embeddings overlapped (1.5 s in a row): the event loop was never blocked
-    assert elapsed < 1.4, elapsed
+    # the three query embeddings were awaited on the loop together: none blocked it (in a row: 1, after a timeout)
+    assert emb.max_in_flight == 3
     same = await r.ainvoke("Porto train")
     assert [d.id for d in same] == [d.id for d in r.invoke("Porto train")]
 

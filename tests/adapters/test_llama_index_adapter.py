@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ pytest.importorskip("llama_index.core")
 
 from llama_index.core.agent.workflow import FunctionAgent, ToolCall, ToolCallResult  # noqa: E402
 from llama_index.core.base.embeddings.base import BaseEmbedding  # noqa: E402
+from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.llms.llm import ToolSelection  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
@@ -45,13 +45,20 @@ pytestmark = [
 ]
 
 
-class SlowHashEmbedding(BaseEmbedding):
-    """A LlamaIndex ``BaseEmbedding`` (feature hashing) whose async query path sleeps without
-    blocking; sync and async query calls are counted."""
+class GatedHashEmbedding(BaseEmbedding):
+    """A LlamaIndex ``BaseEmbedding`` (feature hashing) whose async query path waits, without blocking the loop,
+    until ``gate_at`` query embeddings are in flight together (``gate_at`` 0: no wait); sync and async query calls
+    are counted, and the most async ones ever in flight at once."""
 
-    delay: float = 0.0
+    gate_at: int = 0
     sync_queries: int = 0
     async_queries: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    _gate: Any = PrivateAttr(default=None)
+
+    def open_gate_at(self, calls: int) -> None:
+        self.gate_at, self.max_in_flight, self._gate = calls, 0, asyncio.Event()
 
     def _vec(self, text: str) -> list[float]:
         return HashEmbedder().embed_query(text)
@@ -62,8 +69,16 @@ class SlowHashEmbedding(BaseEmbedding):
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         self.async_queries += 1
-        await asyncio.sleep(self.delay)
-        return self._vec(query)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self._gate is not None:
+                if self.in_flight >= self.gate_at:
+                    self._gate.set()
+                await self._gate.wait()  # bounded by the search's own query.timeout_ms
+            return self._vec(query)
+        finally:
+            self.in_flight -= 1
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._vec(text)
@@ -73,7 +88,7 @@ class SlowHashEmbedding(BaseEmbedding):
 def li_memory(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("li")
     copy_workspace(tmp)
-    emb = SlowHashEmbedding(model_name="slow-hash", delay=0.5)
+    emb = GatedHashEmbedding(model_name="gated-hash")
     mem = MemoryIndex(tmp / "workspace", embedder=emb, state_dir=tmp / "state")
     mem.sync()
     yield mem, emb
@@ -125,12 +140,14 @@ async def test_retriever_async_is_really_async(li_memory: Any) -> None:
     mem, emb = li_memory
     r = ClawmemRetriever(mem, similarity_top_k=3, min_score=0.0)
     sync_before, async_before = emb.sync_queries, emb.async_queries
-    started = time.perf_counter()
-    results = await asyncio.gather(*(r.aretrieve(q) for q in ("Porto train", "Redis incident", "jazz piano")))
-    elapsed = time.perf_counter() - started
+    emb.open_gate_at(3)  # each query embedding waits until all three are in flight: only overlapping calls pass
+    try:
+        results = await asyncio.gather(*(r.aretrieve(q) for q in ("Porto train", "Redis incident", "jazz piano")))
+    finally:
+        emb._gate = None
     assert all(len(nodes) == 3 for nodes in results)
     assert emb.async_queries - async_before == 3 and emb.sync_queries == sync_before
-    assert elapsed < 1.4, elapsed  # 1.5 s if the three 0.5 s embeddings had run in a row
+    assert emb.max_in_flight == 3  # awaited on the loop together, none blocked it (in a row: 1, after a timeout)
     sync_nodes = r.retrieve("Porto train")
     assert [n.node.node_id for n in results[0]] == [n.node.node_id for n in sync_nodes]
 

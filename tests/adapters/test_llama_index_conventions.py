@@ -37,13 +37,18 @@ def _tokens(text: str) -> int:
     return len(get_tokenizer()(text))
 
 
+def _recall_text(system: str) -> str:
+    return system.split("<clawmem_recall>\n", 1)[1].split("\n</clawmem_recall>", 1)[0]
+
+
 # -- 6. the recall block and Memory's budget ----------------------------------------------------------------------
 
 
 async def test_memory_truncates_the_block_lowest_scoring_snippet_first(keyword_memory: MemoryIndex) -> None:
     hits = keyword_memory.search(BROAD, max_results=4, min_score=0.0)
     assert len(hits) == 4 and hits[0].score > hits[-1].score
-    block = ClawmemMemoryBlock(memory=keyword_memory, max_results=4, min_score=0.0)
+    # max_tokens past the whole recall: only Memory's token_limit (its atruncate request) limits the block here.
+    block = ClawmemMemoryBlock(memory=keyword_memory, max_results=4, min_score=0.0, max_tokens=10_000)
     assert block.priority > 0  # Memory may truncate it (priority 0 would never be truncated)
     full = await block.aget([ChatMessage(role=MessageRole.USER, content=BROAD)], session_id="dana")
     memory = Memory.from_defaults(session_id="dana", token_limit=_tokens(full) - 5, memory_blocks=[block])
@@ -52,6 +57,7 @@ async def test_memory_truncates_the_block_lowest_scoring_snippet_first(keyword_m
     assert context[0].role == MessageRole.SYSTEM
     assert hits[0].snippet.strip() in system and hits[1].snippet.strip() in system
     assert hits[-1].snippet.strip() not in system  # the lowest-scoring snippet went first
+    assert _tokens(_recall_text(system)) <= _tokens(full) - 5
     # A budget too small for any snippet: the block is left out, the conversation still works.
     tiny = Memory.from_defaults(session_id="dana", token_limit=3, memory_blocks=[block])
     assert all("Source:" not in (m.content or "") for m in await tiny.aget(input=BROAD))

@@ -27,10 +27,24 @@ def test_root_files_and_memory_tree(make_workspace: WorkspaceFactory) -> None:
         "MEMORY.md", "memory.md", "memory/2026-01-05.md", "memory/2026-01-05-standup.md", "memory/projects/x/deep.md"])
 
 
-def test_order_is_stable(make_workspace: WorkspaceFactory) -> None:
-    ws = make_workspace({f"memory/{n}.md": n for n in ("b", "a", "c", "sub/z", "sub/y")} | {"MEMORY.md": "m"})
-    assert paths(ws) == paths(ws)
-    assert paths(ws)[0] == "MEMORY.md"
+#: The order discovery gives, written out: the root files, then each directory's files by code point before its
+#: subdirectories (by code point, depth first), then the extra paths in the order configured.
+ORDERED = ["MEMORY.md", "memory/Z.md", "memory/a.md", "memory/b.md", "memory/c.md", "memory/aa/q.md",
+           "memory/sub/y.md", "memory/sub/z.md", "memory/sub/deeper/x.md", "memory/sub/zz/w.md", "notes/k.md",
+           "notes/l.md", "solo.md"]
+
+
+@pytest.mark.parametrize("creation", ["shuffled", "reversed"])
+def test_order_is_stable(tmp_path: Path, creation: str) -> None:
+    import random
+
+    names = list(ORDERED)
+    random.Random(3).shuffle(names) if creation == "shuffled" else names.reverse()
+    ws = tmp_path / "ws"
+    for i, name in enumerate(names):  # created in this order, each with its own mtime (oldest first)
+        write_files(ws, {name: name})
+        os.utime(ws / name, (1_700_000_000 + i * 60, 1_700_000_000 + i * 60))
+    assert paths(ws, ["notes", "solo.md"]) == ORDERED
 
 
 def test_empty_workspace_has_no_files(make_workspace: WorkspaceFactory) -> None:

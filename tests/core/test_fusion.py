@@ -237,10 +237,20 @@ def test_openclaw_fusion_is_bit_for_bit(make_workspace: WorkspaceFactory, open_i
     mem = open_index(make_workspace(NOTES), config=cfg)
     mem.sync()
     assert cfg.query.effective_min_score == 0.35
-    for h in mem.search("billing migration rolled back", min_score=0):
+    hits = mem.search("billing migration rolled back", min_score=0)
+    # (path, vector, text, score) of every result, in order: the hash vectors' cosines (2/3, 1/sqrt(44),
+    # 1/sqrt(120), as float32), OpenClaw's |r| / (1 + |r|) of the FTS5 rank (below 1, never exactly a share; FTS5's
+    # idf floor for "billing", in two of the four notes, on MEMORY.md), and 0.7 * vector + 0.3 * text.
+    expected = [
+        ("memory/2026-01-05.md", 0.6666666865348816, 0.7510283896881299, 0.691975197480856),
+        ("MEMORY.md", 0.1507556438446045, 1.1522952072666026e-06, 0.10552929637978532),
+        ("memory/2026-01-07.md", 0.09128713607788086, 0.0, 0.0639009952545166),
+    ]
+    assert [h.path for h in hits] == [e[0] for e in expected]
+    for h, (_, vector, text, score) in zip(hits, expected):
+        assert (h.vector_score, h.text_score, h.score) == pytest.approx((vector, text, score), rel=1e-6, abs=1e-12)
         assert h.score == pytest.approx(0.7 * h.vector_score + 0.3 * h.text_score, abs=1e-9)
-        if h.text_score:  # OpenClaw's |r| / (1 + |r|): below 1, never exactly a share
-            assert 0 < h.text_score < 1
+        assert h.text_score < 1
 
 
 # -- calibration vectors -----------------------------------------------------------------------------

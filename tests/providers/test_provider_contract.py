@@ -4,7 +4,7 @@ success, 429 → 502 → success (3 calls), quota → EmbeddingQuotaError, timeo
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from typing import Any
 
 import pytest
@@ -104,14 +104,24 @@ def test_quota_error_is_final(wire: Wire, server: FakeServer, fast_retry: Any) -
     assert len(server.calls("POST", wire.docs_path)) == 1
 
 
-def test_timeout(wire: Wire, server: FakeServer, fast_retry: Any) -> None:
-    server.route("POST", wire.query_path, lambda req: Reply(**{**wire.ok(req).__dict__, "delay": 0.8}))
-    emb = wire.make(server, fast_retry, timeout=0.2, query_timeout=0.2)
-    started = time.monotonic()
-    with pytest.raises(EmbeddingError, match="(?i)time"):
-        emb.embed_query("slow")
-    assert time.monotonic() - started < 0.75
-    assert len(server.calls("POST", wire.query_path)) == 1
+@pytest.mark.parametrize("call", ["query", "documents"])
+def test_timeout(wire: Wire, server: FakeServer, fast_retry: Any, call: str) -> None:
+    # The server holds its answer until released (10 s at most): only a client that gives up at the timeout it
+    # was given for this kind of call (query_timeout for a query, timeout for documents; the other one is 60 s)
+    # raises; one that waits longer gets the answer and the test fails.
+    release = threading.Event()
+    held = lambda req: Reply(**{**wire.ok(req).__dict__, "hold": release, "delay": 10.0})  # noqa: E731
+    server.route("POST", wire.query_path, held)
+    server.route("POST", wire.docs_path, held)
+    timeouts = {"timeout": 0.2, "query_timeout": 60.0} if call == "documents" else {"timeout": 60.0, "query_timeout": 0.2}
+    emb = wire.make(server, fast_retry, **timeouts)
+    try:
+        with pytest.raises(EmbeddingError, match="(?i)time"):
+            emb.embed_query("slow") if call == "query" else emb.embed_documents(["slow"])
+        assert server.answered == []  # the client gave up while the server still held the answer
+        assert len(server.calls("POST")) == 1  # and did not retry
+    finally:
+        release.set()
 
 
 def test_malformed_responses(wire: Wire, server: FakeServer, fast_retry: Any) -> None:

@@ -18,9 +18,14 @@ from .wire import API_KEY, FakeServer, Reply, Request
 SDK = {"openai": "openai", "mistral": "mistralai", "voyage": "voyageai", "gemini": "httpx", "ollama": "httpx"}
 
 
-def echo_key(status: int) -> Any:
+def echo_key(status: int, echoed: list[str] | None = None) -> Any:
+    """Answers ``status`` with the credential the client sent quoted in every message field; each quoted
+    credential is appended to ``echoed`` (so a test can tell the handler ran and what it received)."""
+
     def handler(req: Request) -> Reply:
         sent = req.header("Authorization") or req.header("x-goog-api-key") or ""
+        if echoed is not None:
+            echoed.append(sent)
         text = f"Incorrect API key provided: {sent}"
         return Reply(status, {"error": {"message": text, "type": "invalid_request_error", "code": "invalid_api_key"},
                               "detail": text, "message": text})
@@ -38,17 +43,23 @@ def test_key_never_leaks(name: str, server: FakeServer, fast_retry: Any, caplog:
     settings = emb._key_settings()  # type: ignore[attr-defined]
     assert API_KEY not in repr(settings)
 
-    server.route("POST", wire.docs_path, echo_key(401))
+    rejected: list[str] = []
+    server.route("POST", wire.docs_path, echo_key(401, rejected))
     with pytest.raises(EmbeddingError) as info:
         emb.embed_documents(["x"])
     assert API_KEY not in str(info.value) and API_KEY not in repr(info.value)
     assert "401" in str(info.value)
+    # the key reached the server, whose answer (not a crash of the test's handler) quoted it back
+    assert len(rejected) == 1 and API_KEY in rejected[0]
+    assert [(r.method, r.path) for r in server.answered] == [("POST", wire.docs_path)]
 
-    server.route("POST", wire.query_path, echo_key(503))  # retried, then given up
+    overloaded: list[str] = []
+    server.route("POST", wire.query_path, echo_key(503, overloaded))  # retried, then given up
     with pytest.raises(EmbeddingError) as info2:
         emb.embed_query("y")
-    assert API_KEY not in str(info2.value)
-    assert server.requests, "the server was reached"
+    assert API_KEY not in str(info2.value) and "503" in str(info2.value)
+    assert len(overloaded) == 4 and all(API_KEY in sent for sent in overloaded)  # each attempt quoted it back
+    assert len(server.answered) == 5
     assert API_KEY not in caplog.text
 
 

@@ -47,6 +47,8 @@ class Reply:
     delay: float = 0.0
     raw: bytes | None = None
     content_type: str = "application/json"
+    #: Hold the reply until this event is set (at most ``delay`` seconds, 30 when no delay is given).
+    hold: threading.Event | None = None
 
 
 Handler = Callable[[Request], Reply]
@@ -57,6 +59,8 @@ class FakeServer:
 
     def __init__(self) -> None:
         self.requests: list[Request] = []
+        #: The requests answered so far (their reply about to be written back), in the order answered.
+        self.answered: list[Request] = []
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._lock = threading.Lock()
         server = self
@@ -81,7 +85,9 @@ class FakeServer:
                 with server._lock:
                     server.requests.append(req)
                 reply = server._dispatch(req)
-                if reply.delay:
+                if reply.hold is not None:
+                    reply.hold.wait(reply.delay or 30.0)
+                elif reply.delay:
                     time.sleep(reply.delay)
                 if reply.raw is not None:
                     data = reply.raw
@@ -91,6 +97,8 @@ class FakeServer:
                     data = reply.body.encode() if isinstance(reply.body, str) else reply.body
                 else:
                     data = json.dumps(reply.body).encode()
+                with server._lock:  # before the write: a client may act on the answer before this thread runs on
+                    server.answered.append(req)
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", reply.content_type)
