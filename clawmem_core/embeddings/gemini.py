@@ -26,13 +26,10 @@ from .remote import (
     QUERY_TIMEOUT,
     Exchange,
     HttpxEmbedder,
-    as_vector,
-    expect_list,
-    http_error,
     import_httpx,
-    response_json,
     strip_model_prefix,
 )
+from .responses import as_vector, expect_list, http_error, response_json
 from .retry import MalformedResponseError, RetryPolicy
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"

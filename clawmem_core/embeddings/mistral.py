@@ -9,10 +9,10 @@ from .remote import (
     QUERY_TIMEOUT,
     RemoteEmbedder,
     import_sdk,
-    parse_embedding_data,
     shared_ssl_context,
     strip_model_prefix,
 )
+from .responses import parse_embedding_data
 from .retry import RetryPolicy
 
 #: The SDK appends ``/v1/embeddings`` to its server URL.

@@ -14,12 +14,10 @@ from .remote import (
     QUERY_TIMEOUT,
     Exchange,
     HttpxEmbedder,
-    as_vector,
-    expect_list,
     import_httpx,
-    response_json,
     strip_model_prefix,
 )
+from .responses import as_vector, expect_list, response_json
 from .retry import RetryPolicy
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"

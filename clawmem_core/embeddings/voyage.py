@@ -25,15 +25,12 @@ from .remote import (
     DOCUMENT_TIMEOUT,
     QUERY_TIMEOUT,
     RemoteEmbedder,
-    as_vector,
-    expect_list,
-    http_error,
     import_httpx,
     import_sdk,
-    response_json,
     shared_ssl_context,
     strip_model_prefix,
 )
+from .responses import as_vector, expect_list, http_error, response_json
 from .retry import MalformedResponseError, RetryPolicy
 
 log = logging.getLogger("clawmem.embeddings")
