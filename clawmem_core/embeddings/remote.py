@@ -114,31 +114,38 @@ class RemoteEmbedder(Embedder):
     """Base of the HTTP providers: retries every call, hides the API key, and routes document
     batches through the provider's batch API when ``remote.batch.enabled``.
 
-    Subclasses implement ``_request`` (one call for documents or a query, no retry) and may
-    override its async twin ``_arequest``; they set ``self._batch`` to a :class:`BatchRunner` when
-    their provider has a batch API.
+    The constructor is shared: a subclass sets ``default_base_url`` and writes the hooks it needs,
+    called in this order: ``_import_client_library`` (its SDK or ``httpx``, so that a missing package
+    is the first error), ``_normalize_model``, ``_check_options`` (before any client is opened),
+    ``_resolve_base_url`` and ``_open_clients``. Subclasses implement ``_request`` (one call for
+    documents or a query, no retry) and may override its async twin ``_arequest``; they set
+    ``self._batch`` to a :class:`BatchRunner` when their provider has a batch API.
     """
 
     #: Requested vector size, for providers that take one (part of ``provider_key`` when set).
     dimensions: int | None = None
+    #: The API's base URL when ``base_url`` is not given.
+    default_base_url: str = ""
 
     def __init__(
         self,
         *,
-        model: str,
         api_key: str | None,
-        base_url: str,
+        model: str = "",
+        base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
         dimensions: int | None = None,
         timeout: float = DOCUMENT_TIMEOUT,
         query_timeout: float = QUERY_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self.model = model
-        self.max_input_bytes = max_input_bytes(self.provider, model)
+        self._import_client_library()
+        self.model = self._normalize_model(model)
+        self._check_options()
+        self.max_input_bytes = max_input_bytes(self.provider, self.model)
         if dimensions is not None:
             self.dimensions = dimensions
-        self.base_url = base_url.rstrip("/")
+        self.base_url = self._resolve_base_url(base_url).rstrip("/")
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
         self.query_timeout = float(query_timeout)
@@ -147,6 +154,26 @@ class RemoteEmbedder(Embedder):
         guard_secret(api_key)
         self._batch: BatchRunner | None = None
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._open_clients()
+
+    # -- construction hooks ---------------------------------------------------------------------
+
+    def _import_client_library(self) -> None:
+        """Import the provider's client library (``import_sdk``), keeping what the clients need."""
+
+    def _normalize_model(self, model: str) -> str:
+        """The model name the API takes (a provider prefix stripped, empty → the default)."""
+        return model
+
+    def _check_options(self) -> None:
+        """Refuse settings the provider cannot take, before any client is opened."""
+
+    def _resolve_base_url(self, base_url: str | None) -> str:
+        """The API's base URL: ``base_url``, else ``default_base_url``."""
+        return base_url or self.default_base_url
+
+    def _open_clients(self) -> None:
+        """Open the provider's clients (the last step of construction)."""
 
     # -- secrets ------------------------------------------------------------------------------
 
@@ -265,14 +292,16 @@ Exchange = Generator[tuple[str, dict[str, Any], float], Any, list[list[float]]]
 
 
 class HttpxEmbedder(RemoteEmbedder):
-    """A provider spoken to directly with ``httpx`` (JSON POSTs). Subclasses set ``self._httpx``
-    before ``super().__init__`` and write ``_exchange`` and ``request_headers``; the same exchange
-    runs on the sync client and on one async client per event loop."""
+    """A provider spoken to directly with ``httpx`` (JSON POSTs). Subclasses write ``_exchange`` and
+    ``request_headers``; the same exchange runs on the sync client and on one async client per event
+    loop."""
 
     _httpx: Any
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def _import_client_library(self) -> None:
+        self._httpx = import_httpx(self.provider, self.provider)
+
+    def _open_clients(self) -> None:
         self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
     def request_headers(self) -> dict[str, str]:
