@@ -34,9 +34,7 @@ class MistralEmbedder(RemoteEmbedder):
 
     provider = "mistral"
     normalize = False
-
-    def _import_client_library(self) -> None:
-        self._sdk = import_sdk("mistralai.client", "mistral", "mistral")
+    client_library = ("mistralai.client", "mistral")
 
     def _normalize_model(self, model: str) -> str:
         return normalize_mistral_model(model)

@@ -20,7 +20,6 @@ from .batch_api import (
 )
 from .remote import (
     RemoteEmbedder,
-    import_sdk,
     shared_ssl_context,
     strip_model_prefix,
 )
@@ -41,10 +40,8 @@ class OpenAIEmbedder(RemoteEmbedder):
 
     provider = "openai"
     normalize = False
+    client_library = ("openai", "openai")
     default_base_url = DEFAULT_BASE_URL
-
-    def _import_client_library(self) -> None:
-        self._sdk = import_sdk("openai", "openai", "openai")
 
     def _normalize_model(self, model: str) -> str:
         return normalize_openai_model(model)

@@ -115,8 +115,8 @@ class RemoteEmbedder(Embedder):
     batches through the provider's batch API when ``remote.batch.enabled``.
 
     The constructor is shared: a subclass sets ``default_base_url`` and writes the hooks it needs,
-    called in this order: ``_import_client_library`` (its SDK or ``httpx``, so that a missing package
-    is the first error), ``_normalize_model``, ``_check_options`` (before any client is opened),
+    called in this order: ``_import_client_library`` (its SDK, ``client_library``, or ``httpx``, so
+    that a missing package is the first error), ``_normalize_model``, ``_check_options`` (before any client is opened),
     ``_resolve_base_url`` and ``_open_clients``. Subclasses implement ``_request`` (one call for
     documents or a query, no retry) and may override its async twin ``_arequest``; they set
     ``self._batch`` to a :class:`BatchRunner` when their provider has a batch API.
@@ -126,6 +126,9 @@ class RemoteEmbedder(Embedder):
     dimensions: int | None = None
     #: The API's base URL when ``base_url`` is not given.
     default_base_url: str = ""
+    #: The provider's SDK as (module, pip extra), imported into ``self._sdk`` first thing.
+    client_library: tuple[str, str] | None = None
+    _sdk: Any
 
     def __init__(
         self,
@@ -159,7 +162,10 @@ class RemoteEmbedder(Embedder):
     # -- construction hooks ---------------------------------------------------------------------
 
     def _import_client_library(self) -> None:
-        """Import the provider's client library (``import_sdk``), keeping what the clients need."""
+        """Import the provider's client library (``client_library`` into ``self._sdk`` by default)."""
+        if self.client_library is not None:
+            module, extra = self.client_library
+            self._sdk = import_sdk(module, extra, self.provider)
 
     def _normalize_model(self, model: str) -> str:
         """The model name the API takes (a provider prefix stripped, empty → the default)."""

@@ -24,7 +24,6 @@ from .batch_api import (
 from .remote import (
     RemoteEmbedder,
     import_httpx,
-    import_sdk,
     shared_ssl_context,
     strip_model_prefix,
 )
@@ -57,10 +56,8 @@ class VoyageEmbedder(RemoteEmbedder):
 
     provider = "voyage"
     normalize = False
+    client_library = ("voyageai", "voyage")
     default_base_url = DEFAULT_BASE_URL
-
-    def _import_client_library(self) -> None:
-        self._sdk = import_sdk("voyageai", "voyage", "voyage")
 
     def _normalize_model(self, model: str) -> str:
         return normalize_voyage_model(model)
