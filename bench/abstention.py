@@ -7,7 +7,7 @@ query's confidence, ``SearchHits.info["confidence"]``): a foreign query "answers
 best score reaches it; the recall a ``min_score`` costs is hit@5 of the ranking minus hit@5 of what reaches it.
 The order of results does not depend on the confidence, so the curve over ``min_score`` comes from one search.
 
-Directions (as in ``bench.calib_study``): against each LoCoMo English conversation, the SciFact subset's claims,
+Directions (as in ``bench.studies.calib_study``): against each LoCoMo English conversation, the SciFact subset's claims,
 the off-topic probes and the Chinese LoCoMo questions (not against conv-26, which they translate); against
 LoCoMo Chinese (conv-26), the claims, the probes and the English questions of conv-30 and conv-41; against the
 SciFact subset (``bench.scifact_subset``, as ``bench.matrix``), every 8th English and every 3rd Chinese LoCoMo
@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .data import default_data_dir, load_locomo
-from .fusion import OFF_TOPIC
+from .data import OFF_TOPIC, default_data_dir, load_locomo
 from .matrix import DATASETS, EMBEDDERS, config, datasets, log, make_setup
 from .metrics import Span, covered_gold, rank_documents
 

@@ -176,3 +176,21 @@ def load_all(data_dir: Path, names: list[str], limit: int | None = None) -> list
         else:
             out.append(load_scifact(data_dir / "scifact", limit))
     return out
+
+
+#: Off-topic probes: questions no LoCoMo conversation answers (on top of SciFact claims), for the abstention
+#: runs (``bench.abstention``, ``bench.studies.fusion``).
+OFF_TOPIC = [
+    "How do I configure TLS certificates for a Kubernetes ingress controller?",
+    "What is the asymptotic complexity of Dijkstra's algorithm with a Fibonacci heap?",
+    "Which enzyme catalyses the rate-limiting step of cholesterol synthesis?",
+    "What were the main causes of the Thirty Years' War?",
+    "How is the Black-Scholes formula derived?",
+    "What is the boiling point of liquid nitrogen in kelvin?",
+    "如何在Kubernetes中配置TLS证书?",
+    "量子色动力学中的渐近自由是什么意思?",
+    "胆固醇合成的限速酶是哪一种?",
+    "三十年战争的主要原因是什么?",
+    "布莱克-斯科尔斯公式是如何推导出来的?",
+    "液氮在标准大气压下的沸点是多少开尔文?",
+]

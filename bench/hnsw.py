@@ -36,6 +36,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+from .pg_report import write_report_file
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 DIMS = 384
@@ -529,100 +531,6 @@ def interleaved(url: str, vecs: Any, size: int, queries: Any, variants: list[tup
     return out
 
 
-# -- report --------------------------------------------------------------------------------------
-
-
-def _upgrade(h: dict[str, Any]) -> dict[str, Any]:
-    """Results written before the halfvec index (one ``vector`` index, ef_search-only comparisons)
-    in the current layout."""
-    h = dict(h)
-    if "indexes" not in h and "index_def" in h:
-        h["indexes"] = {"vector": {"def": h["index_def"], "bytes": h["index_bytes"]}}
-        if "build_seconds" in h:
-            h["builds"] = {"vector": {"seconds": h["build_seconds"], "load": h.get("build_load", float("nan")),
-                                      "build_memory": h.get("maintenance_work_mem"), "notices": []}}
-    ab = h.get("ab")
-    if ab and "load" in ab and not isinstance(ab["load"], list):
-        h["ab"] = {"LoCoMo questions": {**{f"vector:{ef}": v for ef, v in ab.items() if isinstance(v, dict)},
-                                        "k": 200, "n": h["queries"], "load": [ab["load"], ab["load"]]}}
-    return h
-
-
-def report_lines(h: dict[str, Any]) -> list[str]:
-    """The HNSW section of POSTGRES.md."""
-    h = _upgrade(h)
-    gb = 1024**3
-    ag = h["agents"]
-    builds = h.get("builds", {})
-    index_lines = []
-    for kind, ix in h.get("indexes", {}).items():
-        b = builds.get(kind, {})
-        built = (f"built in {b['seconds'] / 60:.1f} min (load average {b['load']:.1f}"
-                 + (f"; {b['how']}" if b.get("how") else "") + f") with maintenance_work_mem "
-                 f"{b['build_memory']}" + ("; the server said: " + "; ".join(f"\"{n}\"" for n in b["notices"])
-                                            if b.get("notices") else "; the graph fitted in memory (no notice)")
-                 if b else "")
-        index_lines.append(f"- `{ix['def']}`: {ix['bytes'] / gb:.2f} GiB" + (f", {built}" if built else "") + ".")
-    lines = [
-        "## pgvector HNSW", "",
-        f"Regenerate with `python -m bench.hnsw --size {h['size']}` (the data and the server's data directory "
-        "are cached, so a rerun only measures).", "",
-        f"**Data.** {h['rows']:,} synthetic {h['dims']}-d unit vectors in the store's own `clawmem_chunks` table "
-        f"(loaded with binary COPY): agent `main` has {ag['main']:,} of them, four other agents "
-        f"{ag['team']:,} each. They are clustered like real text embeddings: {h['anchors']:,} real all-MiniLM-L6-v2 "
-        "embeddings (LoCoMo turns, the first sentence of each SciFact abstract) are anchors, and each chunk is an "
-        "anchor plus Gaussian noise with the anchors' own covariance (it spreads along the directions real "
-        f"embeddings vary in), scaled to a cosine of about {h['cos_to_anchor']} with its anchor, normalised. "
-        "Two query sets of "
-        f"{h['queries']}: held-out draws from the same mixture, and real LoCoMo questions embedded with the same "
-        "model. Ground truth: exact cosine top 10 over the agent's rows (NumPy"
-        + ("; the store's exact path agrees: " + ", ".join(f"{k} {v['agreement']:.2f}" for k, v in h["exact"].items())
-           if h.get("exact") else "") + ").", "",
-        "Mean cosine of the exact neighbours: " + "; ".join(
-            f"{k}: top-1 {v['top1_cos']:.3f}, 10th {v['top10_cos']:.3f}" for k, v in h.get("neighbours", {}).items())
-        + ".", "",
-        f"**Indexes** (pgvector {h['pgvector']}, defaults m=16, ef_construction=64; table "
-        + (f"{h['heap_bytes'] / gb:.2f} GiB, " if "heap_bytes" in h else "")
-        + f"{h['table_bytes'] / gb:.2f} GiB with its indexes; shared_buffers {h['shared_buffers']}; COPY of all rows "
-        f"{h.get('load_seconds', float('nan')) / 60:.1f} min). The store builds the `halfvec` one; the `vector` one "
-        "is what earlier versions built, kept for the comparison"
-        + (" (the table and both indexes were read into the OS page cache before measuring, with pg_prewarm: "
-           "shared_buffers holds neither index whole)" if h.get("prewarmed") else "") + ":", "", *index_lines, "",
-    ]
-    if h.get("exact"):
-        lines += ["Exact search through the store (its exact path, k=10, 5 queries) p50: "
-                  + ", ".join(f"{k} {v['p50_ms']:.0f} ms (load {v['load']:.1f})" for k, v in h["exact"].items()) + ".", ""]
-    ab = h.get("ab")
-    if ab:
-        for qname, r in ab.items():
-            lines += [f"**Interleaved, {qname}** (main agent, k={r['k']}, the candidate pool `search()` asks for; "
-                      f"{r['n']} queries, each through every variant in turn; load {r['load'][0]:.1f} to "
-                      f"{r['load'][1]:.1f}" + (f"; {h['priority']}" if h.get("priority") else "") + "):", "",
-                      "| index | ef_search | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|---|"]
-            for name, v in r.items():
-                if isinstance(v, dict):
-                    kind, ef = name.split(":")
-                    lines.append(f"| {kind} | {ef} | {v['recall@10']:.3f} | {v['p50_ms']:.1f} | {v['p95_ms']:.1f} |")
-            lines.append("")
-    if h.get("runs"):
-        lines += [
-            "**Settings, one after another**, through `PostgresStore.vector_search` (agent-scoped; recall@10 over the "
-            "first 10). `short` counts queries answered with fewer than k rows. Rows measured minutes apart: compare "
-            "within the interleaved tables above.", "",
-            "| agent | queries (n) | index | iterative_scan | ef_search (effective) | k | recall@10 | p50 ms | p95 ms | short | load |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in h["runs"]:
-            lines.append(f"| {r['agent']} | {r['queries']} ({r.get('n', h['queries'])}) | {r.get('index', 'vector')} | "
-                         f"{r['iterative_scan']} | {r['ef_search']} ({r['effective_ef_search']}) | {r['k']} | "
-                         f"{r['recall@10']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['short_results']} | "
-                         f"{r['load']:.1f} |")
-        lines.append("")
-    if h.get("findings"):
-        lines += [*h["findings"], ""]
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hnsw", description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=20_000, help="chunks of the measured agent (default 20,000)")
@@ -667,8 +575,6 @@ def main(argv: list[str] | None = None) -> int:
                                                    str(r["ef_search"]).zfill(5), r["k"]))
                 out = {**old, **merged, "runs": runs}  # the rest (query count, sizes, findings) as stored
         res.write_text(json.dumps(out, indent=2), encoding="utf-8")
-        from .postgres import write_report_file
-
         write_report_file()
     return 0
 

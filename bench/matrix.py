@@ -1,7 +1,7 @@
 """End to end: embedders x fusion x reranking on LoCoMo (EN, ZH) and the SciFact subset, through the
 product's own search (``MemoryIndex.search``) at default settings.
 
-Unlike ``bench.calibrated`` (which re-scores cached candidates offline), every figure here comes from a real
+Unlike ``bench.studies.calibrated`` (which re-scores cached candidates offline), every figure here comes from a real
 index built by ``MemoryIndex.sync()`` with the embedder as a user would pass it, and from ``search()``:
 
 - ``none``: keyword-only (``provider="none"``);
@@ -364,7 +364,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"Commit `{env['commit']}`" + (f" (rows from runs at {', '.join(f'`{c}`' for c in env['commits'])})"
                                        if len(env.get("commits") or []) > 1 else "") + f" · {env['when']} · load average {env['load_start']} at start, {env['load_end']} at end "
         f"· {env['cpus']} CPUs. Reproduce: `python -m bench.matrix --work DIR` (indexes, vectors and each question's "
-        "outcome are kept in `DIR`; `python -m bench.matrix_diag --work DIR` compares each embedder with keyword-only "
+        "outcome are kept in `DIR`; `python -m bench.studies.matrix_diag --work DIR` compares each embedder with keyword-only "
         "question by question). Differences below keyword-only are in bold.",
         "",
         "Every figure comes from `MemoryIndex.search()` on a real index built by `sync()` with the embedder passed as a "
@@ -376,7 +376,7 @@ def markdown(res: dict[str, Any]) -> str:
         "(6 results, the fusion's default `min_score`). Remote-style: `provider=\"openai\"`, `remote.base_url` at "
         "`bench.stub_embeddings` (the `openai` SDK over HTTP, whole chunks, all-MiniLM-L6-v2 vectors). What the "
         "default `min_score` costs and buys (foreign questions answered, recall lost, as a curve over `min_score`): "
-        "the \"Abstention\" sections of this page (`python -m bench.calibrated`) and `bench/results/abstention.md`.",
+        "the \"Abstention\" sections of this page (`python -m bench.studies.calibrated`) and `bench/results/abstention.md`.",
         "",
     ]
     for note in res.get("notes") or []:

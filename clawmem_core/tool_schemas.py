@@ -4,11 +4,24 @@ this module)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["MemorySearchInput", "MemoryGetInput", "MemoryWriteInput"]
+from .errors import InvalidQueryError
+from .tools import (
+    MEMORY_GET_DESCRIPTION,
+    MEMORY_GET_NAME,
+    MEMORY_SEARCH_DESCRIPTION,
+    MEMORY_SEARCH_NAME,
+    invalid_arguments_payload,
+    search_error_payload,
+    validation_message,
+)
+
+__all__ = ["MemorySearchInput", "MemoryGetInput", "MemoryWriteInput", "ToolSpec", "MEMORY_TOOL_SPECS",
+           "parse_tool_arguments"]
 
 
 class MemorySearchInput(BaseModel):
@@ -43,3 +56,31 @@ class MemoryWriteInput(BaseModel):
         default="daily",
         description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long_term' appends to MEMORY.md.",
     )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What an adapter builds a read tool from: its name, the description the model reads, and its
+    argument schema."""
+
+    name: str
+    description: str
+    args_schema: type[BaseModel]
+
+
+#: The read tools (``memory_search``, ``memory_get``) as both adapters build them.
+MEMORY_TOOL_SPECS: dict[str, ToolSpec] = {
+    MEMORY_SEARCH_NAME: ToolSpec(MEMORY_SEARCH_NAME, MEMORY_SEARCH_DESCRIPTION, MemorySearchInput),
+    MEMORY_GET_NAME: ToolSpec(MEMORY_GET_NAME, MEMORY_GET_DESCRIPTION, MemoryGetInput),
+}
+
+
+def parse_tool_arguments(name: str, arguments: dict[str, Any]) -> BaseModel | dict[str, Any]:
+    """The validated arguments of read tool ``name``, or the payload of a call with invalid arguments
+    (``memory_search``: the search error payload; ``memory_get``: the path as given)."""
+    try:
+        return MEMORY_TOOL_SPECS[name].args_schema.model_validate(arguments)
+    except ValidationError as exc:
+        if name == MEMORY_SEARCH_NAME:
+            return search_error_payload(InvalidQueryError(validation_message(exc)))
+        return invalid_arguments_payload(name, validation_message(exc), arguments.get("path"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 from .discovery import printable_name
 from .errors import (
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 MEMORY_SEARCH_NAME = "memory_search"
 MEMORY_GET_NAME = "memory_get"
+
+#: The read tools an adapter builds, in their order.
+ToolName = Literal["memory_search", "memory_get"]
+ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type: ignore[assignment]
 
 MEMORY_SEARCH_DESCRIPTION = (
     "Mandatory recall step: semantically search MEMORY.md + memory/*.md (and optional session transcripts) "
@@ -198,6 +202,15 @@ def validation_message(exc: Any) -> str:
         return f"invalid arguments: {exc}"
     parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in errors]
     return "invalid arguments: " + "; ".join(parts)
+
+
+def select_tools(include: Iterable[str]) -> list[ToolName]:
+    """The tool names of ``include`` in their given order, each once; an unknown name raises ``ValueError``."""
+    wanted = list(dict.fromkeys(include))
+    unknown = [n for n in wanted if n not in ALL_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown memory tool(s): {unknown}; expected {list(ALL_TOOLS)}")
+    return wanted  # type: ignore[return-value]
 
 
 def invalid_arguments_payload(tool: str, message: str, path: Any = None) -> dict[str, Any]:

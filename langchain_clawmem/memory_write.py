@@ -20,7 +20,7 @@ from clawmem_core.memory_write import (
     awrite_payload,
     write_payload,
 )
-from clawmem_core.tools import invalid_arguments_payload
+from clawmem_core.tools import invalid_arguments_payload, validation_message
 from clawmem_core.tool_schemas import MemoryWriteInput
 
 from .tools import MemoryStructuredTool, _error_content, tool_result
@@ -33,8 +33,7 @@ def _dumps(payload: dict[str, Any]) -> str:
 
 
 def _invalid(exc: ValidationError) -> str:
-    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
-    return _dumps(invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc))))
+    return _dumps(invalid_arguments_payload(MEMORY_WRITE_NAME, validation_message(exc)))
 
 
 def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:

@@ -10,30 +10,29 @@ still its artifact.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Literal, Sequence, cast
+from typing import Any, Awaitable, Callable, Iterable, Sequence, cast
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool, ToolException
 from pydantic import ConfigDict, ValidationError
 
 from clawmem_core import InvalidQueryError, MemoryIndex
-from clawmem_core.tool_schemas import MemoryGetInput, MemorySearchInput
+from clawmem_core.tool_schemas import MEMORY_TOOL_SPECS, MemoryGetInput, MemorySearchInput
 from clawmem_core.tools import (
-    MEMORY_GET_DESCRIPTION,
+    ALL_TOOLS,
     MEMORY_GET_NAME,
-    MEMORY_SEARCH_DESCRIPTION,
     MEMORY_SEARCH_NAME,
     CitationsMode,
+    ToolName,
     asearch_payload,
     get_payload,
     invalid_arguments_payload,
     memory_recall_section,
     search_error_payload,
     search_payload,
+    select_tools,
+    validation_message,
 )
-
-ToolName = Literal["memory_search", "memory_get"]
-ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type: ignore[assignment]
 
 #: ``metadata`` key on our tools recording the index's citations mode.
 CITATIONS_METADATA_KEY = "clawmem_citations"
@@ -105,15 +104,27 @@ def _dumps(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False)
 
 
-def _first_line(exc: ValidationError) -> str:
-    errors = exc.errors()
-    if not errors:
-        return str(exc)
-    parts = []
-    for err in errors:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "input"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "invalid arguments: " + "; ".join(parts)
+def _structured_tool(
+    name: str,
+    memory: MemoryIndex,
+    func: Callable[..., tuple[str, dict[str, Any]]],
+    coroutine: Callable[..., Awaitable[tuple[str, dict[str, Any]]]],
+    invalid: Callable[[ValidationError], str],
+) -> MemoryStructuredTool:
+    """Read tool ``name`` (the core's name, description and argument schema) over ``func`` / ``coroutine``."""
+    spec = MEMORY_TOOL_SPECS[name]
+    tool = MemoryStructuredTool.from_function(
+        func=func,
+        coroutine=coroutine,
+        name=spec.name,
+        description=spec.description,
+        args_schema=spec.args_schema,
+        response_format="content_and_artifact",
+        handle_validation_error=invalid,
+        handle_tool_error=_error_content,
+        metadata={CITATIONS_METADATA_KEY: memory.config.citations},
+    )
+    return cast(MemoryStructuredTool, tool)
 
 
 def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = None) -> MemoryStructuredTool:
@@ -134,20 +145,9 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
         return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
-        return _dumps(search_error_payload(InvalidQueryError(_first_line(exc))))
+        return _dumps(search_error_payload(InvalidQueryError(validation_message(exc))))
 
-    tool = MemoryStructuredTool.from_function(
-        func=_search,
-        coroutine=_asearch,
-        name=MEMORY_SEARCH_NAME,
-        description=MEMORY_SEARCH_DESCRIPTION,
-        args_schema=MemorySearchInput,
-        response_format="content_and_artifact",
-        handle_validation_error=_invalid,
-        handle_tool_error=_error_content,
-        metadata={CITATIONS_METADATA_KEY: memory.config.citations},
-    )
-    return cast(MemoryStructuredTool, tool)
+    return _structured_tool(MEMORY_SEARCH_NAME, memory, _search, _asearch, _invalid)
 
 
 def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
@@ -164,32 +164,17 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
         return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
-        return _dumps(invalid_arguments_payload(MEMORY_GET_NAME, _first_line(exc)))
+        return _dumps(invalid_arguments_payload(MEMORY_GET_NAME, validation_message(exc)))
 
-    tool = MemoryStructuredTool.from_function(
-        func=_get,
-        coroutine=_aget,
-        name=MEMORY_GET_NAME,
-        description=MEMORY_GET_DESCRIPTION,
-        args_schema=MemoryGetInput,
-        response_format="content_and_artifact",
-        handle_validation_error=_invalid,
-        handle_tool_error=_error_content,
-        metadata={CITATIONS_METADATA_KEY: memory.config.citations},
-    )
-    return cast(MemoryStructuredTool, tool)
+    return _structured_tool(MEMORY_GET_NAME, memory, _get, _aget, _invalid)
 
 
 def create_memory_tools(
     memory: MemoryIndex, *, include: Iterable[ToolName] = ALL_TOOLS, session_key: str | None = None
 ) -> list[BaseTool]:
     """``[memory_search, memory_get]`` (or the subset named in ``include``) over ``memory``."""
-    wanted = list(dict.fromkeys(include))
-    unknown = [n for n in wanted if n not in ALL_TOOLS]
-    if unknown:
-        raise ValueError(f"unknown memory tool(s): {unknown}; expected {list(ALL_TOOLS)}")
     tools: list[BaseTool] = []
-    for name in wanted:
+    for name in select_tools(include):
         if name == MEMORY_SEARCH_NAME:
             tools.append(create_memory_search_tool(memory, session_key=session_key))
         else:

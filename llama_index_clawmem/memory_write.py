@@ -19,7 +19,7 @@ from clawmem_core.memory_write import (
     awrite_payload,
     write_payload,
 )
-from clawmem_core.tools import invalid_arguments_payload
+from clawmem_core.tools import invalid_arguments_payload, validation_message
 from clawmem_core.tool_schemas import MemoryWriteInput
 
 from .tools import MemoryFunctionTool
@@ -31,8 +31,7 @@ def _validated(kwargs: dict[str, Any]) -> MemoryWriteInput | dict[str, Any]:
     try:
         return MemoryWriteInput.model_validate(kwargs)
     except ValidationError as exc:
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
-        return invalid_arguments_payload(MEMORY_WRITE_NAME, "invalid arguments: " + ("; ".join(parts) or str(exc)))
+        return invalid_arguments_payload(MEMORY_WRITE_NAME, validation_message(exc))
 
 
 def create_memory_write_tool(memory: MemoryIndex) -> MemoryFunctionTool:

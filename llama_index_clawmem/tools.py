@@ -9,39 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Type
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Type
 
-from llama_index.core.bridge.pydantic import BaseModel, ValidationError
+from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.tools import BaseTool, FunctionTool, ToolMetadata, ToolOutput
 from llama_index.core.tools.tool_spec.base import SPEC_FUNCTION_TYPE, BaseToolSpec
 
-from clawmem_core import InvalidQueryError, MemoryIndex
-from clawmem_core.tool_schemas import MemoryGetInput, MemorySearchInput
+from clawmem_core import MemoryIndex
+from clawmem_core.tool_schemas import MEMORY_TOOL_SPECS, MemoryGetInput, MemorySearchInput, parse_tool_arguments
 from clawmem_core.tools import (
-    MEMORY_GET_DESCRIPTION,
+    ALL_TOOLS,
     MEMORY_GET_NAME,
-    MEMORY_SEARCH_DESCRIPTION,
     MEMORY_SEARCH_NAME,
     CitationsMode,
+    ToolName,
     asearch_payload,
     get_payload,
-    invalid_arguments_payload,
     memory_recall_section,
-    search_error_payload,
     search_payload,
+    select_tools,
 )
-
-ToolName = Literal["memory_search", "memory_get"]
-ALL_TOOLS: tuple[ToolName, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME)  # type: ignore[assignment]
 
 
 def _dumps(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False)
-
-
-def _invalid(exc: ValidationError) -> str:
-    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'input'}: {e.get('msg', 'invalid')}" for e in exc.errors()]
-    return "invalid arguments: " + ("; ".join(parts) or str(exc))
 
 
 def finish_output(output: ToolOutput) -> ToolOutput:
@@ -71,17 +62,11 @@ class MemoryFunctionTool(FunctionTool):
 
 
 def _search_args(kwargs: dict[str, Any]) -> dict[str, Any] | MemorySearchInput:
-    try:
-        return MemorySearchInput.model_validate(kwargs)
-    except ValidationError as exc:
-        return search_error_payload(InvalidQueryError(_invalid(exc)))
+    return parse_tool_arguments(MEMORY_SEARCH_NAME, kwargs)  # type: ignore[return-value]
 
 
 def _get_args(kwargs: dict[str, Any]) -> dict[str, Any] | MemoryGetInput:
-    try:
-        return MemoryGetInput.model_validate(kwargs)
-    except ValidationError as exc:
-        return invalid_arguments_payload(MEMORY_GET_NAME, _invalid(exc), kwargs.get("path"))
+    return parse_tool_arguments(MEMORY_GET_NAME, kwargs)  # type: ignore[return-value]
 
 
 def search_memory(memory: MemoryIndex, session_key: str | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -108,6 +93,12 @@ def get_memory(memory: MemoryIndex, **kwargs: Any) -> dict[str, Any]:
     return get_payload(memory, args.path, args.from_line, args.lines)
 
 
+def _metadata(name: str) -> ToolMetadata:
+    """The ``ToolMetadata`` of read tool ``name``: the core's name, description and argument schema."""
+    spec = MEMORY_TOOL_SPECS[name]
+    return ToolMetadata(name=spec.name, description=spec.description, fn_schema=spec.args_schema)
+
+
 def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = None) -> MemoryFunctionTool:
     """The ``memory_search`` tool over ``memory`` (``acall`` awaits the async search)."""
 
@@ -117,11 +108,7 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
     async def amemory_search(**kwargs: Any) -> dict[str, Any]:
         return await asearch_memory(memory, session_key, **kwargs)
 
-    return MemoryFunctionTool(
-        fn=memory_search,
-        async_fn=amemory_search,
-        metadata=ToolMetadata(name=MEMORY_SEARCH_NAME, description=MEMORY_SEARCH_DESCRIPTION, fn_schema=MemorySearchInput),
-    )
+    return MemoryFunctionTool(fn=memory_search, async_fn=amemory_search, metadata=_metadata(MEMORY_SEARCH_NAME))
 
 
 def create_memory_get_tool(memory: MemoryIndex) -> MemoryFunctionTool:
@@ -133,24 +120,16 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryFunctionTool:
     async def amemory_get(**kwargs: Any) -> dict[str, Any]:
         return await asyncio.to_thread(get_memory, memory, **kwargs)
 
-    return MemoryFunctionTool(
-        fn=memory_get,
-        async_fn=amemory_get,
-        metadata=ToolMetadata(name=MEMORY_GET_NAME, description=MEMORY_GET_DESCRIPTION, fn_schema=MemoryGetInput),
-    )
+    return MemoryFunctionTool(fn=memory_get, async_fn=amemory_get, metadata=_metadata(MEMORY_GET_NAME))
 
 
 def create_memory_tools(
     memory: MemoryIndex, *, include: Iterable[ToolName] = ALL_TOOLS, session_key: str | None = None
 ) -> list[FunctionTool]:
     """``[memory_search, memory_get]`` (or the subset named in ``include``) over ``memory``."""
-    wanted = list(dict.fromkeys(include))
-    unknown = [n for n in wanted if n not in ALL_TOOLS]
-    if unknown:
-        raise ValueError(f"unknown memory tool(s): {unknown}; expected {list(ALL_TOOLS)}")
     return [
         create_memory_search_tool(memory, session_key=session_key) if n == MEMORY_SEARCH_NAME else create_memory_get_tool(memory)
-        for n in wanted
+        for n in select_tools(include)
     ]
 
 
@@ -172,10 +151,7 @@ def memory_recall_prompt(
     )
 
 
-_SPEC_METADATA = {
-    MEMORY_SEARCH_NAME: (MEMORY_SEARCH_DESCRIPTION, MemorySearchInput),
-    MEMORY_GET_NAME: (MEMORY_GET_DESCRIPTION, MemoryGetInput),
-}
+_SPEC_METADATA = {name: (spec.description, spec.args_schema) for name, spec in MEMORY_TOOL_SPECS.items()}
 
 
 class ClawmemToolSpec(BaseToolSpec):

@@ -246,7 +246,7 @@ def test_freshness_bench_runs_every_system(tmp_path: Path, monkeypatch: pytest.M
     counted as a search's whenever it ran late (once at load 18)."""
     import threading
 
-    from bench import freshness
+    from bench.studies import freshness
     from clawmem_core import MemoryIndex
 
     searches: dict[MemoryIndex, int] = {}
@@ -288,7 +288,7 @@ def test_freshness_bench_runs_every_system(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_background_cosines_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    from bench import background_cosines
+    from bench.studies import background_cosines
 
     background_cosines.main(["--dims", "7,16", "--rounds", "3", "--searches", "2", "--no-save"])
     out = capsys.readouterr().out
@@ -353,7 +353,7 @@ def test_the_data_is_found_beside_the_main_checkout_of_a_worktree(tmp_path: Path
 
 
 def test_freshness_vectors_bench_runs_on_both_stores(tmp_path: Path, pg_url: str) -> None:
-    from bench import freshness_vectors
+    from bench.studies import freshness_vectors
 
     runs = [freshness_vectors.run(tmp_path / "w", 200, 4, 300.0),
             freshness_vectors.run(tmp_path / "w", 200, 4, 300.0, url=pg_url)]
@@ -365,7 +365,7 @@ def test_freshness_vectors_bench_runs_on_both_stores(tmp_path: Path, pg_url: str
 
 
 def test_pg_vector_connections_bench_runs(tmp_path: Path, pg_url: str) -> None:
-    from bench import pg_vector_connections
+    from bench.studies import pg_vector_connections
 
     r = pg_vector_connections.run(100, 2, url=pg_url, work=tmp_path)
     assert len(r["seconds"]["held"]) == len(r["seconds"]["per statement"]) == 2

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..errors import EmbeddingError
-from .remote import as_vector
+from .responses import as_vector
 from .retry import RetryPolicy, batch_call_policy
 
 log = logging.getLogger("clawmem.embeddings")

@@ -26,13 +26,9 @@ from .remote import (
     QUERY_TIMEOUT,
     Exchange,
     HttpxEmbedder,
-    as_vector,
-    expect_list,
-    http_error,
-    import_httpx,
-    response_json,
     strip_model_prefix,
 )
+from .responses import as_vector, expect_list, http_error, response_json
 from .retry import MalformedResponseError, RetryPolicy
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
@@ -79,6 +75,7 @@ class GeminiEmbedder(HttpxEmbedder):
 
     provider = "gemini"
     normalize = True
+    default_base_url = DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -92,20 +89,16 @@ class GeminiEmbedder(HttpxEmbedder):
         query_timeout: float = QUERY_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._httpx = import_httpx("gemini", "gemini")
-        model = normalize_gemini_model(model)
-        dims = resolve_output_dimensionality(model, output_dimensionality)  # before any client is opened
-        super().__init__(
-            model=model,
-            api_key=api_key,
-            base_url=base_url or DEFAULT_BASE_URL,
-            headers=headers,
-            timeout=timeout,
-            query_timeout=query_timeout,
-            retry=retry,
-        )
-        self.output_dimensionality = dims
-        self.model_path = f"models/{model}"
+        self.output_dimensionality = output_dimensionality
+        super().__init__(model=model, api_key=api_key, base_url=base_url, headers=headers, timeout=timeout,
+                         query_timeout=query_timeout, retry=retry)
+
+    def _normalize_model(self, model: str) -> str:
+        return normalize_gemini_model(model)
+
+    def _check_options(self) -> None:
+        self.output_dimensionality = resolve_output_dimensionality(self.model, self.output_dimensionality)
+        self.model_path = f"models/{self.model}"
 
     def _key_settings(self) -> dict[str, Any]:
         settings = super()._key_settings()

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from .remote import (
-    DOCUMENT_TIMEOUT,
-    QUERY_TIMEOUT,
     RemoteEmbedder,
     import_sdk,
-    parse_embedding_data,
     shared_ssl_context,
     strip_model_prefix,
 )
-from .retry import RetryPolicy
+from .responses import parse_embedding_data
 
 #: The SDK appends ``/v1/embeddings`` to its server URL.
 DEFAULT_SERVER_URL = "https://api.mistral.ai"
@@ -37,43 +34,31 @@ class MistralEmbedder(RemoteEmbedder):
 
     provider = "mistral"
     normalize = False
+    client_library = ("mistralai.client", "mistral")
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        model: str = DEFAULT_MODEL,
-        base_url: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        dimensions: int | None = None,
-        timeout: float = DOCUMENT_TIMEOUT,
-        query_timeout: float = QUERY_TIMEOUT,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        client_mod = import_sdk("mistralai.client", "mistral", "mistral")
-        super().__init__(
-            model=normalize_mistral_model(model),
-            api_key=api_key,
-            base_url=server_url_of(base_url),
-            headers=headers,
-            dimensions=dimensions,
-            timeout=timeout,
-            query_timeout=query_timeout,
-            retry=retry,
-        )
+    def _normalize_model(self, model: str) -> str:
+        return normalize_mistral_model(model)
+
+    def _resolve_base_url(self, base_url: str | None) -> str:
+        return server_url_of(base_url)
+
+    def _open_clients(self) -> None:
         utils = import_sdk("mistralai.client.utils", "mistral", "mistral")
         # Our RetryPolicy governs retries: the SDK's own are off.
-        no_retries = utils.RetryConfig("none", utils.BackoffStrategy(1, 1, 1.0, 1), False)
-        http = import_sdk("mistralai.client.sdk", "mistral", "mistral").httpx  # the HTTP library the SDK uses
-        self._new_client = lambda: client_mod.Mistral(
-            api_key=api_key,
+        self._no_retries = utils.RetryConfig("none", utils.BackoffStrategy(1, 1, 1.0, 1), False)
+        self._http = import_sdk("mistralai.client.sdk", "mistral", "mistral").httpx  # the HTTP library the SDK uses
+        self._client = self._new_client()
+
+    def _new_client(self) -> Any:
+        http = self._http
+        return self._sdk.Mistral(
+            api_key=self._api_key,
             server_url=self.base_url,
-            retry_config=no_retries,
+            retry_config=self._no_retries,
             timeout_ms=int(self.timeout * 1000),
             client=http.Client(follow_redirects=True, verify=shared_ssl_context()),
             async_client=http.AsyncClient(follow_redirects=True, verify=shared_ssl_context()),
         )
-        self._client = self._new_client()
 
     def _kwargs(self, timeout: float) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "timeout_ms": max(1, int(timeout * 1000))}

@@ -14,12 +14,9 @@ from .remote import (
     QUERY_TIMEOUT,
     Exchange,
     HttpxEmbedder,
-    as_vector,
-    expect_list,
-    import_httpx,
-    response_json,
     strip_model_prefix,
 )
+from .responses import as_vector, expect_list, response_json
 from .retry import RetryPolicy
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
@@ -56,17 +53,15 @@ class OllamaEmbedder(HttpxEmbedder):
         query_timeout: float = QUERY_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._httpx = import_httpx("ollama", "ollama")
-        super().__init__(
-            model=normalize_ollama_model(model),
-            api_key=api_key,
-            base_url=ollama_base_url(base_url),
-            headers=headers,
-            timeout=timeout,
-            query_timeout=query_timeout,
-            retry=retry,
-        )
         self.legacy_endpoint = False
+        super().__init__(model=model, api_key=api_key, base_url=base_url, headers=headers, timeout=timeout,
+                         query_timeout=query_timeout, retry=retry)
+
+    def _normalize_model(self, model: str) -> str:
+        return normalize_ollama_model(model)
+
+    def _resolve_base_url(self, base_url: str | None) -> str:
+        return ollama_base_url(base_url)
 
     def _key_settings(self) -> dict[str, Any]:
         return {"provider": self.provider, "model": self.model}

@@ -19,15 +19,11 @@ from .batch_api import (
     parse_jsonl,
 )
 from .remote import (
-    DOCUMENT_TIMEOUT,
-    QUERY_TIMEOUT,
     RemoteEmbedder,
-    import_sdk,
-    parse_embedding_data,
     shared_ssl_context,
     strip_model_prefix,
 )
-from .retry import RetryPolicy
+from .responses import parse_embedding_data
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "text-embedding-3-small"
@@ -44,31 +40,13 @@ class OpenAIEmbedder(RemoteEmbedder):
 
     provider = "openai"
     normalize = False
+    client_library = ("openai", "openai")
+    default_base_url = DEFAULT_BASE_URL
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        model: str = DEFAULT_MODEL,
-        base_url: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        dimensions: int | None = None,
-        timeout: float = DOCUMENT_TIMEOUT,
-        query_timeout: float = QUERY_TIMEOUT,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        sdk = import_sdk("openai", "openai", "openai")
-        super().__init__(
-            model=normalize_openai_model(model),
-            api_key=api_key,
-            base_url=base_url or DEFAULT_BASE_URL,
-            headers=headers,
-            dimensions=dimensions,
-            timeout=timeout,
-            query_timeout=query_timeout,
-            retry=retry,
-        )
-        self._sdk = sdk
+    def _normalize_model(self, model: str) -> str:
+        return normalize_openai_model(model)
+
+    def _open_clients(self) -> None:
         self._client = self._new_client()
 
     def _params(self) -> dict[str, Any]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import math
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
 
 from ..errors import MissingDependencyError
 from .base import Embedder, provider_key_of
 from .limits import max_input_bytes
-from .retry import MalformedResponseError, ProviderHTTPError, RetryPolicy, redact
+from .responses import check_count
+from .retry import RetryPolicy, redact
 
 if TYPE_CHECKING:
     from .batch_api import BatchRunner
@@ -70,78 +70,6 @@ def public_headers(headers: Mapping[str, str], secrets: Sequence[str | None] = (
     return dict(sorted(out.items()))
 
 
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def as_vector(value: Any, provider: str, where: str) -> list[float]:
-    """Check that ``value`` is a non-empty list of numbers (non-finite values are zeroed later)."""
-    if not isinstance(value, (list, tuple)) or not value:
-        shown = "an empty list" if isinstance(value, (list, tuple)) else type(value).__name__
-        raise MalformedResponseError(f"{provider} embeddings: malformed response: {where} is {shown}, not a vector")
-    for v in value:
-        if not is_number(v):
-            raise MalformedResponseError(
-                f"{provider} embeddings: malformed response: {where} contains a non-numeric value {v!r:.40}"
-            )
-    return [float(v) if math.isfinite(v) else 0.0 for v in value]
-
-
-def check_count(vectors: Sequence[Any], expected: int, provider: str) -> None:
-    if len(vectors) != expected:
-        raise MalformedResponseError(
-            f"{provider} embeddings: malformed response: expected {expected} embeddings, got {len(vectors)}"
-        )
-
-
-def field_of(data: Any, name: str) -> Any:
-    """``data[name]`` of a JSON object or ``data.name`` of an SDK object; ``None`` when absent."""
-    if isinstance(data, dict):
-        return data.get(name)
-    return getattr(data, name, None)
-
-
-def expect_list(value: Any, expected: int, provider: str, what: str) -> list[Any]:
-    """``value`` checked to be a list of ``expected`` items (``what`` names it in the error)."""
-    if not isinstance(value, list):
-        raise MalformedResponseError(f"{provider} embeddings: malformed response: no {what}")
-    check_count(value, expected, provider)
-    return value
-
-
-def parse_embedding_data(response: Any, expected: int, provider: str) -> list[list[float]]:
-    """The vectors of an OpenAI-style response (an SDK object or its JSON): a ``data`` list of
-    ``{"index", "embedding"}`` items, put in ``index`` order."""
-    data = expect_list(field_of(response, "data"), expected, provider, "'data' list")
-    items = sorted(data, key=lambda d: field_of(d, "index") or 0)
-    return [as_vector(field_of(d, "embedding"), provider, f"data[{i}].embedding") for i, d in enumerate(items)]
-
-
-#: Bound on a provider's error body kept in memory (a cut key's 8+ character prefix is still masked).
-_RAW_DETAIL_LIMIT = 20_000
-
-
-def http_error(provider: str, status: int, body: str) -> ProviderHTTPError:
-    """A :class:`ProviderHTTPError` with the provider's own error message when the body has one."""
-    detail = body.strip()
-    try:
-        import json
-
-        data = json.loads(body)
-        err = data.get("error") if isinstance(data, dict) else None
-        if isinstance(err, dict):
-            parts = [str(err.get(k)) for k in ("status", "code", "type", "message") if err.get(k) not in (None, "")]
-            detail = " ".join(dict.fromkeys(parts)) or detail
-        elif isinstance(err, str):
-            detail = err
-        elif isinstance(data, dict) and isinstance(data.get("detail"), str):
-            detail = data["detail"]
-    except (ValueError, AttributeError):
-        pass
-    # Not cut to a display length here: the message is masked first, then cut (see ``to_embedding_error``).
-    return ProviderHTTPError(f"{status} {' '.join(detail[:_RAW_DETAIL_LIMIT].split())}", status)
-
-
 #: Loggers of the client libraries (and their children) whose records are scrubbed of API keys.
 SDK_LOGGERS = ("openai", "voyage", "voyageai", "mistralai", "httpx", "httpx2", "httpcore", "urllib3", "aiohttp")
 
@@ -186,31 +114,41 @@ class RemoteEmbedder(Embedder):
     """Base of the HTTP providers: retries every call, hides the API key, and routes document
     batches through the provider's batch API when ``remote.batch.enabled``.
 
-    Subclasses implement ``_request`` (one call for documents or a query, no retry) and may
-    override its async twin ``_arequest``; they set ``self._batch`` to a :class:`BatchRunner` when
-    their provider has a batch API.
+    The constructor is shared: a subclass sets ``default_base_url`` and writes the hooks it needs,
+    called in this order: ``_import_client_library`` (its SDK, ``client_library``, or ``httpx``, so
+    that a missing package is the first error), ``_normalize_model``, ``_check_options`` (before any client is opened),
+    ``_resolve_base_url`` and ``_open_clients``. Subclasses implement ``_request`` (one call for
+    documents or a query, no retry) and may override its async twin ``_arequest``; they set
+    ``self._batch`` to a :class:`BatchRunner` when their provider has a batch API.
     """
 
     #: Requested vector size, for providers that take one (part of ``provider_key`` when set).
     dimensions: int | None = None
+    #: The API's base URL when ``base_url`` is not given.
+    default_base_url: str = ""
+    #: The provider's SDK as (module, pip extra), imported into ``self._sdk`` first thing.
+    client_library: tuple[str, str] | None = None
+    _sdk: Any
 
     def __init__(
         self,
         *,
-        model: str,
         api_key: str | None,
-        base_url: str,
+        model: str = "",
+        base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
         dimensions: int | None = None,
         timeout: float = DOCUMENT_TIMEOUT,
         query_timeout: float = QUERY_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self.model = model
-        self.max_input_bytes = max_input_bytes(self.provider, model)
+        self._import_client_library()
+        self.model = self._normalize_model(model)
+        self._check_options()
+        self.max_input_bytes = max_input_bytes(self.provider, self.model)
         if dimensions is not None:
             self.dimensions = dimensions
-        self.base_url = base_url.rstrip("/")
+        self.base_url = self._resolve_base_url(base_url).rstrip("/")
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
         self.query_timeout = float(query_timeout)
@@ -219,6 +157,29 @@ class RemoteEmbedder(Embedder):
         guard_secret(api_key)
         self._batch: BatchRunner | None = None
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._open_clients()
+
+    # -- construction hooks ---------------------------------------------------------------------
+
+    def _import_client_library(self) -> None:
+        """Import the provider's client library (``client_library`` into ``self._sdk`` by default)."""
+        if self.client_library is not None:
+            module, extra = self.client_library
+            self._sdk = import_sdk(module, extra, self.provider)
+
+    def _normalize_model(self, model: str) -> str:
+        """The model name the API takes (a provider prefix stripped, empty → the default)."""
+        return model
+
+    def _check_options(self) -> None:
+        """Refuse settings the provider cannot take, before any client is opened."""
+
+    def _resolve_base_url(self, base_url: str | None) -> str:
+        """The API's base URL: ``base_url``, else ``default_base_url``."""
+        return base_url or self.default_base_url
+
+    def _open_clients(self) -> None:
+        """Open the provider's clients (the last step of construction)."""
 
     # -- secrets ------------------------------------------------------------------------------
 
@@ -337,14 +298,16 @@ Exchange = Generator[tuple[str, dict[str, Any], float], Any, list[list[float]]]
 
 
 class HttpxEmbedder(RemoteEmbedder):
-    """A provider spoken to directly with ``httpx`` (JSON POSTs). Subclasses set ``self._httpx``
-    before ``super().__init__`` and write ``_exchange`` and ``request_headers``; the same exchange
-    runs on the sync client and on one async client per event loop."""
+    """A provider spoken to directly with ``httpx`` (JSON POSTs). Subclasses write ``_exchange`` and
+    ``request_headers``; the same exchange runs on the sync client and on one async client per event
+    loop."""
 
     _httpx: Any
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def _import_client_library(self) -> None:
+        self._httpx = import_httpx(self.provider, self.provider)
+
+    def _open_clients(self) -> None:
         self._client = self._httpx.Client(timeout=self.timeout, verify=shared_ssl_context())
 
     def request_headers(self) -> dict[str, str]:
@@ -379,19 +342,6 @@ class HttpxEmbedder(RemoteEmbedder):
 
     def close(self) -> None:
         self._client.close()
-
-
-def response_json(response: Any, provider: str) -> Any:
-    """The JSON body of an ``httpx`` response; a non-2xx status raises :class:`ProviderHTTPError`,
-    a body that is not JSON raises :class:`MalformedResponseError`."""
-    if response.status_code >= 400:
-        raise http_error(provider, response.status_code, response.text)
-    try:
-        return response.json()
-    except ValueError:
-        raise MalformedResponseError(
-            f"{provider} embeddings: malformed response: body is not JSON ({response.text[:80]!r})"
-        ) from None
 
 
 def import_httpx(provider: str, extra: str) -> Any:

@@ -22,18 +22,12 @@ from .batch_api import (
     parse_jsonl,
 )
 from .remote import (
-    DOCUMENT_TIMEOUT,
-    QUERY_TIMEOUT,
     RemoteEmbedder,
-    as_vector,
-    expect_list,
-    http_error,
     import_httpx,
-    import_sdk,
-    response_json,
     shared_ssl_context,
     strip_model_prefix,
 )
+from .responses import as_vector, expect_list, http_error, response_json
 from .retry import MalformedResponseError, RetryPolicy
 
 log = logging.getLogger("clawmem.embeddings")
@@ -62,31 +56,14 @@ class VoyageEmbedder(RemoteEmbedder):
 
     provider = "voyage"
     normalize = False
+    client_library = ("voyageai", "voyage")
+    default_base_url = DEFAULT_BASE_URL
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        model: str = DEFAULT_MODEL,
-        base_url: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        dimensions: int | None = None,
-        timeout: float = DOCUMENT_TIMEOUT,
-        query_timeout: float = QUERY_TIMEOUT,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        sdk = import_sdk("voyageai", "voyage", "voyage")
-        super().__init__(
-            model=normalize_voyage_model(model),
-            api_key=api_key,
-            base_url=base_url or DEFAULT_BASE_URL,
-            headers=headers,
-            dimensions=dimensions,
-            timeout=timeout,
-            query_timeout=query_timeout,
-            retry=retry,
-        )
-        self._sdk = sdk
+    def _normalize_model(self, model: str) -> str:
+        return normalize_voyage_model(model)
+
+    def _open_clients(self) -> None:
+        sdk, api_key = self._sdk, self._api_key
         if self.headers:
             log.warning("voyage: remote.headers are sent on batch API calls only (the voyageai SDK drops them)")
         # Our RetryPolicy governs retries: max_retries=0 makes one attempt.

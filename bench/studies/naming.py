@@ -3,7 +3,7 @@
 ``MemoryIndex.search`` (``min_score=0``). Each data set is indexed once; the prior is swapped between runs over
 the same index.
 
-Usage: ``python -m bench.naming [--prior 1,2] [--datasets locomo-en,locomo-zh,scifact]``.
+Usage: ``python -m bench.studies.naming [--prior 1,2] [--datasets locomo-en,locomo-zh,scifact]``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .data import default_data_dir, load_all
-from .metrics import Span, doc_recall_at, hit_at, mean, ndcg_at, rank_documents
+from ..data import default_data_dir, load_all
+from ..metrics import Span, doc_recall_at, hit_at, mean, ndcg_at, rank_documents
 
 
 def run(datasets: list[str], priors: list[float], work: Path, data: Path, limit: int | None = None) -> dict[str, Any]:
@@ -65,11 +65,11 @@ def run(datasets: list[str], priors: list[float], work: Path, data: Path, limit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.naming")
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.naming")
     ap.add_argument("--prior", default="1,2")
     ap.add_argument("--datasets", default="locomo-en,locomo-zh,scifact")
     ap.add_argument("--data", type=Path, default=None)
-    ap.add_argument("--work", type=Path, default=Path(__file__).resolve().parent / "results" / "raw")
+    ap.add_argument("--work", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "raw")
     ap.add_argument("--limit", type=int, default=None)
     a = ap.parse_args(argv)
     result = run(a.datasets.split(","), [float(x) for x in a.prior.split(",")], a.work, a.data or default_data_dir(),

@@ -14,8 +14,8 @@ An index with no freshness check (``sync.on_search = false``), searched in the s
 gives the floor (``off``). Runs on SQLite and on PostgreSQL (an embedded server; the store tells
 the index's own commits from other connections' through ``Store.others_version()`` on both).
 
-    python -m bench.freshness_vectors                      # about 4k files, 10k chunks, both stores
-    python -m bench.freshness_vectors --chunks 2500 --queries 60 --stores postgres
+    python -m bench.studies.freshness_vectors                      # about 4k files, 10k chunks, both stores
+    python -m bench.studies.freshness_vectors --chunks 2500 --queries 60 --stores postgres
 
 Writes ``bench/results/freshness_vectors.json`` and ``freshness_vectors.md``.
 """
@@ -123,7 +123,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         "through its own vector writes (`now`) and with every commit counted as another writer's (`before`), "
         "alternating query by query; `off` is an index with no freshness check searched in the same rotation. "
         "PostgreSQL: an embedded server on a local socket. "
-        f"{r0['cpus']} CPUs shared with other work. Regenerate with `python -m bench.freshness_vectors`.",
+        f"{r0['cpus']} CPUs shared with other work. Regenerate with `python -m bench.studies.freshness_vectors`.",
         "",
         "| store | files (chunks) | searches | `off` p50 ms | `before` p50 ms (x off) | `now` p50 ms (x off) | "
         "walks per search before / now | vectors made | load |",
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "sqlite":
             r = run(a.work, a.chunks, a.queries, a.batch_ms)
         else:
-            from .postgres import Server
+            from ..postgres import Server
 
             server = Server()
             try:

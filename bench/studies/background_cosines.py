@@ -2,7 +2,7 @@
 vectors, before (pure-Python dot products) and after (one matrix-vector product over unit vectors
 kept per background object).
 
-    python -m bench.background_cosines [--dims 384,768,3072] [--rounds 300] [--searches 60]
+    python -m bench.studies.background_cosines [--dims 384,768,3072] [--rounds 300] [--searches 60]
 
 For each dimension it prints, interleaved round by round (A then B, so both see the same load):
 
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load at end: {load_end}")
     if a.no_save:
         return
-    out = Path(__file__).resolve().parent / "results" / "background_cosines.md"
+    out = Path(__file__).resolve().parents[1] / "results" / "background_cosines.md"
     head = ["# Calibration background cosines per search", "",
-            "`python -m bench.background_cosines` (medians; old and new interleaved in one run). One section per run,",
+            "`python -m bench.studies.background_cosines` (medians; old and new interleaved in one run). One section per run,",
             "newest last.", ""]
     earlier = out.read_text(encoding="utf-8").split("\n## ", 1) if out.exists() else []
     kept = "## " + earlier[1].rstrip("\n") + "\n\n" if len(earlier) == 2 else ""

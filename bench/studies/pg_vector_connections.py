@@ -7,7 +7,7 @@ marks every chunk of one index pending again and runs its vector phase once per 
 alternating, with the deterministic hash embedder (vectors from the embedding cache, filled by an
 untimed first run: what is timed is the store's side). ``held`` is the old block, put back for the run.
 
-    python -m bench.pg_vector_connections --chunks 3000 --rounds 6
+    python -m bench.studies.pg_vector_connections --chunks 3000 --rounds 6
 
 Prints the vector phase's seconds per way, chunks per second and the ratio of medians, with the load,
 and writes them to ``bench/results/pg_vector_connections.md``.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .freshness import load, workspace
-from .postgres import RAW, Server
+from ..postgres import RAW, Server
 
 
 @contextlib.contextmanager
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "pg_vector_connections.md")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "pg_vector_connections.md")
     a = ap.parse_args(argv)
     r = run(a.chunks, a.rounds)
     print(f"{r['files']:,} files, {r['chunks']:,} chunks, {r['rounds']} rounds; load {' | '.join(r['loads'])}")
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "The vector phase on PostgreSQL (embedded server, local socket), its connection held for the whole writing "
             "block (`held`, the old block) against one taken without the pool's check for each statement and handed "
             "back (`per statement`, now), interleaved round by round; vectors from the embedding cache. "
-            "Regenerate with `python -m bench.pg_vector_connections`.",
+            "Regenerate with `python -m bench.studies.pg_vector_connections`.",
             "",
             "| files (chunks) | rounds | `held` median s (chunks/s) | `per statement` median s (chunks/s) | ratio | load |",
             "|---|---|---|---|---|---|",

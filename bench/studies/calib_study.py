@@ -1,8 +1,8 @@
-"""Per-query candidates for ``bench.calibrated``: keyword hits (FTS5 ranks and the query terms' document
+"""Per-query candidates for ``bench.studies.calibrated``: keyword hits (FTS5 ranks and the query terms' document
 frequencies) from the keyword-only index, the best-window cosine of every chunk from the model's index, and the
 query's cosines to the calibration passages, for the real questions and the foreign ones, pickled.
 
-``python -m bench.calib_study CACHE LABEL[,LABEL] OUT.pkl [WORKSPACE,...]`` (LoCoMo EN and ZH; vectors from ``bench.fusion``'s
+``python -m bench.studies.calib_study CACHE LABEL[,LABEL] OUT.pkl [WORKSPACE,...]`` (LoCoMo EN and ZH; vectors from ``bench.studies.fusion``'s
 cache ``CACHE``); :func:`main_scifact` does the same on a SciFact subset (``bench.scifact_subset``)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 from clawmem_core.calibration import BACKGROUND_TEXTS, blind_scripts
 
 from . import fusion as F
-from .data import default_data_dir, load_locomo, load_scifact
-from .metrics import Span, covered_gold
+from ..data import default_data_dir, load_locomo, load_scifact
+from ..metrics import Span, covered_gold
 
 
 @dataclass

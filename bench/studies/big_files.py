@@ -1,6 +1,6 @@
 """Memory and time of reading and syncing one huge memory file (keyword-only).
 
-    python -m bench.big_files [--mb 200] [--skip-full-sync]
+    python -m bench.studies.big_files [--mb 200] [--skip-full-sync]
 
 Each operation runs in a fresh process; its peak resident memory (``ru_maxrss``) is printed beside
 the file size, with the baseline of a process that only imported clawmem. The file is made once
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 RAW = HERE / "results" / "raw" / "big-files"
 
 CHILD = r"""

