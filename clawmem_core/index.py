@@ -1167,7 +1167,8 @@ class MemoryIndex:
     def write(self, text: str, target: str = "daily", *, now: datetime | None = None) -> "WriteResult":
         """Append a note to today's ``memory/YYYY-MM-DD.md`` (``target="daily"``) or to
         ``MEMORY.md`` (``"long_term"``); never overwrites. The index is updated before returning,
-        so the note is searchable at once."""
+        so the note is searchable at once. The note is stored as written (``memory_write`` keeps the
+        model's own words: no secret masking, unlike :meth:`archive_session`)."""
         from .writing import append_note
 
         self._check_open()
@@ -1191,7 +1192,7 @@ class MemoryIndex:
 
     def archive_session(self, messages_text: str, slug: str | None = None, *, now: datetime | None = None) -> "WriteResult":
         """Save a conversation to ``memory/YYYY-MM-DD-<slug>.md`` (a new file, never replacing one)
-        and index it."""
+        and index it; secrets in it are masked first (:func:`~clawmem_core.masking.mask_secrets`)."""
         from .writing import archive_session
 
         self._check_open()
