@@ -69,6 +69,7 @@ hard complex fine ok okay good bad great important sensitive visible hidden temp
 stored saved set reset changed updated rotated revoked leaked compromised written sent attached included below
 above following case forgotten lost locked protected managed generated random unique mine yours hers ours
 theirs sure true false null none nil undefined tbd n/a well insensitive coded
+shown seen given taken made found kept told said stolen hidden chosen broken frozen spoken known gone done
 """.split())
 _PROSE_WORDS = _FUNCTION_WORDS | _PREDICATE_WORDS
 
@@ -92,7 +93,9 @@ _INDEX = re.compile(r"^[A-Za-z_][\w.]*\[")  # os.environ[, secrets[
 _ATTRIBUTE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")  # self.token, settings.API_KEY
 _KEYWORD_WORDS = frozenset({"password", "passwd", "passphrase", "token", "secret", "key", "apikey", "credentials",
                             # type annotations: password: str = ..., token: Optional[str]
-                            "str", "string", "int", "bytes", "bool", "float", "secretstr", "optional", "any"})
+                            "str", "string", "int", "bytes", "bool", "float", "secretstr", "optional", "any",
+                            # an authorization scheme named without its credentials
+                            "bearer", "basic", "digest"})
 _TRAILING = ".,;:)]}>"
 
 
@@ -102,8 +105,14 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+_LETTERS = re.compile(r"^[A-Za-z_]+$")
+_IDENTIFIER_CHAIN = re.compile(r"^[A-Za-z_]+(?:\.[A-Za-z_]+)*$")
+_CONSTANT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # NO_REPLY, DEFAULT_VALUE
+_WORD = re.compile(r"[A-Za-z]+")
+
+
 def _reads_as_code(value: str) -> bool:
-    if _CALL.match(value) or _INDEX.match(value):
+    if _CALL.match(value) or _INDEX.match(value) or _CONSTANT.match(value):
         return True
     if _ATTRIBUTE.match(value) and _CODE_KEYWORD.search(value.rsplit(".", 1)[1]):
         return True
@@ -131,6 +140,12 @@ def _strong(value: str) -> bool:
     if len(value) < 12 or " " in value or "://" in value or _PLACEHOLDER.match(value) or _reads_as_code(value):
         return False
     if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    if value[0] in "/~.":  # a path
+        return False
+    # mostly words: an identifier or a model name (memory_index_meta_v1, sentence-transformers/all-MiniLM-L6-v2)
+    words = sum(len(w) for w in _WORD.findall(value) if len(w) >= 3 and (w.islower() or w.istitle()))
+    if words * 2 > len(value):
         return False
     return _entropy(value) >= 3.0
 
@@ -177,11 +192,11 @@ _IS = (r"(?:(?:\s+(?:is|was|has\s+been|will\s+be|got))?\s+(?:changed|set|reset|u
 
 _RULES: tuple[_Rule, ...] = (
     # scheme://user:password@host (also without a user).
-    _rule("url-userinfo", r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:(?P<s>[^\s@/]+)@", ("://",)),
+    _rule("url-userinfo", r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:(?P<s>[^\s@/]+)@", ("://",), "weak"),
     # Authorization headers; a bare bearer token.
     _rule("authorization",
           r"(?i)\b(?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest|apikey|api-key)\s+)?"
-          r"(?P<s>[^\s\"',;]+)", ("authorization",), "weak", lowered=True),
+          r"(?P<s>[^\s\"'`,;]+)", ("authorization",), "weak", lowered=True),
     _rule("bearer", r"\b[Bb]earer\s+(?P<s>[A-Za-z0-9._~+/=-]{16,})", ("earer",)),
     _rule("api-key-header",
           r"(?i)\b(?:x-)?(?:api-?key|auth-token|access-token|api-token|private-token|x-goog-api-key)\s*:\s*"
@@ -288,6 +303,9 @@ def _value_span(view: str, m: re.Match[str]) -> tuple[int, int, str]:
     if value.endswith(("...", "…")):  # a key shown cut short: sk-...
         return start, start, ""
     if len(value) >= 2 and value[0] in "\"'`“" and value[-1] in "\"'`”":
+        inner = value[1:-1]
+        if not inner or inner[0] in " \t,;:.)]}'\"" or not any(c.isalnum() for c in inner):  # `, in ` is no value
+            return start, start, ""
         return start + 1, end - 1, "quoted"
     while end > start and view[end - 1] in _TRAILING:
         end -= 1
@@ -302,14 +320,18 @@ def _accept(rule: _Rule, view: str, m: re.Match[str], start: int, end: int, quot
     check = rule.check
     if check == "name":
         name = m.group("n")
+        if not quoted and not name.isupper() and (_LETTERS.match(value) or value[0] in "([{"):
+            return None  # code or a docstring: api_key = value, client_secret: ClientSecret, token: Number of...
         check = "weak" if _STRONG_WORDS.search(name) and name not in _BARE else "strong"
     if check == "words":
         if quoted:
             return end if not _PLACEHOLDER.match(value) else None
+        if "=" in view[m.end("n") : start] and _IDENTIFIER_CHAIN.match(value):
+            return None  # code: password = value, password = request.url.password
         return _password_words(view, start, end)
     if check == "weak":
         if quoted:  # code or configuration: any value but a placeholder
-            return end if not (_PLACEHOLDER.match(value) or _reads_as_code(value)) else None
+            return end if len(value) >= 3 and not (_PLACEHOLDER.match(value) or _reads_as_code(value)) else None
         return end if _weak(value) else None
     if check == "strong":
         return end if _strong(value) else None
