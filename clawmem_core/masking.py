@@ -60,6 +60,7 @@ in on at to for of with by from as into onto about like over under after before 
 what which who whom whose where when how why if and or but because than though although while
 same different new old other another any some every each all both either neither none nothing something
 last next today yesterday tomorrow tonight week weeks month months year years day days time times morning
+see check ask use continue proceed login log sign access get make keep avoid protect follow contact
 """.split())
 # ... and what a password "is": never a secret on its own ("the password is correct", "was changed").
 _PREDICATE_WORDS = frozenset("""
@@ -184,7 +185,7 @@ _NAME_U = (r"(?:[A-Z0-9]+[_-])*(?:[A-Z0-9]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSP
 _NAME_S = (r"(?:[a-z0-9]+[_-])+(?:api_?key|apikey|key|token|secret|password|passwd|passphrase|pwd|pass"
            r"|credentials?)")
 _NAME_C = r"[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)*(?:Key|Token|Secret|Password|Passwd|Passphrase|Pwd|Credentials?)"
-_PW_WORDS = r"pass(?:word|wd|phrase|code)|pass\s+word|(?-i:PIN)(?:\s+code)?|pin\s+code"
+_PW_WORDS = r"pass(?:word|wd|phrase|code)|pass\s+word|pw|(?-i:PIN)(?:\s+code)?|pin\s+code"
 _KEY_WORDS = r"(?:[A-Za-z]+[ _-])?(?:key|token|secret|credential)s?"
 _FOR = r"(?:\s+(?:for|of|to|on)(?:\s+[^\s:=,.;]+){1,3}?)?"
 _IS = (r"(?:(?:\s+(?:is|was|has\s+been|will\s+be|got))?\s+(?:changed|set|reset|updated)\s+to\b"
@@ -244,7 +245,14 @@ _RULES: tuple[_Rule, ...] = (
     _rule("sas-signature", r"[?&]sig=(?P<s>[A-Za-z0-9%+/=]{20,})", ("sig=",)),
     # Said in words: "my password is hunter2", "the passphrase is correct horse battery staple".
     _rule("password-words", rf"(?i)(?<![A-Za-z0-9_])(?P<n>{_PW_WORDS}){_FOR}{_IS}" + _VALUE,
-          ("pass", "pin"), "words", lowered=True),
+          ("pass", "pin", "pw"), "words", lowered=True),
+    # "set the wifi password to Hunter22", "changed my passphrase to ..."
+    _rule("password-set",
+          r"(?i)\b(?:set|change|changed|reset|update|updated)\s+(?:(?:the|my|your|his|her|our|their|its|a|new)\s+)*"
+          rf"(?:[A-Za-z-]+\s+)?(?P<n>{_PW_WORDS})\s+to\s+" + _VALUE, ("pass", "pin", "pw"), "words", lowered=True),
+    # A secret name and a random value with nothing between: aws_secret_access_key wJalr..., CLIENT_SECRET 8f3a...
+    _rule("name-value", rf"(?<![A-Za-z0-9_.-])(?P<n>{_NAME_U}|{_NAME_S})[ \t]+" + _VALUE,
+          ("key", "token", "secret", "pass", "pwd", "cred"), "strong", lowered=True),
     # "the API key is 8f3a...", "token: ghx7...": only a value that looks random.
     _rule("key-words", rf"(?i)(?<![A-Za-z0-9_])(?P<n>{_KEY_WORDS}){_FOR}{_IS}" + _VALUE,
           ("key", "token", "secret", "credential"), "strong", lowered=True),
