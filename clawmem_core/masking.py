@@ -75,14 +75,15 @@ shown seen given taken made found kept told said stolen hidden chosen broken fro
 _PROSE_WORDS = _FUNCTION_WORDS | _PREDICATE_WORDS
 
 _PLACEHOLDER = re.compile(
-    r"""(?ix)^(?:
+    r"""(?x)^(?:
         <.*                                  # <your key here>, <password>
-      | \$\{?[A-Za-z_][A-Za-z0-9_]*\}?.*      # $VAR, ${VAR}
+      | \$\{.* | \$[A-Z_][A-Z0-9_]*           # ${VAR}, $VAR
       | \{\{.* | \{[A-Za-z_][A-Za-z0-9_]*\}   # {{ secret }}, {password}
       | %\(?[A-Za-z_]*\)?s | %[A-Za-z_]+%    # %(password)s, %PASSWORD%
-      | [*x•.…_-]+ | \[.*                     # ***, xxxx, ..., [redacted]
-      | (?:your|my|the|an?|enter|insert|put)[-_ ].* | .*[-_](?:here|goes[-_]here)
-      | (?:null|none|nil|true|false|undefined|empty|redacted|n/a|tbd|todo|fixme|placeholder|dummy)
+      | [*xX•.…_-]+ | \[.*                    # ***, xxxx, ..., [redacted]
+      | (?:your|my|the|an?|enter|insert|put)[-_ ](?:[a-z]+[-_ ])*?(?:key|token|secret|password|pass|value|id|here)s?
+      | [a-z_-]*[-_](?:here|goes[-_]here)      # your-api-key-here, your_key_here
+      | (?i:null|none|nil|true|false|undefined|empty|redacted|n/a|tbd|todo|fixme|placeholder|dummy)
     )$"""
 )
 
