@@ -155,7 +155,7 @@ def _strong(value: str) -> bool:
 # -- contextual rules ------------------------------------------------------------------------------------------
 
 _VALUE = r"""(?P<s>"[^"\n]*"|'[^'\n]*'|`[^`\n]*`|“[^”\n]*”|[^\s"'`“]+)"""
-_CLI_END = r"[^\n|;&]*?"  # the rest of one shell command
+_CLI_END = r"[^\n|;&]{0,200}?"  # the rest of one shell command (bounded: a long line is never rescanned whole)
 
 _STRONG_WORDS = re.compile(r"(?i)pass|pwd|secret|token|api_?key|apikey|access_?key|private_?key|auth|credential")
 _BARE = frozenset({"KEY", "TOKEN", "SECRET", "PASS", "PWD", "CREDENTIAL", "CREDENTIALS"})
@@ -174,12 +174,11 @@ class _Rule(NamedTuple):
     reach: int = 0
 
 
-def _rule(name: str, pattern: str, needles: tuple[str, ...], check: str = "", *, flags: int = 0,
-          lowered: bool = False, reach: int = 0) -> _Rule:
-    return _Rule(name, re.compile(pattern, flags), needles, lowered, check, reach)
+def _rule(name: str, pattern: str, needles: tuple[str, ...], check: str = "", *, lowered: bool = False,
+          reach: int = 0) -> _Rule:
+    return _Rule(name, re.compile(pattern), needles, lowered, check, reach)
 
 
-_I = re.IGNORECASE
 # Upper case: PGPASSWORD, OPENAI_API_KEY, DB_PASS (KEY, PASS and PWD only after "_": MONKEY, BYPASS are words).
 _NAME_U = (r"(?:[A-Z0-9]+[_-])*(?:[A-Z0-9]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE)|API_?KEY|APIKEY|KEY|PWD|PASS"
            r"|CREDENTIALS?)")
@@ -228,8 +227,8 @@ _RULES: tuple[_Rule, ...] = (
           r"\b(?:docker|podman|nerdctl|buildah|skopeo|oras|helm\s+registry)\s+login\b" + _CLI_END
           + r"\s-p(?:\s+|=)" + _VALUE, ("login",)),
     # curl -u user:PW, curl --user user:PW, httpie -a user:PW.
-    _rule("curl-user", r"\b(?:curl|http|https|xh)\b" + _CLI_END + r"\s(?:-u\s*|--user(?:\s+|=)|-a\s+|--auth(?:\s+|=))"
-          r"(?P<q>[\"'])?[^\s:\"']*:(?P<s>(?(q)[^\"'\n]+|[^\s\"']+))", ("curl", "http", "xh")),
+    _rule("curl-user", r"\b(?:curl|http|xh)\s" + _CLI_END + r"\s(?:-u\s*|--user(?:\s+|=)|-a\s+|--auth(?:\s+|=))"
+          r"(?P<q>[\"'])?[^\s:\"']*:(?P<s>(?(q)[^\"'\n]+|[^\s\"']+))", ("curl ", "http ", "xh ")),
     _rule("sshpass", r"\bsshpass\s+-p\s*" + _VALUE, ("sshpass",)),
     _rule("redis-cli", r"\bredis-cli\b" + _CLI_END + r"\s-a\s+" + _VALUE, ("redis-cli",)),
     _rule("ldap", r"\bldap[a-z]+\b" + _CLI_END + r"\s-w\s+" + _VALUE, ("ldap",)),
