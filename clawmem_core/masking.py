@@ -227,7 +227,7 @@ _RULES: tuple[_Rule, ...] = (
           r"\b(?:docker|podman|nerdctl|buildah|skopeo|oras|helm\s+registry)\s+login\b" + _CLI_END
           + r"\s-p(?:\s+|=)" + _VALUE, ("login",)),
     # curl -u user:PW, curl --user user:PW, httpie -a user:PW.
-    _rule("curl-user", r"\b(?:curl|http|xh)\s" + _CLI_END + r"\s(?:-u\s*|--user(?:\s+|=)|-a\s+|--auth(?:\s+|=))"
+    _rule("curl-user", r"\b(?:curl|http|xh)(?=\s)" + _CLI_END + r"\s(?:-u\s*|--user(?:\s+|=)|-a\s+|--auth(?:\s+|=))"
           r"(?P<q>[\"'])?[^\s:\"']*:(?P<s>(?(q)[^\"'\n]+|[^\s\"']+))", ("curl ", "http ", "xh ")),
     _rule("sshpass", r"\bsshpass\s+-p\s*" + _VALUE, ("sshpass",)),
     _rule("redis-cli", r"\bredis-cli\b" + _CLI_END + r"\s-a\s+" + _VALUE, ("redis-cli",)),
