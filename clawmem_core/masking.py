@@ -19,8 +19,8 @@ One masker, three kinds of rules, all compiled once:
   Names are matched case-sensitively in an upper-case, ``snake_case`` or ``camelCase`` form: ``monkey`` and
   ``whiskey`` are not keys.
 
-Each rule first checks that the text contains one of its literals (a substring test), so ordinary prose costs
-a handful of scans. Text is matched with its non-ASCII hyphens read as ``-``.
+Each rule runs only on the lines holding one of its literals (found with a substring search), so ordinary prose
+costs a handful of scans. Text is matched with its non-ASCII hyphens read as ``-``.
 """
 
 from __future__ import annotations
