@@ -297,7 +297,8 @@ def archive_conversation(
 
     The slug is ``slug`` when given, else what ``slug_fn(conversation)`` returns (e.g. a model asked with
     :func:`slug_prompt`; failures and empty answers fall back), else the time ``HHMMSS``. Only the last
-    ``max_messages`` user/assistant messages are kept (``None``: all).
+    ``max_messages`` user/assistant messages are kept (``None``: all). Secrets in the conversation are masked
+    before it is written (:meth:`MemoryIndex.archive_session`).
     """
     text = messages if isinstance(messages, str) else format_conversation(messages, max_messages=max_messages)
     if not text.strip():

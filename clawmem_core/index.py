@@ -1223,7 +1223,9 @@ class MemoryIndex:
         ``MEMORY.md`` (``"long_term"``); never overwrites. The index is updated before returning,
         so the note is searchable at once. A note over ``write.max_note_chars`` characters, or one
         that would take its file past ``sync.max_file_bytes``, is refused with
-        :class:`~clawmem_core.writing.NoteTooLargeError` (nothing written)."""
+        :class:`~clawmem_core.writing.NoteTooLargeError` (nothing written).
+        The note is stored as written (``memory_write`` keeps the model's own words: no secret
+        masking, unlike :meth:`archive_session`)."""
         from .writing import append_note
 
         self._check_open()
@@ -1249,7 +1251,7 @@ class MemoryIndex:
 
     def archive_session(self, messages_text: str, slug: str | None = None, *, now: datetime | None = None) -> "WriteResult":
         """Save a conversation to ``memory/YYYY-MM-DD-<slug>.md`` (a new file, never replacing one)
-        and index it."""
+        and index it; secrets in it are masked first (:func:`~clawmem_core.masking.mask_secrets`)."""
         from .writing import archive_session
 
         self._check_open()

@@ -379,14 +379,17 @@ def archive_session(
 ) -> WriteResult:
     """Save a conversation to a new ``memory/YYYY-MM-DD-<slug>.md`` file and return where it went.
 
-    The slug is sanitised to ``[a-z0-9-]``; when none is left, the time ``HHMMSS`` is used. An existing file is
-    never replaced: ``-2``, ``-3``… is appended instead. ``metadata`` (e.g. session key, id, source) is listed
-    under the title. Returned lines cover the whole file.
+    The conversation and the slug go through :func:`~clawmem_core.masking.mask_secrets` first: a key pasted
+    into the conversation never reaches ``memory/``. The slug is sanitised to ``[a-z0-9-]``; when none is left,
+    the time ``HHMMSS`` is used. An existing file is never replaced: ``-2``, ``-3``… is appended instead.
+    ``metadata`` (e.g. session key, id, source) is listed under the title. Returned lines cover the whole file.
     """
-    body = _clean_text(messages_text)
+    from .masking import mask_secrets
+
+    body = _clean_text(mask_secrets(messages_text))
     root = _workspace_root(workspace)
     stamp = _local(now)
-    base = f"{stamp:%Y-%m-%d}-{sanitize_slug(slug) or f'{stamp:%H%M%S}'}"
+    base = f"{stamp:%Y-%m-%d}-{sanitize_slug(mask_secrets(slug) if slug else slug) or f'{stamp:%H%M%S}'}"
     header = [f"# Session: {stamp:%Y-%m-%d %H:%M:%S}", ""]
     if metadata:
         header += [f"- **{key}**: {value}" for key, value in metadata.items()] + [""]

@@ -34,6 +34,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 
 from clawmem_core import MemoryIndex
 from clawmem_core.flush import archive_conversation, format_conversation, is_silent_reply, slug_prompt
+from clawmem_core.masking import mask_secrets
 
 __all__ = ["ClawmemFlushBlock", "DISTIL_PROMPT", "archive_chat"]
 
@@ -52,7 +53,8 @@ def _text(message: Any) -> str:
 
 
 class ClawmemFlushBlock(BaseMemoryBlock[str]):
-    """A memory block writing the messages ``Memory`` flushes from short-term memory as Markdown notes."""
+    """A memory block writing the messages ``Memory`` flushes from short-term memory as Markdown notes (secrets
+    masked)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -97,6 +99,7 @@ class ClawmemFlushBlock(BaseMemoryBlock[str]):
             note = await self._distil(conversation)
             if not note:
                 return
+            note = mask_secrets(note)  # flushed messages become memory: pasted keys stay out of memory/
             if self.mode == "archive":
                 slug = await self._slug(conversation)
                 result = await asyncio.to_thread(archive_conversation, self.memory, note, slug=slug)

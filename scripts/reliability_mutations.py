@@ -80,6 +80,20 @@ MUTATIONS: dict[str, tuple] = {
         [("clawmem_core/masking.py", "        if len(secret) < KNOWN_PREFIX_MIN:\n            continue",
           "        if True:\n            continue")],
     ),
+    "passphrase-whole": (  # a passphrase said in words masked but for its last 10 characters
+        "clawmem_core/masking.py",
+        "    if count >= 3:\n        return stop\n",
+        "    if count >= 3:\n        return stop - 10\n",
+        ["tests/core/test_masking_corpus.py::test_passwords_said_in_words_are_masked_whole",
+         "tests/reliability/test_secrets.py::test_common_secret_shapes_are_masked"],
+    ),
+    "passphrase-first-word": (  # only the first word of a passphrase said in words masked
+        "clawmem_core/masking.py",
+        "    if count >= 3:\n        return stop\n",
+        "    if count >= 3:\n        return end\n",
+        ["tests/core/test_masking_corpus.py::test_passwords_said_in_words_are_masked_whole",
+         "tests/reliability/test_secrets.py::test_common_secret_shapes_are_masked"],
+    ),
     "bad-names": (  # file names that are not valid UTF-8 reach the index
         "clawmem_core/discovery.py",
         "    return split_bad_names(out, bad_names), missing",

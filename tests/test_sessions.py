@@ -113,7 +113,7 @@ def test_transcript_secrets_are_masked_and_stay_on_one_line() -> None:
     lines = entry.content.split("\n")
     assert len(lines) == 2 == len(entry.line_map)
     assert "ABCDEFGHIJKLMNOPQRSTUVWX" not in entry.content
-    assert "sk-pro…1234" in lines[0]
+    assert "sk-proj-*** ok" in lines[0]
     assert "MIIEowIBAAKCAQEA" not in entry.content
     assert lines[1] == "Assistant: here: *** thanks"
 
@@ -130,33 +130,31 @@ def test_session_hash_covers_content_and_line_map() -> None:
 
 
 @pytest.mark.parametrize(
-    "text, secret, masked",
+    "text, masked",
     [
-        ("OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwxyz", "sk-abcdefghijklmnopqrstuvwxyz", "sk-abc…wxyz"),
-        ('export GITHUB_TOKEN="ghp_0123456789abcdefghijKLMN"', "ghp_0123456789abcdefghijKLMN", "ghp_01…KLMN"),
-        ("DB_PASSWORD: hunter2", "hunter2", "***"),
-        ('{"apiKey": "AKIA1234567890ABCDEFGH"}', "AKIA1234567890ABCDEFGH", "AKIA12…EFGH"),
-        ('{"refreshToken":"short"}', '"short"', '"***"'),
-        ("tool --api-key abcdefghijklmnopqrstu run", "abcdefghijklmnopqrstu", "abcdef…rstu"),
-        ("tool --token 'tok123' run", "tok123", "***"),
-        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbG….sig"),
-        ("curl -H 'Authorization: Bearer abc'", "Bearer abc", "Bearer ***"),
-        ("token Bearer ABCDEFGHIJKLMNOPQRSTUV here", "ABCDEFGHIJKLMNOPQRSTUV", "ABCDEF…STUV"),
-        ("use sk-ant-api03-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "sk-ant-api03-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "sk-ant…WXYZ"),
-        ("pat github_pat_11ABCDEFG0123456789_abcdefghijkl", "github_pat_11ABCDEFG0123456789_abcdefghijkl", "github…ijkl"),
-        ("slack xoxb-1234567890-abcdefghijkl", "xoxb-1234567890-abcdefghijkl", "xoxb-1…ijkl"),
-        ("app xapp-1-A0123456789-abcdef", "xapp-1-A0123456789-abcdef", "xapp-1…cdef"),
-        ("groq gsk_abcdefghij1234567890", "gsk_abcdefghij1234567890", "gsk_ab…7890"),
-        ("google AIzaSyA1234567890abcdefghijklmnop", "AIzaSyA1234567890abcdefghijklmnop", "AIzaSy…mnop"),
-        ("pplx pplx-abcdefghij1234567890", "pplx-abcdefghij1234567890", "pplx-a…7890"),
-        ("npm npm_abcdefghij1234567890", "npm_abcdefghij1234567890", "npm_ab…7890"),
-        ("bot 123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "123456…Dsaw"),
+        ("OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwxyz", "OPENAI_API_KEY=sk-***"),
+        ('export GITHUB_TOKEN="ghp_0123456789abcdefghijKLMN"', 'export GITHUB_TOKEN="ghp_***"'),
+        ("DB_PASSWORD: hunter2", "DB_PASSWORD: ***"),
+        ('{"apiKey": "AKIA1234567890ABCDEFGH"}', '{"apiKey": "***"}'),
+        ('{"refreshToken":"short"}', '{"refreshToken":"***"}'),
+        ("tool --api-key abcdefghijklmnopqrstu run", "tool --api-key *** run"),
+        ("tool --token 'tok123' run", "tool --token '***' run"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "Authorization: Bearer ***"),
+        ("curl -H 'Authorization: Bearer abc'", "curl -H 'Authorization: Bearer ***'"),
+        ("token Bearer ABCDEFGHIJKLMNOPQRSTUV here", "token Bearer *** here"),
+        ("use sk-ant-api03-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "use sk-ant-api03-***"),
+        ("pat github_pat_11ABCDEFG0123456789_abcdefghijkl", "pat github_pat_***"),
+        ("slack xoxb-1234567890-abcdefghijkl", "slack xoxb-***"),
+        ("app xapp-1-A0123456789-abcdef", "app xapp-***"),
+        ("groq gsk_abcdefghij1234567890", "groq gsk_***"),
+        ("google AIzaSyA1234567890abcdefghijklmnop", "google AIza***"),
+        ("pplx pplx-abcdefghij1234567890", "pplx pplx-***"),
+        ("npm npm_abcdefghij1234567890", "npm npm_***"),
+        ("bot 123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "bot 123456789:***"),
     ],
 )
-def test_mask_secrets(text: str, secret: str, masked: str) -> None:
-    out = mask_secrets(text)
-    assert secret not in out
-    assert masked in out
+def test_mask_secrets(text: str, masked: str) -> None:
+    assert mask_secrets(text) == masked
 
 
 def test_mask_pem_private_key_keeps_only_armor_lines() -> None:

@@ -135,13 +135,30 @@ CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_
 """
 
 
+#: libpq parameters that carry a secret (those libpq itself shows as "*", and the SCRAM keys).
+SECRET_PARAMETERS = frozenset({"password", "sslpassword", "oauth_client_secret", "scram_client_key",
+                               "scram_server_key"})
+# key=value pairs of a conninfo string: host=db password='a b' sslpassword = x
+_CONNINFO_PAIR = re.compile(r"([A-Za-z_%0-9]+)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']*)")
+
+
 def _is_password_key(key: str) -> bool:
-    """A URI query key libpq reads as the password (it decodes ``pass%77ord`` too)."""
-    return unquote(key).strip().lower() == "password"
+    """A key libpq reads as a secret parameter, in any spelling it accepts (it decodes ``pass%77ord``) and
+    in upper case (refused by libpq, but quoted in its error)."""
+    return unquote(key).strip().lower() in SECRET_PARAMETERS
+
+
+def _is_uri(url: str) -> bool:
+    return bool(re.match(r"(?i)\s*postgres(?:ql)?://", url))
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (also a ``password=`` query parameter)."""
+    """``url`` with every secret replaced by ``***``: the userinfo password and each secret parameter
+    (``password``, ``sslpassword``, ...) of the query string, in any spelling; a ``key=value`` conninfo
+    string has its secret values replaced the same way."""
+    if not _is_uri(url):
+        return _CONNINFO_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}***" if _is_password_key(m.group(1))
+                                  else m.group(0), url)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -158,15 +175,23 @@ def redact_url(url: str) -> str:
 
 
 def _passwords_of(url: str) -> list[str]:
-    """Every password ``url`` holds, as written and percent-decoded (longest first); also of a URL
-    ``urlsplit`` refuses, whose text libpq may quote in its error."""
+    """Every secret ``url`` holds (password, sslpassword, ...), as written and percent-decoded (longest
+    first); also of a URL ``urlsplit`` refuses, whose text libpq may quote in its error."""
     found: list[str] = []
-    m = re.match(r"[^:/?#]*://([^@/?#]*)@", url)
-    if m and ":" in m.group(1):
-        found.append(m.group(1).split(":", 1)[1])
-    query = url.split("?", 1)[1].split("#", 1)[0] if "?" in url else ""
-    found += [part.split("=", 1)[1] for part in query.split("&")
-              if "=" in part and _is_password_key(part.split("=", 1)[0])]
+    if _is_uri(url):
+        for m in (re.match(r"[^:/?#]*://([^@/?#]*)@", url.strip()), re.match(r"[^:/?#]*://([^/?#]*)@", url.strip())):
+            if m and ":" in m.group(1):  # libpq ends the userinfo at the first "@", urlsplit at the last
+                found.append(m.group(1).split(":", 1)[1])
+        query = url.split("?", 1)[1].split("#", 1)[0] if "?" in url else ""
+        found += [part.split("=", 1)[1] for part in query.split("&")
+                  if "=" in part and _is_password_key(part.split("=", 1)[0])]
+    else:
+        for m in _CONNINFO_PAIR.finditer(url):
+            if _is_password_key(m.group(1)):
+                value = m.group(3)
+                found.append(value)
+                if value.startswith("'"):
+                    found.append(re.sub(r"\\(.)", r"\1", value.strip("'")))
     found += [unquote(pw) for pw in found]
     return sorted({pw for pw in found if pw}, key=len, reverse=True)
 

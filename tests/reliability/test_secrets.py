@@ -126,27 +126,33 @@ def test_truncated_private_key_is_masked(tmp_path: Path) -> None:
     assert "MIIEowIBAAKCAQEA7TESTKEYxyz" not in parse_transcript(json.dumps(rec) + "\n").content
 
 
-# Secret shapes that OpenClaw's short list let through (each: the text, the secret that must not survive).
+# Secret shapes that OpenClaw's short list let through (each: the text, the secret that must not survive, the
+# exact masked text: a rule that leaks part of a secret fails).
 _SHAPES = [
-    ('{"api_key": "AbC123dEf456GhI789jKl0"}', "AbC123dEf456GhI789jKl0"),
-    ('{"client_secret": "cs-9f8e7d6c5b4a3f2e1d0c"}', "cs-9f8e7d6c5b4a3f2e1d0c"),
-    ("password = 'correct horse battery staple'", "correct horse battery staple"),
-    ("db_password: 'hunter2 with spaces'", "hunter2 with spaces"),
-    ("stripe " + "sk_live_" + "51HqLyjWDarjtT1zdp7dcAbCdEf", "51HqLyjWDarjtT1zdp7dcAbCdEf"),
-    ("hugging face " + "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "AbCdEfGhIjKlMnOpQrStUvWxYz012345"),
-    ("DATABASE_URL is postgres://admin:S3cr3tPw0rd@db.example.com:5432/app", "S3cr3tPw0rd"),
-    ("mysql://root:toor-pass@127.0.0.1/db and redis://:r3disPass@cache:6379", "toor-pass"),
-    ("mysql://root:toor-pass@127.0.0.1/db and redis://:r3disPass@cache:6379", "r3disPass"),
-    ("aws " + "AKIA" + "IOSFODNN7EXAMPLE" + " key", "IOSFODNN7EXAMPLE"),
+    ('{"api_key": "AbC123dEf456GhI789jKl0"}', "AbC123dEf456GhI789jKl0", '{"api_key": "***"}'),
+    ('{"client_secret": "cs-9f8e7d6c5b4a3f2e1d0c"}', "cs-9f8e7d6c5b4a3f2e1d0c", '{"client_secret": "***"}'),
+    ("password = 'correct horse battery staple'", "correct horse battery staple", "password = '***'"),
+    ("db_password: 'hunter2 with spaces'", "hunter2 with spaces", "db_password: '***'"),
+    ("stripe " + "sk_live_" + "51HqLyjWDarjtT1zdp7dcAbCdEf", "51HqLyjWDarjtT1zdp7dcAbCdEf", "stripe sk_live_***"),
+    ("hugging face " + "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+     "hugging face hf_***"),
+    ("DATABASE_URL is postgres://admin:S3cr3tPw0rd@db.example.com:5432/app", "S3cr3tPw0rd",
+     "DATABASE_URL is postgres://admin:***@db.example.com:5432/app"),
+    ("mysql://root:toor-pass@127.0.0.1/db and redis://:r3disPass@cache:6379", "toor-pass",
+     "mysql://root:***@127.0.0.1/db and redis://:***@cache:6379"),
+    ("mysql://root:toor-pass@127.0.0.1/db and redis://:r3disPass@cache:6379", "r3disPass",
+     "mysql://root:***@127.0.0.1/db and redis://:***@cache:6379"),
+    ("aws " + "AKIA" + "IOSFODNN7EXAMPLE" + " key", "IOSFODNN7EXAMPLE", "aws AKIA*** key"),
     ("token eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-     "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+     "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "token ***"),
     ("token eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-     "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
-    ("remember: my password is Tr0ub4dor&3", "Tr0ub4dor&3"),
-    ("the wifi passphrase was: 'purple monkey dishwasher'", "purple monkey dishwasher"),
-    ("我的密码是 mima2026xyz，别告诉别人", "mima2026xyz"),
-    ("gh token ghp_" + "A" * 36, "A" * 36),
-    ("slack xoxb-123456789012-abcdefghijklmnop", "abcdefghijklmnop"),
+     "eyJzdWIiOiIxMjM0NTY3ODkwIn0", "token ***"),
+    ("remember: my password is Tr0ub4dor&3", "Tr0ub4dor&3", "remember: my password is ***"),
+    ("the wifi passphrase was: 'purple monkey dishwasher'", "purple monkey dishwasher", "the wifi passphrase was: '***'"),
+    ("the passphrase is correct horse battery staple", "correct horse battery staple", "the passphrase is ***"),
+    ("我的密码是 mima2026xyz，别告诉别人", "mima2026xyz", "我的密码是 ***，别告诉别人"),
+    ("gh token ghp_" + "A" * 36, "A" * 36, "gh token ghp_***"),
+    ("slack xoxb-123456789012-abcdefghijklmnop", "abcdefghijklmnop", "slack xoxb-***"),
 ]
 
 _ORDINARY = [
@@ -161,13 +167,13 @@ _ORDINARY = [
 ]
 
 
-@pytest.mark.parametrize("text, secret", _SHAPES)
-def test_common_secret_shapes_are_masked(text: str, secret: str) -> None:
+@pytest.mark.parametrize("text, secret, masked", _SHAPES)
+def test_common_secret_shapes_are_masked(text: str, secret: str, masked: str) -> None:
     from clawmem_core.masking import mask_secrets
 
     out = mask_secrets(text)
     assert secret not in out, out
-    assert out != text
+    assert out == masked
 
 
 @pytest.mark.parametrize("text", _ORDINARY)
@@ -183,7 +189,7 @@ def test_secret_shapes_never_reach_the_index(tmp_path: Path) -> None:
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     lines = [{"type": "message", "message": {"role": "user", "content": f"note {i}: {text}"}}
-             for i, (text, _) in enumerate(_SHAPES)]
+             for i, (text, _, _) in enumerate(_SHAPES)]
     (sessions / "a.jsonl").write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
     state = tmp_path / "state"
     cfg = MemoryConfig.from_dict({"sources": ["memory", "sessions"], "experimental": {"session_memory": True},
@@ -194,6 +200,6 @@ def test_secret_shapes_never_reach_the_index(tmp_path: Path) -> None:
         shown = " ".join(h.snippet for h in hits)
     assert any(h.source == "sessions" for h in hits)
     raw = written_bytes(state)
-    for _, secret in _SHAPES:
+    for _, secret, _ in _SHAPES:
         assert secret.encode() not in raw, f"{secret[:12]}... reached the index"
         assert secret not in shown

@@ -34,6 +34,14 @@ def _with_password(url: str, how: str) -> str:
         return f"{url}&password={PW}"
     if how == "encoded-key":  # libpq decodes the key: pass%77ord is password
         return f"{url}&pass%77ord={PW}"
+    if how == "sslpassword":  # the client key's passphrase (unused without one, but accepted)
+        return f"{url}&sslpassword={PW}"
+    if how == "encoded-sslpassword":
+        return f"{url}&ssl%70assword={PW}"
+    if how == "repeated":  # the last one counts
+        return f"{url}&sslpassword=decoy&sslpassword={PW}"
+    if how == "oauth":
+        return f"{url}&oauth_client_secret={PW}"
     raise AssertionError(how)
 
 
@@ -59,7 +67,8 @@ def _leaks(text: str) -> bool:
     return PW in text or PW[:6] in text
 
 
-@pytest.mark.parametrize("how", ["userinfo", "percent", "query", "encoded-key"])
+@pytest.mark.parametrize("how", ["userinfo", "percent", "query", "encoded-key", "sslpassword",
+                                 "encoded-sslpassword", "repeated", "oauth"])
 def test_a_working_store_url_never_shows_its_password(tmp_path: Path, pg_url: str, how: str,
                                                       caplog: pytest.LogCaptureFixture,
                                                       capsys: pytest.CaptureFixture[str],
@@ -104,6 +113,11 @@ def _broken_urls(pg_url: str) -> list[str]:
         f"postgresql://u:{PW}@h\udcff/db",  # an undecodable byte: the encoder quotes the whole URL
         f"postgresql://postgres:{PW}@/no_such_database?host={host}",  # the server answers, refusing
         f"postgresql://postgres:{PW.replace('zq', '%7A%71')}@/no_such_database?host={host}",
+        f"postgresql://u@127.0.0.1:1/db?sslpassword={PW}&connect_timeout=2",
+        f"postgresql://u@127.0.0.1:1/db?ssl%70assword={PW}&connect_timeout=2",
+        f"postgresql://u@127.0.0.1:1/db?sslpassword={PW}%zz",  # libpq quotes the bad token
+        f"postgresql://u@127.0.0.1:1/db?SSLPASSWORD={PW}",  # refused: libpq's keys are lower case
+        f"postgresql://u@127.0.0.1:1/db?oauth_client_secret={PW}%zz",
     ]
 
 
@@ -176,3 +190,43 @@ def test_a_password_from_the_environment_never_shows(tmp_path: Path, pg_url: str
     for text in shown:
         assert not _leaks(text), text
     assert not _leaks(caplog.text)
+
+
+# Every spelling of a secret that libpq's parsers accept (or quote back when refusing it), and what must be
+# left of each URL once redacted.
+_SPELLINGS = [
+    (f"postgresql://u:{PW}@db:5432/app", "postgresql://u:***@db:5432/app"),
+    (f"postgres://u:{PW.replace('zq', '%7A%71')}@db/app", "postgres://u:***@db/app"),
+    (f"postgresql://u@db/app?password={PW}&sslmode=require", "postgresql://u@db/app?password=***&sslmode=require"),
+    (f"postgresql://u@db/app?sslpassword={PW}", "postgresql://u@db/app?sslpassword=***"),
+    (f"postgresql://u@db/app?ssl%70assword={PW}", "postgresql://u@db/app?ssl%70assword=***"),
+    (f"postgresql://u@db/app?SSLPASSWORD={PW}", "postgresql://u@db/app?SSLPASSWORD=***"),
+    (f"postgresql://u@db/app?sslpassword=a&sslpassword={PW}", "postgresql://u@db/app?sslpassword=***&sslpassword=***"),
+    (f"postgresql://u:{PW}@db/app?sslkey=/k.pem&sslpassword={PW}&password={PW}",
+     "postgresql://u:***@db/app?sslkey=/k.pem&sslpassword=***&password=***"),
+    (f"postgresql://u@db/app?oauth_client_secret={PW}&oauth_client_id=cid",
+     "postgresql://u@db/app?oauth_client_secret=***&oauth_client_id=cid"),
+    (f"postgresql://u@db/app?scram_client_key={PW}&scram_server_key={PW}",
+     "postgresql://u@db/app?scram_client_key=***&scram_server_key=***"),
+    (f"host=db user=u password={PW} dbname=app", "host=db user=u password=*** dbname=app"),
+    (f"host=db sslpassword = '{PW} x\\' y' dbname=app", "host=db sslpassword = *** dbname=app"),
+    (f"host=db PASSWORD={PW}", "host=db PASSWORD=***"),
+]
+
+
+@pytest.mark.parametrize("url, redacted", _SPELLINGS)
+def test_every_secret_parameter_is_redacted_in_every_spelling(url: str, redacted: str) -> None:
+    from clawmem_core import MemoryConfig
+    from clawmem_core.errors import ConfigError
+    from clawmem_core.store.postgres import _passwords_of, redact_url
+
+    assert redact_url(url) == redacted
+    assert any(PW in pw for pw in _passwords_of(url))  # what error messages of the driver are cleaned of
+    if url.startswith("postgres"):
+        config = MemoryConfig.from_dict({"store": {"url": url}})
+        shown = json.dumps(config.to_dict()) + repr(config) + repr(config.store)
+        assert not _leaks(shown), shown
+    else:  # a conninfo string is no store URL: refused without being echoed
+        with pytest.raises(ConfigError) as err:
+            MemoryConfig.from_dict({"store": {"url": url}})
+        assert not _leaks(_error_text(err.value))
