@@ -47,6 +47,23 @@ DISTIL_PROMPT = (
 )
 
 
+def _parts(note: str, limit: int) -> List[str]:
+    """``note`` in pieces of at most ``limit`` characters, cut at line ends where a line allows
+    (``memory_write`` refuses a note over ``write.max_note_chars``: a long flush is written as several)."""
+    limit = max(1, limit)
+    parts: List[str] = []
+    rest = note
+    while len(rest) > limit:
+        cut = rest.rfind("\n", 0, limit + 1)
+        if cut <= 0:
+            cut = limit
+        parts.append(rest[:cut].rstrip("\n"))
+        rest = rest[cut:].lstrip("\n")
+    if rest or not parts:
+        parts.append(rest)
+    return parts
+
+
 def _text(message: Any) -> str:
     content = getattr(message, "content", message)
     return content if isinstance(content, str) else str(content or "")
@@ -105,8 +122,11 @@ class ClawmemFlushBlock(BaseMemoryBlock[str]):
                 result = await asyncio.to_thread(archive_conversation, self.memory, note, slug=slug)
             else:
                 stamp = datetime.now()
-                body = f"## {self.heading} ({stamp:%H:%M})\n\n{note}"
-                result = await asyncio.to_thread(self.memory.write, body, "daily")
+                heading = f"## {self.heading} ({stamp:%H:%M})"
+                parts = _parts(note, self.memory.config.write.max_note_chars - len(heading) - 32)
+                for i, part in enumerate(parts, 1):  # a long flush is kept whole, as several notes
+                    label = f"{heading} ({i}/{len(parts)})" if len(parts) > 1 else heading
+                    result = await asyncio.to_thread(self.memory.write, f"{label}\n\n{part}", "daily")
         except Exception as exc:  # never break the agent's turn over a note
             log.warning("writing flushed messages to memory failed: %s", exc)
             return

@@ -360,3 +360,24 @@ async def test_llama_index_archive_chat_and_write_tool(mem: MemoryIndex) -> None
     assert "disabled" not in bad.raw_output and "target" in bad.raw_output["error"]
     missing = tool.call()
     assert "disabled" not in missing.raw_output and "text" in missing.raw_output["error"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_llama_index_flush_longer_than_a_note_is_kept_whole(mem: MemoryIndex, lang: str) -> None:
+    """A raw flush over ``write.max_note_chars`` is written as several notes, never dropped."""
+    line = "Dana keeps a garden diary: tomatoes, basil and figs." if lang == "en" else "李伟的花园日记：番茄、罗勒和无花果。"
+    turns = [
+        ChatMessage(role=MessageRole.USER, content=f"{i}: {line}") for i in range(2 * mem.config.write.max_note_chars // len(line))
+    ]
+    turns.append(ChatMessage(role=MessageRole.USER, content="last: the spare key is under the blue flowerpot"))
+    block = ClawmemFlushBlock(memory=mem)
+    await block.aput(turns)
+    note = (mem.workspace / _today()).read_text(encoding="utf-8")
+    assert block.written and all(w == _today() for w in block.written)
+    for i in (0, len(turns) // 2, len(turns) - 2):
+        assert f"{i}: {line}" in note
+    assert "the spare key is under the blue flowerpot" in note
+    parts = re.findall(r"^## Conversation notes \(\d\d:\d\d\) \((\d+)/(\d+)\)$", note, flags=re.M)
+    assert len(parts) >= 3 and [int(a) for a, _ in parts] == list(range(1, len(parts) + 1))
+    hits = await mem.asearch("spare key blue flowerpot")
+    assert hits and hits[0].path == _today()
