@@ -42,7 +42,8 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     check_args,
     rank,
 )
-from .store.base import CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError
+from .store.base import (CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError,
+                         check_agent_id)
 from .progress import ProgressCallback, SyncProgress, as_listener
 from .journal import ChangeJournal
 from .sync import Listener, Scan, Syncer, stat_key
@@ -154,10 +155,8 @@ class MemoryIndex:
                 raise WorkspaceError(f"workspace not found: {ws}")
             if not ws.is_dir():
                 raise WorkspaceError(f"workspace is not a directory: {ws}")
-        if agent_id is not None and (
-            not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", "..")
-        ):
-            raise ConfigError(f"agent_id must be a plain name, got {agent_id!r}")
+        if agent_id is not None:
+            check_agent_id(agent_id)  # the same rule on every store (ConfigError)
         if config is None:
             config = MemoryConfig()
         elif isinstance(config, Mapping):

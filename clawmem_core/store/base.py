@@ -10,11 +10,68 @@ meta, and an atomic full rebuild).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Hashable, Iterable, Sequence
+from typing import Any, ContextManager, Hashable, Iterable, Iterator, Sequence
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
+
+#: The longest agent id, in UTF-8 bytes: it names a SQLite index file (``<id>.sqlite``, and
+#: ``<id>.sqlite.corrupt-<time>`` when set aside, within a file name's 255 bytes) and keys every
+#: PostgreSQL row (where it shares a btree entry's 2,704 bytes with the path of a file).
+MAX_AGENT_ID_BYTES = 200
+
+
+def check_agent_id(agent_id: object, what: str = "agent_id") -> str:
+    """``agent_id`` when it can name an index on every store, else :class:`ConfigError`: a
+    non-empty string of valid Unicode (no lone surrogate), without ``/``, ``\\`` or NUL, not
+    ``.`` or ``..``, of at most :data:`MAX_AGENT_ID_BYTES` UTF-8 bytes. The same rule on SQLite and
+    PostgreSQL; ids are otherwise exact strings (no normalisation, no case folding)."""
+    if not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."):
+        raise ConfigError(f"{what} must be a plain name, got {agent_id!r}")
+    try:
+        size = len(agent_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what} must be valid Unicode text, got {agent_id!r} (it holds a lone surrogate, "
+                          "e.g. an undecodable byte of a file name)") from None
+    if size > MAX_AGENT_ID_BYTES:
+        raise ConfigError(f"{what} is too long: {size} bytes in UTF-8, at most {MAX_AGENT_ID_BYTES} "
+                          f"({agent_id[:40]!r}...)")
+    return agent_id
+
+
+class StoreUnreachableError(StoreError):
+    """The store's server cannot be reached (down, restarting, a closed port): a search says so
+    within its deadline instead of waiting for a connection."""
+
+
+#: When the store calls of this context must have an answer (``time.monotonic()``), or ``None``.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("clawmem_store_deadline", default=None)
+
+
+@contextlib.contextmanager
+def store_deadline(deadline: float | None) -> Iterator[None]:
+    """Within the block (this thread or task, and the threads it hands work to with its context,
+    as ``asyncio.to_thread`` does), a store waits for a connection at most until ``deadline``
+    (``time.monotonic()``) before it checks whether its server can be reached at all. An earlier
+    deadline already in force is kept."""
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(deadline if outer is None or (deadline is not None and deadline < outer) else outer)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def wait_left(longest: float) -> float:
+    """How long a store may wait now (seconds, at least 0): ``longest``, or less when the
+    :func:`store_deadline` in force comes sooner."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return longest
+    return max(0.0, min(longest, deadline - time.monotonic()))
 
 
 @dataclass(frozen=True)

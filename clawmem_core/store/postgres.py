@@ -32,7 +32,8 @@ from ..config import memory_kb
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
 from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, MissingIndexError, ReadInterrupted, Store,
-                   StoreBackend, StoreBusyError, StoreCounts, VectorCounts)
+                   StoreBackend, StoreBusyError, StoreCounts, StoreUnreachableError, VectorCounts, check_agent_id,
+                   wait_left)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -608,7 +609,7 @@ class PostgresBackend(StoreBackend):
             raise ConfigError("store.url is not valid UTF-8 (it holds an undecodable byte)")
         self._url = url
         self._passwords = _passwords_of(url)
-        self.agent_id = agent_id
+        self.agent_id = check_agent_id(agent_id)
         self.location = f"{redact_url(url)} (agent {agent_id})"
         self.exact_below = exact_below
         self.hnsw_ef_search = max(1, min(int(hnsw_ef_search), 1000))
@@ -888,6 +889,7 @@ class PostgresBackend(StoreBackend):
     def open_namespace(self, agent_id: str) -> "PostgresStore":
         """A handle on another agent's index in the same database (for shared namespaces and
         replicas): read, never created (a database without clawmem's tables is not given them)."""
+        check_agent_id(agent_id, "a shared namespace (an agent id)")
         if not self._schema_ready:
             with self.connection() as conn:
                 version = self._schema_version(conn)
