@@ -68,3 +68,55 @@ def test_clawmem_store_over_a_replica_is_a_replica_error(tmp_path: Path, pg_url:
     with _open(None, "team", tmp_path, {"url": pg_url}) as replica:
         with pytest.raises(ReplicaError, match="ClawmemStore needs the workspace"):
             ClawmemStore(replica)
+
+
+# -- item 7: a shared namespace shares notes, never its agent's transcripts ------------------------
+
+
+def _transcript(path: Path, *turns: tuple[str, str]) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"type": "message", "message": {"role": r, "content": c}}) + "\n"
+                            for r, c in turns), encoding="utf-8")
+
+
+def test_a_shared_namespace_never_exposes_its_agents_transcripts(tmp_path: Path, store_config: dict[str, Any]) -> None:
+    """The team indexes its notes and its session transcripts; alice (notes only) searches the
+    team as a namespace: the team's notes come back, its private conversations never, by search
+    (English and Chinese) or by memory_get; the team itself still finds its own transcripts."""
+    from clawmem_core.errors import PathNotAllowedError
+    from clawmem_core.tools import get_payload, search_payload
+
+    team_ws = write(tmp_path / "team", {"MEMORY.md": "# Team\n\nThe zqfreeze deploy freeze starts on Fridays.\n"
+                                                     "部署冻结从周五开始。\n"})
+    sessions = tmp_path / "team-sessions"
+    _transcript(sessions / "private-1.jsonl",
+                ("user", "Between us: the zqfreeze plan hides my salary of zqsalary 95k. 我的工资是保密的秘密。"),
+                ("assistant", "Noted, the zqsalary figure stays private. 工资保密。"))
+    cfg = {"sources": ["memory", "sessions"], "experimental": {"session_memory": True}}
+    with MemoryIndex(team_ws, agent_id="team", config={"store": store_config, **cfg}, embedder=HashEmbedder(),
+                     state_dir=tmp_path / "state", sessions_dir=sessions) as team:
+        team.sync()
+        assert "sessions/private-1.jsonl" in [h.path for h in team.search("zqsalary", min_score=0)]
+        assert "sessions/private-1.jsonl" in [h.path for h in team.search("工资保密", min_score=0)]
+    alice_ws = write(tmp_path / "alice", {"MEMORY.md": "# Alice\n\nAlice likes green tea.\n"})
+    with _open(alice_ws, "alice", tmp_path, store_config, shared=["team"]) as alice:
+        for q in ["zqsalary", "zqsalary salary private", "工资保密", "我的工资是保密的秘密", "zqfreeze plan"]:
+            hits = alice.search(q, max_results=20, min_score=0)
+            assert not any("sessions/" in h.path for h in hits), (q, [h.path for h in hits])
+            assert not any("zqsalary" in h.snippet or "工资" in h.snippet for h in hits), q
+            payload = search_payload(alice, q, max_results=20, min_score=0)
+            assert "zqsalary" not in str(payload) and "工资" not in str(payload), q
+        # the team's notes are shared as before
+        assert "@team/MEMORY.md" in [h.path for h in alice.search("zqfreeze deploy freeze", min_score=0)]
+        assert "@team/MEMORY.md" in [h.path for h in alice.search("部署冻结", min_score=0)]
+        # and no read reaches a transcript
+        for path in ["@team/sessions/private-1.jsonl", "@team/sessions/private-1.md"]:
+            try:
+                got = alice.read(path)
+            except PathNotAllowedError:
+                pass
+            else:
+                assert got.missing and not got.text, path
+            assert "zqsalary" not in str(get_payload(alice, path))
