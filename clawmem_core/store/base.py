@@ -324,7 +324,9 @@ class Store(ABC):
 
     @abstractmethod
     def cache_prune(self, max_entries: int) -> int:
-        """Evict the oldest entries beyond ``max_entries``; return how many were removed."""
+        """Evict the oldest entries beyond ``max_entries``; return how many were removed. A cache
+        shared by several agents (PostgreSQL) evicts only entries no agent uses, so that one
+        agent's setting never costs another provider calls."""
 
     # -- generations ------------------------------------------------------------------------------
 

@@ -2046,17 +2046,33 @@ class PostgresStore(Store):
             )
 
     def cache_prune(self, max_entries: int) -> int:
+        """Evict the oldest entries beyond ``max_entries`` among those no agent uses. The cache is
+        shared by every agent of the database, so one agent's ``cache.max_entries`` never evicts
+        what any agent's index holds (the vectors of its chunks and windows, in any generation) nor
+        the calibration vectors every agent's searches use: evicting them would cost that agent
+        provider calls at its next rebuild. It bounds the rest (vectors of text no index holds
+        any more)."""
+        from ..calibration import BACKGROUND_TEXTS
+        from ..chunking import sha256
+
         with self._conn() as conn:
             count = int(conn.execute("SELECT count(*) FROM clawmem_embedding_cache").fetchone()[0])  # type: ignore[index]
-            excess = count - max_entries
-            if excess <= 0:
+            if count <= max_entries:
                 return 0
-            conn.execute(
-                "DELETE FROM clawmem_embedding_cache WHERE (provider, model, provider_key, hash) IN "
-                "(SELECT provider, model, provider_key, hash FROM clawmem_embedding_cache ORDER BY updated_at LIMIT %s)",
-                (excess,),
+            cur = conn.execute(
+                "DELETE FROM clawmem_embedding_cache d USING ("
+                " SELECT provider, model, provider_key, hash FROM ("
+                "  SELECT e.provider, e.model, e.provider_key, e.hash,"
+                "   row_number() OVER (ORDER BY e.updated_at DESC, e.hash DESC) AS n"
+                "  FROM clawmem_embedding_cache e"
+                "  WHERE NOT EXISTS (SELECT 1 FROM clawmem_chunks c WHERE c.hash = e.hash)"
+                "   AND NOT (e.hash = ANY(%(keep)s))"
+                " ) ranked WHERE n > %(max)s"
+                ") x WHERE d.provider = x.provider AND d.model = x.model AND d.provider_key = x.provider_key "
+                "AND d.hash = x.hash",
+                {"keep": [sha256(t) for t in BACKGROUND_TEXTS], "max": int(max_entries)},
             )
-        return excess
+            return max(0, cur.rowcount)
 
     # -- generations ------------------------------------------------------------------------------
 

@@ -120,3 +120,61 @@ def test_a_shared_namespace_never_exposes_its_agents_transcripts(tmp_path: Path,
             else:
                 assert got.missing and not got.text, path
             assert "zqsalary" not in str(get_payload(alice, path))
+
+
+# -- item 9: one tenant's cache.max_entries never costs another tenant provider calls ---------------
+
+
+def _cached_hashes(url: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute("SELECT hash FROM clawmem_embedding_cache")}
+
+
+def _chunk_hashes(url: str, agent: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute("SELECT hash FROM clawmem_chunks WHERE agent = %s", (agent,))}
+
+
+def test_one_tenants_cache_cap_never_evicts_another_tenants_vectors(tmp_path: Path, pg_url: str) -> None:
+    """Bob indexes his notes and searches them; alice, on the same database with
+    ``cache.max_entries: 1``, indexes and edits hers (each of her syncs prunes the shared cache).
+    Bob's full reindex and his searches afterwards embed nothing: every vector (his chunks' and his
+    embedder's calibration vectors) comes from the cache. Alice's cap still bounds what no index
+    uses (the vectors of her notes' old versions)."""
+    store = {"url": pg_url}
+    bob_ws = write(tmp_path / "bob", {
+        "MEMORY.md": "# Bob\n\nBob keeps bees on the roof.\n\n## Garden\n\nThe tomatoes need water daily.\n",
+        "memory/2026-02-01.md": "- 鲍勃的蜜蜂在屋顶上。\n- Bob's honey sells out by March.\n",
+    })
+    bob_emb = HashEmbedder()
+    with MemoryIndex(bob_ws, agent_id="bob", config={"store": store}, embedder=bob_emb,
+                     state_dir=tmp_path / "state") as bob:
+        bob.sync()
+        assert bob.search("bees roof")[0].path == "MEMORY.md"  # embeds the calibration texts...
+        bob.sync()  # ... which this sync caches
+        assert bob_emb.texts_embedded > 0
+    alice_ws = write(tmp_path / "alice", {"MEMORY.md": "# Alice\n\nAlice's first note: green tea.\n"})
+    alice_cfg = {"store": store, "cache": {"max_entries": 1}}
+    with MemoryIndex(alice_ws, agent_id="alice", config=alice_cfg, embedder=HashEmbedder(),
+                     state_dir=tmp_path / "state") as alice:
+        alice.sync()
+        first = _chunk_hashes(pg_url, "alice")
+        for i, text in enumerate(["Alice's second note: oolong. 乌龙茶。", "Alice's third note: matcha. 抹茶。"]):
+            (alice_ws / "MEMORY.md").write_text(f"# Alice\n\n{text}\n", encoding="utf-8")
+            alice.sync(force=bool(i))
+        assert alice.search("matcha")[0].path == "MEMORY.md"
+    cached = _cached_hashes(pg_url)
+    assert _chunk_hashes(pg_url, "bob") <= cached  # bob's vectors all survived alice's cap
+    assert not (first - _chunk_hashes(pg_url, "alice")) & cached  # alice's stale ones went
+    bob_emb = HashEmbedder()
+    with MemoryIndex(bob_ws, agent_id="bob", config={"store": store}, embedder=bob_emb,
+                     state_dir=tmp_path / "state") as bob:
+        report = bob.sync(force=True)
+        assert report.full and bob_emb.texts_embedded == 0 and bob_emb.calls == 0
+        assert bob.search("bees roof")[0].path == "MEMORY.md"
+        assert bob.search("蜜蜂")[0].path == "memory/2026-02-01.md"
+    assert bob_emb.texts_embedded == 0
