@@ -46,7 +46,7 @@ from .store.base import (CorruptIndexError, MissingIndexError, ReadInterrupted, 
                          check_agent_id)
 from .progress import ProgressCallback, SyncProgress, as_listener
 from .journal import ChangeJournal
-from .sync import Listener, Scan, Syncer, stat_key
+from .sync import Listener, Scan, Syncer, path_too_long, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -622,7 +622,7 @@ class MemoryIndex:
         from .discovery import BAD_NAME_REASON
 
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
-                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names],
+                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names] + scan.too_long,
                           seconds=time.perf_counter() - started)
 
     def _maybe_background_sync(self, *, vectors_only: bool = False) -> None:
@@ -1129,9 +1129,10 @@ class MemoryIndex:
         if self._selection is not None and any(meta.get(k) != v for k, v in self._identity(self._selection.embedder).items()):
             return True
         indexed = store.file_states("memory")
-        if len(indexed) != len(found.files):
+        files = [f for f in found.files if not path_too_long(f.path, store.max_path_bytes)]  # never indexed
+        if len(indexed) != len(files):
             return True
-        for f in found.files:
+        for f in files:
             try:
                 st = os.stat(f.abs)
             except OSError:
@@ -1357,6 +1358,8 @@ class MemoryIndex:
                 issues.append(f"no memory files found in {self.workspace}")
             issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
             issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
+            issues += [f"not indexed: {f.path} ({why})" for f in found.files
+                       if (why := path_too_long(f.path, store.max_path_bytes))]
         if self.config.shared:
             self._search_store()
             issues += [f"shared namespace {ns!r} searched as empty: {why[0]}" for ns, why in self._shared_unavailable.items()]

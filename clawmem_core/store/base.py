@@ -171,6 +171,10 @@ class Store(ABC):
     vector_path: str | None = None
     #: Exception types this backend's driver raises for storage failures (besides :class:`StoreError`).
     driver_errors: tuple[type[BaseException], ...] = ()
+    #: The longest workspace-relative path (UTF-8 bytes) this store can key a file by, ``None``
+    #: when any path fits: sync skips a file with a longer path and reports it, so that one file
+    #: never fails the writes of the others.
+    max_path_bytes: int | None = None
 
     @property
     def vector_backend(self) -> str:

@@ -82,6 +82,12 @@ _OWN_KEPT = 1024
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
 _MAX_LEXEME_BYTES = 2046
+#: PostgreSQL's largest btree entry (8 KiB pages): a file's key (agent, generation, source, path)
+#: must fit in one, in ``clawmem_files`` and in ``clawmem_chunks``' path index.
+_BTREE_MAX_ITEM = 2704
+#: What such an entry holds besides the agent id and the path: its header, the generation, the
+#: longest source name ("sessions"), the fields' length headers and alignment (with room to spare).
+_KEY_OVERHEAD = 72
 #: Arbitrary key of the advisory lock taken while creating the schema.
 _SCHEMA_LOCK = 0x636C61776D656D  # "clawmem"
 
@@ -1075,6 +1081,12 @@ class PostgresStore(Store):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.backend.location!r}, agent={self.agent!r})"
+
+    @property  # type: ignore[override]
+    def max_path_bytes(self) -> int:
+        """The longest path a file of this agent can be keyed by (a btree entry holds the agent
+        id and the path uncompressed within :data:`_BTREE_MAX_ITEM` bytes)."""
+        return _BTREE_MAX_ITEM - _KEY_OVERHEAD - len(self.agent.encode("utf-8"))
 
     @property
     def vector_backend(self) -> str:

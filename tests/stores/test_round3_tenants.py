@@ -178,3 +178,86 @@ def test_one_tenants_cache_cap_never_evicts_another_tenants_vectors(tmp_path: Pa
         assert bob.search("bees roof")[0].path == "MEMORY.md"
         assert bob.search("蜜蜂")[0].path == "memory/2026-02-01.md"
     assert bob_emb.texts_embedded == 0
+
+
+# -- item 6: one long path never takes an agent's memory offline -------------------------------------
+
+
+def _long_dirs(total: int) -> str:
+    """Nested directory names (each within NAME_MAX's 255 bytes) of about ``total`` bytes in all,
+    incompressible (hex digests), so that no store can squeeze them under a size limit."""
+    import hashlib
+
+    parts, size, i = [], 0, 0
+    while size < total:
+        name = "".join(hashlib.sha256(f"{i}-{j}".encode()).hexdigest() for j in range(4))[:240]
+        parts.append(name)
+        size += len(name) + 1
+        i += 1
+    return "/".join(parts)
+
+
+@pytest.mark.parametrize("agent", ["main", "长" * 66], ids=["short-agent", "long-agent"])
+def test_a_file_with_a_very_long_path_never_takes_the_memory_offline(tmp_path: Path, store_config: dict[str, Any],
+                                                                     agent: str) -> None:
+    """A note whose workspace-relative path is about 3 KB (legal on Linux, nested directories)
+    sits beside ordinary notes: every sync succeeds, the ordinary notes stay searchable (English
+    and Chinese) and no search answers ``disabled``; the long one is indexed or reported (sync
+    and status), never silently lost."""
+    from clawmem_core.tools import search_payload
+
+    ws = write(tmp_path / "ws", {"MEMORY.md": "# Notes\n\nThe kettle is blue. 水壶是蓝色的。\n",
+                                 "memory/2026-03-01.md": "- The zqlong plan starts Monday. 计划周一开始。\n"})
+    long_rel = f"memory/{_long_dirs(3000)}/deep.md"
+    assert len(long_rel.encode()) > 2800
+    deep = ws / long_rel
+    deep.parent.mkdir(parents=True)
+    deep.write_text("- The zqdeep note lives far down. 深处的笔记。\n", encoding="utf-8")
+    with _open(ws, agent, tmp_path, store_config) as mem:
+        report = mem.sync()
+        indexed = not any(long_rel in s for s in report.files_skipped)
+        assert report.files_indexed == 2 + indexed
+        if not indexed:
+            assert any(s.startswith(long_rel) and "too long" in s for s in report.files_skipped), report.files_skipped
+            assert any(long_rel in i and "too long" in i for i in mem.status().issues)
+        for q, path in [("kettle blue", "MEMORY.md"), ("水壶", "MEMORY.md"), ("zqlong plan", "memory/2026-03-01.md"),
+                        ("计划周一", "memory/2026-03-01.md")]:
+            payload = search_payload(mem, q)
+            assert not payload.get("disabled") and payload["results"][0]["path"] == path, payload
+        deep_hits = [h.path for h in mem.search("zqdeep", min_score=0)]
+        assert (deep_hits[0] == long_rel) if indexed else (long_rel not in deep_hits), deep_hits
+        # searches keep syncing first: an edit beside the long file is found, still not disabled
+        (ws / "memory" / "2026-03-02.md").write_text("- The zqafter note came later. 后来的笔记。\n", encoding="utf-8")
+        payload = search_payload(mem, "zqafter")
+        assert not payload.get("disabled") and payload["results"][0]["path"] == "memory/2026-03-02.md", payload
+        again = mem.sync()
+        assert again.files_indexed == 0 and not again.full
+    # a new process over the same index: the same answers, no error
+    with _open(ws, agent, tmp_path, store_config) as mem:
+        payload = search_payload(mem, "水壶")
+        assert not payload.get("disabled") and payload["results"][0]["path"] == "MEMORY.md", payload
+
+
+@pytest.mark.parametrize("agent", ["a", "x" * 200, "团" * 66], ids=["short", "longest", "chinese"])
+def test_the_postgres_path_limit_is_one_every_key_can_hold(pg_url: str, agent: str) -> None:
+    """A path of exactly ``max_path_bytes`` (incompressible hex and Chinese) is written and
+    found; the limit leaves room for the longest agent id."""
+    from clawmem_core.store.postgres import PostgresBackend
+
+    from .conftest import chunk, file
+
+    store = PostgresBackend(pg_url, agent).open()
+    try:
+        limit = store.max_path_bytes
+        assert limit is not None and limit >= 2400
+        for tail in ("", "笔记"):
+            head = f"memory/{tail}"
+            dirs = _long_dirs(limit)
+            path = (head + dirs)[: limit - 3 - (len(head.encode()) - len(head))] + ".md"
+            assert len(path.encode()) in (limit, limit - 1), len(path.encode())
+            store.replace_files([(file(path, "zqlimit 界限"), [chunk(path, 1, "zqlimit 界限")])])
+            assert path in store.file_states("memory")
+            assert store.keyword_search(["zqlimit"], 5)
+            store.delete_files("memory", [path])
+    finally:
+        store.close()
