@@ -43,7 +43,7 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     rank,
 )
 from .store.base import (CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError,
-                         check_agent_id)
+                         check_agent_id, store_deadline)
 from .progress import ProgressCallback, SyncProgress, as_listener
 from .journal import ChangeJournal
 from .sync import Listener, Scan, Syncer, path_too_long, stat_key
@@ -699,13 +699,15 @@ class MemoryIndex:
         if not q:
             return SearchHits()
         store = self._store
-        try:
-            return self._search_once(q, k, ms, min_score is not None)
-        except Exception as exc:  # damaged while in use: rebuild, answer
-            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
-                raise
-            self._rebuild_damaged(exc, store)
-            return self._search_once(q, k, ms, min_score is not None)
+        # a store whose server is down says so by the query's deadline (no wait for a connection)
+        with store_deadline(time.monotonic() + self.config.query.timeout_ms / 1000.0):
+            try:
+                return self._search_once(q, k, ms, min_score is not None)
+            except Exception as exc:  # damaged while in use: rebuild, answer
+                if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                    raise
+                self._rebuild_damaged(exc, store)
+                return self._search_once(q, k, ms, min_score is not None)
 
     def _search_once(self, q: str, k: int, ms: float, explicit: bool = False) -> SearchHits:
         with self._store.reading():  # the checks before a search: one connection
@@ -792,13 +794,14 @@ class MemoryIndex:
             return SearchHits()
         store = self._store
         explicit = min_score is not None
-        try:
-            return await self._asearch_once(q, k, ms, explicit)
-        except Exception as exc:  # damaged while in use: rebuild, answer
-            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
-                raise
-            await asyncio.to_thread(self._rebuild_damaged, exc, store)
-            return await self._asearch_once(q, k, ms, explicit)
+        with store_deadline(time.monotonic() + self.config.query.timeout_ms / 1000.0):  # (see search)
+            try:
+                return await self._asearch_once(q, k, ms, explicit)
+            except Exception as exc:  # damaged while in use: rebuild, answer
+                if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                    raise
+                await asyncio.to_thread(self._rebuild_damaged, exc, store)
+                return await self._asearch_once(q, k, ms, explicit)
 
     async def _asearch_once(self, q: str, k: int, ms: float, explicit: bool = False) -> SearchHits:
         import asyncio
@@ -1273,7 +1276,8 @@ class MemoryIndex:
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
         if self.workspace is None or (isinstance(path, str) and path.strip().startswith("@") and self.config.shared):
-            return self._read_indexed(path, from_line, lines)
+            with store_deadline(time.monotonic() + self.config.query.timeout_ms / 1000.0):  # (see search)
+                return self._read_indexed(path, from_line, lines)
         return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
                                 max_chars=self.config.read.max_chars)
 

@@ -24,12 +24,16 @@ from ..errors import ConfigError, StoreError
 MAX_AGENT_ID_BYTES = 200
 
 
-def check_agent_id(agent_id: object, what: str = "agent_id") -> str:
+def check_agent_id(agent_id: object, what: str = "agent_id", *, plain: bool = True) -> str:
     """``agent_id`` when it can name an index on every store, else :class:`ConfigError`: a
     non-empty string of valid Unicode (no lone surrogate), without ``/``, ``\\`` or NUL, not
     ``.`` or ``..``, of at most :data:`MAX_AGENT_ID_BYTES` UTF-8 bytes. The same rule on SQLite and
-    PostgreSQL; ids are otherwise exact strings (no normalisation, no case folding)."""
-    if not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."):
+    PostgreSQL (``MemoryIndex`` applies it whatever the store); ids are otherwise exact strings (no
+    normalisation, no case folding). ``plain=False``: only what a row key needs (a non-empty string
+    of valid Unicode, within the length), as the PostgreSQL backend checks its own ids."""
+    if not isinstance(agent_id, str) or not agent_id or (
+        plain and (any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."))
+    ):
         raise ConfigError(f"{what} must be a plain name, got {agent_id!r}")
     try:
         size = len(agent_id.encode("utf-8"))
@@ -43,8 +47,14 @@ def check_agent_id(agent_id: object, what: str = "agent_id") -> str:
 
 
 class StoreUnreachableError(StoreError):
-    """The store's server cannot be reached (down, restarting, a closed port): a search says so
-    within its deadline instead of waiting for a connection."""
+    """The store's server cannot be reached or refuses connections (down, restarting, a closed
+    port): a search says so by its deadline instead of waiting for a connection. ``waited``: how
+    long the call waited for a pooled connection before it tried a new one (0 when the server was
+    already known to be down)."""
+
+    def __init__(self, message: str, *, waited: float = 0.0) -> None:
+        super().__init__(message)
+        self.waited = waited
 
 
 #: When the store calls of this context must have an answer (``time.monotonic()``), or ``None``.

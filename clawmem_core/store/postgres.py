@@ -82,6 +82,13 @@ _OWN_KEPT = 1024
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
 _MAX_LEXEME_BYTES = 2046
+#: The longest a store call waits for a pooled connection (seconds). Within a search, it waits
+#: only until the search's deadline (:func:`~clawmem_core.store.base.store_deadline`), then tries a
+#: connection of its own: refused, the store is unreachable (said at once); answered, the pool is
+#: only busy, and the call waits on for the rest of this.
+_CHECKOUT_SECONDS = 30.0
+#: libpq's shortest ``connect_timeout``: the bound on that connection attempt.
+_PROBE_SECONDS = 2
 #: PostgreSQL's largest btree entry (8 KiB pages): a file's key (agent, generation, source, path)
 #: must fit in one, in ``clawmem_files`` and in ``clawmem_chunks``' path index.
 _BTREE_MAX_ITEM = 2704
@@ -520,11 +527,16 @@ class _Reading:
     def connection(self) -> "psycopg.Connection":
         if self.conn is None:
             # after a lost connection, the pool's others may be lost too (a server restart): checked
-            _UNCHECKED.on = not self._check_next
-            try:
-                conn = self.backend.pool.getconn(timeout=30)
-            finally:
-                _UNCHECKED.on = False
+            check = self._check_next
+
+            def take(timeout: float) -> "psycopg.Connection":
+                _UNCHECKED.on = not check
+                try:
+                    return self.backend.pool.getconn(timeout=timeout)
+                finally:
+                    _UNCHECKED.on = False
+
+            conn = self.backend.checkout(take)
             self.conn = conn
             if self.snapshot:
                 self._pipeline = conn.pipeline()
@@ -615,7 +627,7 @@ class PostgresBackend(StoreBackend):
             raise ConfigError("store.url is not valid UTF-8 (it holds an undecodable byte)")
         self._url = url
         self._passwords = _passwords_of(url)
-        self.agent_id = check_agent_id(agent_id)
+        self.agent_id = check_agent_id(agent_id, plain=False)
         self.location = f"{redact_url(url)} (agent {agent_id})"
         self.exact_below = exact_below
         self.hnsw_ef_search = max(1, min(int(hnsw_ef_search), 1000))
@@ -713,8 +725,13 @@ class PostgresBackend(StoreBackend):
                 with self._block_connection(block) as conn:
                     yield conn
                 return
-            with self.pool.connection(timeout=30) as conn:
-                yield conn
+            pool = self.pool
+            conn = self.checkout(lambda timeout: pool.getconn(timeout=timeout))
+            try:
+                with conn:  # (a pooled connection's block: commit or roll back, never closed)
+                    yield conn
+            finally:
+                pool.putconn(conn)
         except psycopg.Error as exc:
             raise self.error("PostgreSQL error", exc) from None
         except Exception as exc:
@@ -724,14 +741,55 @@ class PostgresBackend(StoreBackend):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
 
+    #: URLs whose server was last found unreachable (by this process), and when.
+    _down: dict[str, float] = {}
+
+    def checkout(self, take: Callable[[float], "psycopg.Connection"]) -> "psycopg.Connection":
+        """``take(timeout)`` (a connection from the pool) waiting at most until the deadline in
+        force (:func:`~clawmem_core.store.base.store_deadline`), then as long as the server
+        answers a connection of its own, up to :data:`_CHECKOUT_SECONDS` in all. Raises
+        :class:`StoreUnreachableError` when it does not (at once while the server is known to be
+        down: no wait at all), ``PoolTimeout`` when the pool stayed busy."""
+        from psycopg_pool import PoolTimeout
+
+        if self._url in self._down:
+            self._probe(0.0)  # raises while it is still down
+        first = wait_left(_CHECKOUT_SECONDS)
+        try:
+            return take(first)
+        except PoolTimeout:
+            if first >= _CHECKOUT_SECONDS:
+                raise
+        self._probe(first)
+        return take(_CHECKOUT_SECONDS - first)
+
+    def _probe(self, waited: float) -> None:
+        """Raise :class:`StoreUnreachableError` when a new connection to the server fails (and
+        remember it is down); forget that it was down when it succeeds."""
+        import psycopg
+
+        try:
+            psycopg.connect(self._url, connect_timeout=_PROBE_SECONDS).close()
+        except psycopg.Error as exc:
+            self._down[self._url] = time.monotonic()
+            reason = self.error("PostgreSQL cannot be reached", exc)
+            raise StoreUnreachableError(f"{reason} (the store is unreachable: memory is unavailable until it "
+                                        "answers again)", waited=waited) from None
+        self._down.pop(self._url, None)
+
     def _unchecked(self) -> "psycopg.Connection":
         """A connection from the pool without the pool's check (a round trip, as long as a
         statement under load)."""
-        _UNCHECKED.on = True
-        try:
-            return self.pool.getconn(timeout=30)
-        finally:
-            _UNCHECKED.on = False
+        pool = self.pool
+
+        def take(timeout: float) -> "psycopg.Connection":
+            _UNCHECKED.on = True
+            try:
+                return pool.getconn(timeout=timeout)
+            finally:
+                _UNCHECKED.on = False
+
+        return self.checkout(take)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -813,7 +871,8 @@ class PostgresBackend(StoreBackend):
             with contextlib.suppress(Exception):
                 conn.close()
             self.pool.putconn(conn)
-            return self.pool.getconn(timeout=30)  # checked: the others may be gone too (a restart)
+            pool = self.pool  # checked: the others may be gone too (a restart)
+            return self.checkout(lambda timeout: pool.getconn(timeout=timeout))
 
     def _reading(self) -> _Reading | None:
         """This thread's innermost open reading block on this database."""
@@ -895,7 +954,7 @@ class PostgresBackend(StoreBackend):
     def open_namespace(self, agent_id: str) -> "PostgresStore":
         """A handle on another agent's index in the same database (for shared namespaces and
         replicas): read, never created (a database without clawmem's tables is not given them)."""
-        check_agent_id(agent_id, "a shared namespace (an agent id)")
+        check_agent_id(agent_id, "a shared namespace (an agent id)", plain=False)
         if not self._schema_ready:
             with self.connection() as conn:
                 version = self._schema_version(conn)

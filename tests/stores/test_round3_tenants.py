@@ -261,3 +261,122 @@ def test_the_postgres_path_limit_is_one_every_key_can_hold(pg_url: str, agent: s
             store.delete_files("memory", [path])
     finally:
         store.close()
+
+
+# -- item 10: a PostgreSQL server that is down is said so by the query's deadline ---------------------
+
+
+class _SocketProxy:
+    """A real PostgreSQL server behind a Unix-socket forwarder that can be switched off (every
+    connection cut, the socket gone: the server is down to its clients) and on again."""
+
+    def __init__(self, server: Any, database_url: str, tmp: Path) -> None:
+        import os
+        import tempfile
+        from urllib.parse import parse_qs, urlsplit
+
+        parts = urlsplit(database_url)
+        sockdir = parse_qs(parts.query)["host"][0]
+        port = str(parts.port or 5432)
+        self.target = os.path.join(sockdir, f".s.PGSQL.{port}")
+        self.dir = tempfile.mkdtemp(prefix="clawmem-proxy-")  # short: a socket path has ~100 bytes
+        self.path = os.path.join(self.dir, f".s.PGSQL.{port}")
+        self.url = f"postgresql://{parts.username}:@{parts.path}?host={self.dir}&port={port}"
+        self.start()
+
+    def start(self) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(64)
+        self.conns: list[Any] = []
+        threading.Thread(target=self._accept, args=(self.listener, self.conns), daemon=True).start()
+
+    def _accept(self, listener: Any, conns: list[Any]) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self.target)
+            except OSError:
+                client.close()
+                continue
+            conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: Any, b: Any) -> None:
+        import socket
+
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        import os
+        import socket
+
+        self.listener.close()
+        os.unlink(self.path)
+        for s in self.conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def test_a_search_with_postgres_down_says_unreachable_by_its_deadline(tmp_path: Path, pg_server: Any,
+                                                                      pg_url: str) -> None:
+    """The server goes away under a working index: a search fails with StoreUnreachableError
+    having waited for a pooled connection no longer than its deadline (``query.timeout_ms``; the
+    pool's own timeout is 30 s), and the next search does not wait at all; memory_search answers
+    ``disabled`` and says the store is unreachable. Once the server is back, searches answer."""
+    import asyncio
+
+    from clawmem_core.store.base import StoreUnreachableError
+    from clawmem_core.tools import search_payload
+
+    proxy = _SocketProxy(pg_server, pg_url, tmp_path)
+    ws = write(tmp_path / "ws", {"MEMORY.md": "# Notes\n\nThe kettle is blue. 水壶是蓝色的。\n"})
+    try:
+        with _open(ws, "main", tmp_path, {"url": proxy.url}, query={"timeout_ms": 300}) as mem:
+            mem.sync()
+            assert mem.search("kettle")[0].path == "MEMORY.md"
+            proxy.stop()
+            with pytest.raises(StoreUnreachableError, match="unreachable") as first:
+                mem.search("kettle")
+            assert 0 <= first.value.waited <= 0.3  # the deadline's wait, not the pool's 30 s
+            with pytest.raises(StoreUnreachableError) as second:
+                mem.search("水壶")
+            assert second.value.waited == 0.0  # known down: no wait
+            with pytest.raises(StoreUnreachableError) as third:
+                asyncio.run(mem.asearch("kettle"))
+            assert third.value.waited == 0.0
+            payload = search_payload(mem, "kettle")
+            assert payload["disabled"] is True and "unreachable" in payload["error"], payload
+            assert "not a provider problem" in payload["warning"]
+            proxy.start()
+            assert mem.search("kettle")[0].path == "MEMORY.md"
+            assert mem.search("水壶")[0].path == "MEMORY.md"
+            assert search_payload(mem, "kettle")["results"][0]["path"] == "MEMORY.md"
+    finally:
+        from clawmem_core.store.postgres import PostgresBackend
+
+        PostgresBackend.close_pools(proxy.url)
