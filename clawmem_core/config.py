@@ -108,7 +108,10 @@ class HybridConfig:
     same for every embedder and a query about something absent scores low; every score of a query
     is also scaled by the query's confidence (``clawmem_core.search.query_confidence``: the share of
     its terms the index knows, and whether the embedder backs the chunks the keywords pick, with
-    its inputs in ``SearchHits.info["confidence_signals"]``). ``"openclaw"``:
+    its inputs in ``SearchHits.info["confidence_signals"]``). With shared namespaces, each index
+    searched is scored and judged on its own, as if searched alone (a namespace's in
+    ``info["namespace_confidence"]``): the agent's own notes score the same with or without them.
+    ``"openclaw"``:
     OpenClaw's ``vw * cosine + tw * |r| / (1 + |r|)`` with its relaxed keyword fallback, bit for
     bit. Weights left unset take the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3);
     set ones are normalised to sum to 1.
@@ -332,6 +335,21 @@ class ReadConfig:
 
 
 @dataclass
+class WriteConfig:
+    """``write`` / ``memory_write``: a note over ``max_note_chars`` characters is refused, and so is one that
+    would take its file past ``sync.max_file_bytes`` (the largest file indexed), with an argument error naming
+    the limit; the file and the index are left as they were."""
+
+    max_note_chars: int = 20_000
+
+    def __post_init__(self) -> None:
+        limit = _num(self.max_note_chars, "write.max_note_chars")
+        if not math.isfinite(limit) or limit < 1:
+            raise ConfigError(f"write.max_note_chars must be a positive integer, got {self.max_note_chars!r}")
+        self.max_note_chars = int(limit)
+
+
+@dataclass
 class BatchConfig:
     """Provider batch APIs (OpenAI /batches, Gemini async batch, Voyage batch)."""
 
@@ -390,6 +408,7 @@ class MemoryConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     read: ReadConfig = field(default_factory=ReadConfig)
+    write: WriteConfig = field(default_factory=WriteConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)

@@ -5,6 +5,7 @@ behind :class:`~clawmem_core.store.base.Store`."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -122,6 +123,23 @@ def _wrap(obj: Any) -> Embedder:
     from .embeddings.framework import wrap_embedder
 
     return wrap_embedder(obj)
+
+
+def _utc_iso(timestamp: str | None) -> str | None:
+    """A stored ``time.time()`` value (``repr``) as ISO 8601 UTC to the second; ``None`` when
+    missing or unreadable."""
+    try:
+        value = float(timestamp) if timestamp else 0.0
+    except ValueError:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        return None
+    from datetime import timezone
+
+    try:
+        return datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class MemoryIndex:
@@ -413,7 +431,7 @@ class MemoryIndex:
     # -- sync ---------------------------------------------------------------------------------
 
     def sync(self, force: bool = False, progress: ProgressCallback | None = None, *, reason: str = "manual",
-             vectors: bool = True, vector_seconds: float | None = None) -> SyncReport:
+             vectors: bool = True, vector_seconds: float | None = None, wait_for_others: bool = True) -> SyncReport:
         """Bring the index up to date with the Markdown, in two phases. The keyword phase reads and
         chunks the changed files and writes them for keyword search (unchanged files are skipped,
         deleted ones removed; vectors the embedding cache holds are used at once); a full reindex
@@ -421,7 +439,10 @@ class MemoryIndex:
         atomically. The vector phase then embeds the chunks still without vectors (text seen
         before is never embedded twice); ``vectors=False`` leaves them for later (a background
         sync or the next ``sync()``), and so does ``vector_seconds`` for those not embedded within
-        that many seconds; a killed run carries on from where it stopped.
+        that many seconds; a killed run carries on from where it stopped. While another process
+        embeds this index's pending chunks, the vector phase waits for it (within
+        ``vector_seconds``), or with ``wait_for_others=False`` leaves them to it at once
+        (``report.vectors_elsewhere``): one process embeds them, never two.
 
         ``progress`` receives a :class:`~clawmem_core.progress.SyncProgress` for each phase
         (files, then chunks, with an ETA from the throughput measured so far); a callable of
@@ -435,12 +456,12 @@ class MemoryIndex:
             if vector_seconds is not None and math.isfinite(vector_seconds):
                 deadline = time.monotonic() + max(0.0, vector_seconds)
             try:
-                self._sync_vectors(report, listener, deadline=deadline)
+                self._sync_vectors(report, listener, deadline=deadline, wait_for_others=wait_for_others)
             except EmbeddingError as exc:
                 if not self._activate_fallback(exc):
                     raise
                 report = self._sync_keywords(True, listener, "fallback")
-                self._sync_vectors(report, listener, deadline=deadline)
+                self._sync_vectors(report, listener, deadline=deadline, wait_for_others=wait_for_others)
         else:
             report.vectors_pending = self._pending_vectors()
         return report
@@ -465,11 +486,14 @@ class MemoryIndex:
         deadline: float | None = None,
         paths: Sequence[str] | None = None,
         store: Store | None = None,
+        wait_for_others: bool = True,
     ) -> None:
         """The vector phase: embed pending chunks until none is left, the index closes, or
         ``deadline`` (``time.monotonic()``) passes. Runs on this process's vector handle, one at
-        a time (``blocking=False``: skipped when another is running), or on ``store`` when given
-        (``paths`` then limits it to those files' chunks)."""
+        a time (``blocking=False``: skipped when another is running), and one process at a time
+        (the backend's vector lock: waited for until ``deadline`` unless ``wait_for_others`` is
+        false or ``blocking`` is; ``report.vectors_elsewhere`` when another process kept it), or
+        on ``store`` when given (``paths`` then limits it to those files' chunks)."""
         emb = self._selection_now().embedder
         if emb is None:
             return
@@ -487,11 +511,41 @@ class MemoryIndex:
                     self._retired.append(vstore)
                 vstore = self._vector_store = self._new_store()
             vstore.refresh()
-            self._syncer.fill_vectors(vstore, emb, report, listener, should_stop=lambda: self._closing,
-                                      deadline=deadline, paths=paths)
+            if not vstore.vector_counts().pending:
+                report.vectors_pending = 0
+                return
+            if not (blocking and wait_for_others):
+                wait: float | None = 0.0
+            else:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            with contextlib.ExitStack() as held:
+                if self._take_vector_lock(held, wait):
+                    self._syncer.fill_vectors(vstore, emb, report, listener, should_stop=lambda: self._closing,
+                                              deadline=deadline, paths=paths)
+                else:
+                    # Another process is embedding these chunks: left to it (embedding them here
+                    # too would only race it over the same chunks, and count none as done).
+                    report.vectors_elsewhere = True
+                    log.info("another process is embedding the vectors of this index: left to it")
             report.vectors_pending = vstore.vector_counts().pending
         finally:
             self._vector_lock.release()
+
+    #: Seconds between two tries of the vector lock while another process holds it.
+    _VECTOR_LOCK_POLL = 0.2
+
+    def _take_vector_lock(self, held: contextlib.ExitStack, wait: float | None) -> bool:
+        """Take the backend's vector lock into ``held`` within ``wait`` seconds (``None``: until
+        it is free or the index closes); whether it was taken."""
+        end = None if wait is None else time.monotonic() + wait
+        while True:
+            left = self._VECTOR_LOCK_POLL if end is None else min(self._VECTOR_LOCK_POLL, end - time.monotonic())
+            try:
+                held.enter_context(self._backend.vector_lock(max(0.0, left)))
+                return True
+            except StoreBusyError:
+                if self._closing or (end is not None and time.monotonic() >= end):
+                    return False
 
     def _pending_vectors(self) -> int:
         """Chunks waiting for vectors (0 in keyword-only mode or before the embedder is chosen)."""
@@ -1170,12 +1224,16 @@ class MemoryIndex:
     def write(self, text: str, target: str = "daily", *, now: datetime | None = None) -> "WriteResult":
         """Append a note to today's ``memory/YYYY-MM-DD.md`` (``target="daily"``) or to
         ``MEMORY.md`` (``"long_term"``); never overwrites. The index is updated before returning,
-        so the note is searchable at once."""
+        so the note is searchable at once. A note over ``write.max_note_chars`` characters, or one
+        that would take its file past ``sync.max_file_bytes``, is refused with
+        :class:`~clawmem_core.writing.NoteTooLargeError` (nothing written)."""
         from .writing import append_note
 
         self._check_open()
         self._check_workspace("memory_write")
-        result = append_note(self.workspace, text, target, now=now)  # type: ignore[arg-type]
+        result = append_note(self.workspace, text, target, now=now,  # type: ignore[arg-type]
+                             max_note_chars=self.config.write.max_note_chars,
+                             max_file_bytes=self.config.sync.max_file_bytes)
         return self._index_written(result)
 
     def _index_written(self, result: "WriteResult") -> "WriteResult":
@@ -1351,9 +1409,12 @@ class MemoryIndex:
             vc = store.vector_counts()
             vectors = {"done": vc.done, "total": vc.total}
         issues = []
+        replica = None
         if self.workspace is None:
             found = Discovery([], [])
             issues.append("replica: no workspace here; serving the index as the syncing process left it")
+            replica = {"agent": self.agent_id, "workspace": printable_name(str(meta.get("workspace") or "")) or None,
+                       "last_sync": _utc_iso(store.get_value("last_scan"))}
         else:
             found = list_memory_files(self.workspace, self.config.extra_paths)
             if not (self.workspace / "memory").is_dir():
@@ -1393,8 +1454,9 @@ class MemoryIndex:
             cache={"enabled": self.config.cache.enabled, "entries": counts.cache_entries, "max_entries": self.config.cache.max_entries},
             fallback={"from": sel.fallback_from, "reason": sel.reason} if sel and sel.fallback_from else None,
             issues=[printable_name(i) for i in issues],  # a path with undecodable bytes stays printable
-            files_on_disk=len(found.files),
+            files_on_disk=None if replica else len(found.files),
             vectors=vectors,
+            replica=replica,
         )
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -5,18 +5,36 @@
 structured content is the payload, its text content the payload as JSON). One long-lived
 :class:`MemoryIndex` answers every call, with the watcher on, so the index stays fresh and a local
 embedding model is loaded once. Transports: stdio (what desktop apps and IDEs spawn) and
-streamable HTTP on a local port.
+streamable HTTP.
 
-Needs the ``mcp`` extra: ``pip install 'clawmem-py[mcp]'``.
+``memory_write`` is left out of the tool list on a replica (it could only fail there) and when the
+server is read-only. Over HTTP the server is stateless (one JSON response per request, no sessions
+a client could pile up), checks every request's ``Host`` and ``Origin`` against the allowed hosts
+(loopback names and the bind address by default: no DNS rebinding), requires a bearer token when
+tokens are given (and refuses to listen off loopback without them unless told ``insecure``), and
+writes one access-log line per request: time, client, method, tool, outcome, duration; never the
+arguments or a token.
+
+Needs the ``mcp`` extra: ``pip install 'clawmem-py[mcp]'``; ``mcp`` 1.x (from 1.24, what
+``langchain-mcp-adapters`` needs) and 2.x both work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hmac
+import ipaddress
 import json
-from typing import TYPE_CHECKING, Any, Callable
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from urllib.parse import urlsplit
 
-from .errors import MissingDependencyError
+from .errors import ConfigError, MissingDependencyError
 from .memory_write import MEMORY_WRITE_DESCRIPTION, MEMORY_WRITE_NAME, awrite_payload
 from .tools import (
     MEMORY_GET_DESCRIPTION,
@@ -31,24 +49,72 @@ from .tools import (
 )
 
 if TYPE_CHECKING:
-    from mcp.server.lowlevel import Server
-
     from .index import MemoryIndex
 
-__all__ = ["SERVER_NAME", "DEFAULT_PORT", "create_server", "tool_definitions", "serve_stdio", "serve_http"]
+__all__ = [
+    "SERVER_NAME", "DEFAULT_PORT", "MCP_REQUIREMENT", "TOKEN_ENV", "AccessToken", "create_server", "tool_definitions",
+    "serve_stdio", "serve_http", "http_app", "served_tools", "load_tokens", "is_loopback", "allowed_hosts_for",
+]
 
 SERVER_NAME = "clawmem"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_HTTP_PATH = "/mcp"
-_INSTALL = "the MCP server needs the mcp extra: pip install 'clawmem-py[mcp]'"
+#: The ``mcp`` releases this server runs on: 1.24 is the oldest ``langchain-mcp-adapters`` accepts,
+#: 2.x is what ``llama-index-tools-mcp`` needs.
+MCP_REQUIREMENT = "mcp>=1.24,<3"
+#: The environment variable holding one accepted bearer token (beside or instead of a token file).
+TOKEN_ENV = "CLAWMEM_MCP_TOKEN"
+#: The shortest token accepted: a guessable token is no protection.
+MIN_TOKEN_LENGTH = 16
+#: Largest request body read (the SDK 2.x default; 1.x before 1.25 had no limit).
+MAX_REQUEST_BODY = 4 * 1024 * 1024
+_INSTALL = f"the MCP server needs the mcp extra: pip install 'clawmem-py[mcp]' ({MCP_REQUIREMENT})"
+_ALL_TOOLS = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME, MEMORY_WRITE_NAME)
+
+access_log = logging.getLogger("clawmem.mcp.access")
+
+
+def _mcp_version() -> tuple[int, ...] | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        text = version("mcp")
+    except PackageNotFoundError:
+        return None
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts) or None
 
 
 def _require_mcp() -> None:
+    """Raise :class:`MissingDependencyError` with one line naming the ``mcp`` versions needed when
+    the installed SDK is missing or outside :data:`MCP_REQUIREMENT`."""
+    found = _mcp_version()
+    if found is not None and not ((1, 24) <= found < (3,)):
+        shown = ".".join(map(str, found))
+        raise MissingDependencyError(f"the MCP server needs {MCP_REQUIREMENT}, found mcp {shown}: "
+                                     f"pip install '{MCP_REQUIREMENT}'")
     try:
         import mcp  # noqa: F401
+        from mcp.server.lowlevel import Server  # noqa: F401
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager  # noqa: F401
     except ImportError as exc:
-        raise MissingDependencyError(f"{_INSTALL} ({exc})") from None
+        raise MissingDependencyError(f"{_INSTALL}; {exc}") from None
+
+
+def _handlers_in_constructor() -> bool:
+    """mcp 2.x takes the request handlers as ``Server(on_list_tools=..., on_call_tool=...)``; 1.x
+    registers them with decorators."""
+    import inspect
+
+    from mcp.server.lowlevel import Server
+
+    return "on_call_tool" in inspect.signature(Server.__init__).parameters
 
 
 def tool_definitions() -> list[dict[str, Any]]:
@@ -92,41 +158,75 @@ async def call_tool_payload(mem: "MemoryIndex", name: str, arguments: dict[str, 
                      f"{MEMORY_WRITE_NAME}")
 
 
+def served_tools(mem: "MemoryIndex", include: Iterable[str] = _ALL_TOOLS, *,
+                 read_only: bool = False) -> tuple[str, ...]:
+    """The tool names a server over ``mem`` offers: ``include`` less ``memory_write`` when
+    ``read_only`` or when ``mem`` is a replica (no workspace: a write could only fail)."""
+    writable = not read_only and not getattr(mem, "replica", False)
+    return tuple(n for n in _ALL_TOOLS if n in set(include) and (writable or n != MEMORY_WRITE_NAME))
+
+
 def create_server(mem: "MemoryIndex", *, session_key: str | None = None,
-                  include: tuple[str, ...] = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME, MEMORY_WRITE_NAME)) -> "Server[Any]":
+                  include: Iterable[str] = _ALL_TOOLS, read_only: bool = False) -> Any:
     """A low-level MCP ``Server`` offering the memory tools over ``mem`` (which the caller owns
-    and closes). ``include`` leaves out tools (e.g. no ``memory_write`` for a read-only client);
-    the server's instructions are the Memory Recall prompt section."""
+    and closes). ``include`` leaves out tools; ``read_only=True`` (and a replica ``mem``) leaves out
+    ``memory_write``. ``session_key`` (e.g. ``discord:group:42``) reaches every search, so the
+    citation rules of group chats apply. The server's instructions are the Memory Recall prompt
+    section."""
     _require_mcp()
     import mcp.types as types
     from mcp.server.lowlevel import Server
-    from mcp.shared.exceptions import MCPError
-    from mcp.types.jsonrpc import INVALID_PARAMS
 
-    definitions = [d for d in tool_definitions() if d["name"] in include]
-    tools = [types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-             for d in definitions]
-    names = {d["name"] for d in definitions}
+    names = served_tools(mem, include, read_only=read_only)
+    tools = [types.Tool.model_validate({"name": d["name"], "description": d["description"],
+                                        "inputSchema": d["input_schema"]})
+             for d in tool_definitions() if d["name"] in names]
+    modern = _handlers_in_constructor()
 
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=tools)
+    def unknown(name: str) -> Exception:
+        message = f"unknown tool {name!r}; this server has {', '.join(sorted(names))}"
+        if modern:
+            from mcp.shared.exceptions import MCPError
+            from mcp.types.jsonrpc import INVALID_PARAMS
 
-    async def call_tool(ctx: Any, params: Any) -> Any:
-        if params.name not in names:
-            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; this server has {', '.join(sorted(names))}")
-        payload = await call_tool_payload(mem, params.name, params.arguments, session_key=session_key)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
-            structured_content=payload,
-            is_error="error" in payload,
-        )
+            return MCPError(INVALID_PARAMS, message)
+        return ValueError(message)  # mcp 1.x answers it as an error result
+
+    async def run_tool(name: str, arguments: dict[str, Any] | None) -> Any:
+        if name not in names:
+            raise unknown(name)
+        payload = await call_tool_payload(mem, name, arguments, session_key=session_key)
+        return types.CallToolResult.model_validate({
+            "content": [{"type": "text", "text": json.dumps(payload, ensure_ascii=False)}],
+            "structuredContent": payload,
+            "isError": "error" in payload,
+        })
 
     instructions = memory_recall_section(
         has_search=MEMORY_SEARCH_NAME in names, has_get=MEMORY_GET_NAME in names, citations=mem.config.citations)
     from . import __version__
 
-    return Server(SERVER_NAME, version=__version__, instructions=instructions or None,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+    if modern:
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            return types.ListToolsResult(tools=tools)
+
+        async def call_tool(ctx: Any, params: Any) -> Any:
+            return await run_tool(params.name, params.arguments)
+
+        return Server(SERVER_NAME, version=__version__, instructions=instructions or None,
+                      on_list_tools=list_tools, on_call_tool=call_tool)
+
+    server = Server(SERVER_NAME, version=__version__, instructions=instructions or None)
+
+    @server.list_tools()  # type: ignore[misc,untyped-decorator]
+    async def _list_tools() -> list[Any]:
+        return tools
+
+    @server.call_tool(validate_input=False)  # type: ignore[misc,untyped-decorator]
+    async def _call_tool(name: str, arguments: dict[str, Any]) -> Any:  # the payload says what to fix
+        return await run_tool(name, arguments)
+
+    return server
 
 
 def _start(mem: "MemoryIndex", watch: bool) -> None:
@@ -134,26 +234,358 @@ def _start(mem: "MemoryIndex", watch: bool) -> None:
         mem.watch()  # re-index on file changes while the server runs
 
 
-async def serve_stdio(mem: "MemoryIndex", *, watch: bool = True) -> None:
+async def serve_stdio(mem: "MemoryIndex", *, watch: bool = True, read_only: bool = False,
+                      session_key: str | None = None) -> None:
     """Serve over the process's stdin/stdout until the client closes them."""
     from mcp.server.stdio import stdio_server
 
-    server = create_server(mem)
+    server = create_server(mem, read_only=read_only, session_key=session_key)
     _start(mem, watch)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+# --------------------------------------------------------------------------------------------------
+# HTTP: who may call
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class AccessToken:
+    """One accepted bearer token. (A later token file may map tokens to agents; the loader keeps
+    one record per token for that.)"""
+
+    token: str = dataclasses.field(repr=False)
+
+
+def _check_token(token: Any, where: str) -> AccessToken:
+    if not isinstance(token, str):
+        raise ConfigError(f"{where}: a token must be a string, got {type(token).__name__}")
+    if token != token.strip() or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(f"{where}: a token must not hold spaces or control characters")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(f"{where}: a token must be at least {MIN_TOKEN_LENGTH} characters long (e.g. "
+                          "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return AccessToken(token)
+
+
+def load_tokens(path: str | os.PathLike[str] | None = None, *,
+                env: dict[str, str] | None = None) -> tuple[AccessToken, ...]:
+    """The accepted bearer tokens: those of the JSON file ``path`` (a list of strings, e.g.
+    ``["3kY…", "Qp9…"]``) and the one in ``$CLAWMEM_MCP_TOKEN``. Any other file shape is a
+    :class:`ConfigError`; no message ever shows a token."""
+    tokens: list[AccessToken] = []
+    if path is not None:
+        where = f"token file {os.fspath(path)}"
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where} is not JSON (line {exc.lineno}): expected a list of token strings, "
+                              'e.g. ["<token>", "<token>"]') from None
+        if not isinstance(data, list):
+            kind = {dict: "an object", str: "a string"}.get(type(data), type(data).__name__)
+            later = " (tokens cannot be mapped to agents yet)" if isinstance(data, dict) else ""
+            raise ConfigError(f'{where} holds {kind}: expected a JSON list of token strings, e.g. ["<token>"]'
+                              f"{later}")
+        if not data:
+            raise ConfigError(f"{where} lists no token")
+        tokens += [_check_token(t, f"{where}, entry {i + 1}") for i, t in enumerate(data)]
+    value = (os.environ if env is None else env).get(TOKEN_ENV)
+    if value:
+        tokens.append(_check_token(value, f"${TOKEN_ENV}"))
+    return tuple(tokens)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is only reachable from this machine."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_form(name: str) -> str:
+    """``name`` as it appears in a ``Host`` header (IPv6 in brackets), lower-case."""
+    name = name.strip().lower().rstrip(".")
+    if ":" in name and not name.startswith("["):
+        return f"[{name}]"
+    return name
+
+
+def _split_host(value: str) -> tuple[str, str | None]:
+    """``Host`` header (or ``--allowed-host``) value -> (host form, port or None)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return value, None
+        rest = value[end + 1:]
+        return value[: end + 1], (rest[1:] if rest.startswith(":") else None)
+    if value.count(":") == 1:
+        name, port = value.split(":")
+        return name.rstrip("."), port
+    return _host_form(value), None
+
+
+def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ``Host`` values a server bound to ``host`` accepts: the loopback names, the bind
+    address (unless it is a wildcard such as 0.0.0.0) and ``extra`` (``name`` for any port,
+    ``name:port`` for one)."""
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    bind = _host_form(host)
+    if bind not in ("0.0.0.0", "[::]", "") and bind not in names:
+        names.append(bind)
+    for value in extra:
+        name, port = _split_host(value)
+        if not name or (port is not None and not port.isdigit()):
+            raise ConfigError(f"allowed host {value!r} is not a host name, address or host:port")
+        entry = f"{name}:{port}" if port else name
+        if entry not in names:
+            names.append(entry)
+    return tuple(names)
+
+
+class _Policy:
+    """Host/Origin and bearer-token checks of one HTTP server."""
+
+    def __init__(self, allowed_hosts: Sequence[str], tokens: Sequence[AccessToken]) -> None:
+        self.any_port = {h for h in allowed_hosts if _split_host(h)[1] is None}
+        self.exact = {h for h in allowed_hosts if _split_host(h)[1] is not None}
+        self._tokens = [t.token.encode("utf-8") for t in tokens]
+
+    @property
+    def needs_token(self) -> bool:
+        return bool(self._tokens)
+
+    def host_ok(self, value: str | None) -> bool:
+        if not value:
+            return False
+        name, port = _split_host(value)
+        return name in self.any_port or (port is not None and f"{name}:{port}" in self.exact)
+
+    def origin_ok(self, value: str | None) -> bool:
+        if value is None:
+            return True  # not a browser (browsers send Origin on every cross-origin POST)
+        try:
+            parts = urlsplit(value.strip())
+            port = parts.port
+        except ValueError:
+            return False
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False
+        host = _host_form(parts.hostname) + (f":{port}" if port is not None else "")
+        return self.host_ok(host)
+
+    def token_ok(self, header: str | None) -> bool:
+        scheme, _, value = (header or "").strip().partition(" ")
+        presented = value.strip().encode("utf-8", "surrogateescape")
+        ok = False
+        for accepted in self._tokens:  # every token is compared: the time says nothing about which matched
+            ok |= hmac.compare_digest(presented, accepted)
+        return ok and scheme.lower() == "bearer"
+
+    def sdk_settings(self) -> Any:
+        """The same hosts as the SDK's own DNS-rebinding check (a second lock on the endpoint)."""
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        hosts = [*self.exact, *self.any_port, *(f"{h}:*" for h in self.any_port)]
+        origins = [f"{scheme}://{h}" for scheme in ("http", "https") for h in hosts]
+        return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                         allowed_origins=origins)
+
+
+_METHOD_RE = re.compile(r"[a-z][a-zA-Z/_]{0,63}")
+
+
+def _describe(body: bytes) -> tuple[str, str | None]:
+    """(JSON-RPC method, tool name) of a request body for the access log: only known tool names
+    and method-shaped strings, never arguments or text the client chose freely."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return "-", None
+    messages = data if isinstance(data, list) else [data]
+    methods, tools = [], []
+    for message in messages[:8]:
+        if not isinstance(message, dict):
+            continue
+        method = message.get("method")
+        methods.append(method if isinstance(method, str) and _METHOD_RE.fullmatch(method) else "?")
+        params = message.get("params")
+        if method == "tools/call" and isinstance(params, dict):
+            name = params.get("name")
+            tools.append(name if name in _ALL_TOOLS else "unknown-tool")
+    return ",".join(methods) or "-", ",".join(tools) or None
+
+
+def _outcome(status: int, body: bytes) -> str:
+    if status >= 400:
+        return "error"
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return "ok"
+    replies = data if isinstance(data, list) else [data]
+    if any(isinstance(r, dict) and "error" in r for r in replies):
+        return "rpc-error"
+    if any(isinstance(r, dict) and isinstance(r.get("result"), dict) and r["result"].get("isError") for r in replies):
+        return "tool-error"
+    return "ok"
+
+
+class _Guard:
+    """ASGI middleware in front of the MCP app: refuses a foreign ``Host`` or ``Origin`` (421 /
+    403), a missing or wrong bearer token (401) and an oversized body (413), and logs one line per
+    request."""
+
+    def __init__(self, app: Any, policy: _Policy, log: Callable[[str], None],
+                 max_body: int = MAX_REQUEST_BODY) -> None:
+        self.app, self.policy, self.log, self.max_body = app, policy, log, max_body
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        client = scope.get("client")
+        who = f"{client[0]}:{client[1]}" if client else "-"
+        what = f"{scope.get('method', '-')} {scope.get('path', '-')}"
+
+        async def refuse(status: int, reason: str, extra: dict[str, str] | None = None) -> None:
+            body = json.dumps({"error": reason}).encode()
+            head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            head += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+            await send({"type": "http.response.start", "status": status, "headers": head})
+            await send({"type": "http.response.body", "body": body})
+            self._line(started, who, what, None, f"refused {status} ({reason})")
+
+        if not self.policy.host_ok(headers.get("host")):
+            return await refuse(421, "this Host is not served here (clawmem mcp --allowed-host NAME)")
+        if not self.policy.origin_ok(headers.get("origin")):
+            return await refuse(403, "requests from this Origin are refused")
+        if self.policy.needs_token and not self.policy.token_ok(headers.get("authorization")):
+            return await refuse(401, "a valid bearer token is required (Authorization: Bearer <token>)",
+                                {"www-authenticate": 'Bearer realm="clawmem"'})
+
+        body = b""
+        if scope.get("method") == "POST":
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_body:
+                return await refuse(413, f"request body over {self.max_body} bytes")
+            chunks, size, more = [], 0, True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                if size > self.max_body:
+                    return await refuse(413, f"request body over {self.max_body} bytes")
+                more = message.get("more_body", False)
+            body = b"".join(chunks)
+        method, tool = _describe(body) if body else ("-", None)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if scope.get("method") == "POST" and not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        status, kept, keep = 500, bytearray(), tool is not None
+
+        async def watch(message: dict[str, Any]) -> None:
+            nonlocal status, keep
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and keep:
+                kept.extend(message.get("body", b""))
+                if len(kept) > self.max_body:  # the outcome is read from the status alone
+                    keep = False
+                    kept.clear()
+            await send(message)
+
+        outcome = "error"
+        try:
+            await self.app(scope, replay, watch)
+            outcome = _outcome(status, bytes(kept))
+        finally:
+            label = f"{what} {method}" + (f" {tool}" if tool else "")
+            self._line(started, who, label, status, outcome)
+
+    def _line(self, started: float, who: str, what: str, status: int | None, outcome: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        took = (time.monotonic() - started) * 1000
+        tail = f" {status}" if status is not None else ""
+        try:
+            self.log(f"{stamp} {who} {what} {outcome}{tail} {took:.0f}ms")
+        except Exception:  # a broken log sink never breaks a call
+            pass
+
+
+def _default_log(line: str) -> None:
+    access_log.info(line)
+
+
+# --------------------------------------------------------------------------------------------------
+# HTTP: the server
+# --------------------------------------------------------------------------------------------------
+
+
+def http_app(mem: "MemoryIndex", *, host: str = DEFAULT_HOST, path: str = DEFAULT_HTTP_PATH,
+             tokens: Sequence[AccessToken] = (), allowed_hosts: Sequence[str] = (), read_only: bool = False,
+             session_key: str | None = None, log: Callable[[str], None] | None = None) -> Any:
+    """The ASGI app of :func:`serve_http` (stateless streamable HTTP behind the Host/Origin,
+    token and size checks)."""
+    _require_mcp()
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    policy = _Policy(allowed_hosts_for(host, allowed_hosts), tokens)
+    # Stateless with JSON responses: no session outlives its request, so no client can fill a
+    # session table (the SDK's stateful default keeps up to 10,000 for 30 minutes) and lock others out.
+    manager = StreamableHTTPSessionManager(app=create_server(mem, read_only=read_only, session_key=session_key),
+                                           json_response=True, stateless=True, security_settings=policy.sdk_settings())
+
+    class Endpoint:
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await manager.handle_request(scope, receive, send)
+
+    app = Starlette(routes=[Route(path, endpoint=Endpoint())], lifespan=lambda _app: manager.run())
+    return _Guard(app, policy, log or _default_log)
+
+
 async def serve_http(mem: "MemoryIndex", *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                      path: str = DEFAULT_HTTP_PATH, watch: bool = True,
-                     on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve streamable HTTP at ``http://host:port/path`` until cancelled. Loopback hosts get the
-    SDK's DNS-rebinding protection; ``on_ready(url)`` is called once the port is listening."""
+                     on_ready: Callable[[str], None] | None = None, tokens: Sequence[AccessToken] = (),
+                     allowed_hosts: Sequence[str] = (), insecure: bool = False, read_only: bool = False,
+                     session_key: str | None = None, log: Callable[[str], None] | None = None) -> None:
+    """Serve streamable HTTP at ``http://host:port/path`` until cancelled; ``on_ready(url)`` is
+    called once the port is listening. With ``tokens`` every request needs ``Authorization:
+    Bearer <token>``; a host other than loopback without tokens is a :class:`ConfigError` unless
+    ``insecure=True``. ``allowed_hosts`` adds ``Host`` names to the loopback names and the bind
+    address. ``log`` receives the access-log lines (default: the ``clawmem.mcp.access`` logger)."""
+    if not tokens and not insecure and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve MCP on {host} without tokens: anyone who reaches this address could read and "
+            f"write this memory. Give tokens (--tokens FILE, a JSON list, or ${TOKEN_ENV}), bind to "
+            "127.0.0.1, or pass --insecure to serve without authentication anyway")
     import uvicorn
 
-    server = create_server(mem)
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    app = http_app(mem, host=host, path=path, tokens=tokens, allowed_hosts=allowed_hosts, read_only=read_only,
+                   session_key=session_key, log=log)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
+                            proxy_headers=False)  # the access log names the real peer, not a header's claim
     web = uvicorn.Server(config)
     _start(mem, watch)
     task = asyncio.create_task(_serve(web))
@@ -168,7 +600,7 @@ async def serve_http(mem: "MemoryIndex", *, host: str = DEFAULT_HOST, port: int 
             for listener in web.servers:  # port 0: the port the system chose
                 for sock in listener.sockets:
                     bound = sock.getsockname()[1]
-            on_ready(f"http://{host}:{bound}{path}")
+            on_ready(f"http://{_host_form(host)}:{bound}{path}")
         await task
     finally:
         web.should_exit = True

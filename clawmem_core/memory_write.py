@@ -30,7 +30,8 @@ MEMORY_WRITE_NAME = "memory_write"
 MEMORY_WRITE_DESCRIPTION = (
     "Store a durable memory as Markdown: appends the note to today's memory/YYYY-MM-DD.md (target='daily', the "
     "default) or to MEMORY.md (target='long_term', for lasting facts and preferences). Append-only: existing "
-    "entries are never changed. Write short, self-contained notes (facts, decisions, preferences, people, todos). "
+    "entries are never changed. Write short, self-contained notes (facts, decisions, preferences, people, todos); "
+    "an overlong note is refused with the limit in the error. "
     "Returns the path and lines written; if the response has disabled=true, memory writing is unavailable. "
     "indexed=false means the note is saved but not searchable yet: do not write it again."
 )
@@ -44,8 +45,10 @@ WRITE_TARGETS = ("daily", "long_term")
 def write_payload(mem: "MemoryIndex", text: Any, target: Any = "daily") -> dict[str, Any]:
     """Append ``text`` with :meth:`MemoryIndex.write` and return ``{path, startLine, endLine, indexed}`` (the
     path relative to the workspace; ``indexed: false`` with ``warning`` and ``indexError`` when the note was
-    saved but indexing failed); ``{error, action}`` for invalid arguments (an empty note, an unknown target), or
-    ``{error, disabled: true}`` when memory cannot be written."""
+    saved but indexing failed); ``{error, action}`` for invalid arguments (an empty note, an unknown target, a note
+    over ``write.max_note_chars`` or one that would take its file past ``sync.max_file_bytes``, a note its file's
+    legacy encoding cannot hold: nothing is written then), or ``{error, disabled: true}`` when memory cannot be
+    written."""
     try:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")

@@ -154,6 +154,8 @@ class SyncReport:
     #: Chunks still waiting for vectors when the sync returned (0 after a complete sync; more
     #: when only the keyword phase ran, or the vector phase was stopped).
     vectors_pending: int = 0
+    #: Another process was embedding this index's pending chunks: this sync left them to it.
+    vectors_elsewhere: bool = False
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,6 +187,10 @@ class IndexStatus:
     files_on_disk: int | None = None
     #: ``{"done": chunks with vectors, "total": chunks}``; ``None`` in keyword-only mode.
     vectors: Optional[dict[str, int]] = None
+    #: On a replica (no workspace here): ``{"agent": the agent it answers for, "workspace": the
+    #: syncing process's workspace, "last_sync": when that process last synced (ISO 8601, UTC),
+    #: or None}``; ``None`` elsewhere. A replica's ``files_on_disk`` is ``None``.
+    replica: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

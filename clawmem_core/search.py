@@ -250,6 +250,42 @@ def chunk_vector_scores(vec_hits: Sequence[tuple[str, float]], meta: Mapping[str
     return out
 
 
+def id_prefix(cid: str) -> str:
+    """``"@<ns>/"`` for a chunk id from a shared namespace (:class:`~clawmem_core.store.shared.SharedView`),
+    ``""`` for one of the agent's own index (chunk ids are hex digests)."""
+    if cid.startswith("@"):
+        cut = cid.find("/")
+        if cut > 1:
+            return cid[: cut + 1]
+    return ""
+
+
+def index_parts(store: "Store", kw_hits: Sequence[tuple[str, float]], vec_hits: Sequence[tuple[str, float]]
+                ) -> dict[str, tuple[list[int], list[int]]]:
+    """The positions in ``kw_hits`` and ``vec_hits`` of each index's candidates, by
+    :func:`id_prefix` (the agent's own index, ``""``, always first, even without candidates). A
+    store that is one index is one part."""
+    if not hasattr(store, "term_hits_by_prefix"):
+        return {"": (list(range(len(kw_hits))), list(range(len(vec_hits))))}
+    parts: dict[str, tuple[list[int], list[int]]] = {"": ([], [])}
+    for side, hits in ((0, kw_hits), (1, vec_hits)):
+        for i, (cid, _) in enumerate(hits):
+            parts.setdefault(id_prefix(cid), ([], []))[side].append(i)
+    return parts
+
+
+def term_stats(store: "Store", terms: list[str], prefixes: Sequence[str]
+               ) -> dict[str, tuple[tuple[int, list[int]] | None, str]]:
+    """For each index among ``prefixes`` (:func:`index_parts`): its
+    :meth:`~clawmem_core.store.base.Store.term_hits` and its keyword tokenizer."""
+    if not prefixes:
+        return {}
+    by_prefix = getattr(store, "term_hits_by_prefix", None)
+    if by_prefix is not None:
+        return by_prefix(terms, prefixes)  # type: ignore[no-any-return]
+    return {"": (store.term_hits(terms), getattr(store, "fts_tokenizer", ""))}
+
+
 #: The keyword score of a chunk of ``MEMORY.md``, or of a note whose file name names a query term
 #: (``memory/projects/billing.md`` for "billing"), counts this many times another note's: the curated
 #: long-term memory holds one fact a line, and BM25's length normalisation would otherwise rank its
@@ -285,7 +321,8 @@ def prior_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str,
             out.append(r)
             continue
         if m[0] not in named:
-            named[m[0]] = is_curated(m[0], m[1]) or bool(wanted and not wanted.isdisjoint(name_terms(m[0])))
+            own_path = m[0][len(id_prefix(cid)):]  # a namespace's paths are "@<ns>/<path>"
+            named[m[0]] = is_curated(own_path, m[1]) or bool(wanted and not wanted.isdisjoint(name_terms(own_path)))
         out.append(r * CURATED_PRIOR if named[m[0]] else r)
     return out
 
@@ -500,7 +537,7 @@ def select_confident(ranked: Sequence[Candidate], confidence: float, *, min_scor
     it), in the given order, cut to ``max_results``. Scaling after ranking keeps the order even at
     confidence 0."""
     if confidence == 1.0:
-        return [c for c in ranked if c.score >= min_score][:max_results]
+        return [c if c.score <= 1.0 else c._replace(score=1.0) for c in ranked if c.score >= min_score][:max_results]
     out = []
     for c in ranked:
         score = min(1.0, c.score * confidence)
@@ -730,18 +767,29 @@ def _choose(
     no_vectors = keyword_only or qvec is None or blind
     vw, tw = hybrid.weights
     conf = 1.0
+    part_conf: dict[str, float] | None = None  # per index searched, when there are several
     if hybrid.fusion == "openclaw":
         # OpenClaw's formula; keyword-only mode keeps its conversion (scores meet min_score alone).
         mode = hybrid.text_score if not no_vectors else "saturate"
         scores = keyword_scores([r for _, r in kw_hits], mode)
         vec_scores = [s for _, s in vec_hits]
     else:
-        hits = store.term_hits(terms) if kw_hits else None
+        # Each index searched (the agent's own, and each shared namespace) is scored and judged by
+        # its own term statistics and candidates, exactly as a search of that index alone: its BM25
+        # came from them, and a namespace must not change how the agent's own notes score.
+        parts = index_parts(store, kw_hits, vec_hits)
+        stats = term_stats(store, terms, [p for p, (ki, _) in parts.items() if ki])
         ranks = prior_ranks(kw_hits, meta, terms)
-        if hits is None:
-            scores = keyword_scores(ranks, "normalize")
-        else:
-            scores = text_relevance(ranks, query_idf_mass(terms, hits[1], hits[0]))
+        scores = [0.0] * len(kw_hits)
+        for prefix, (ki, _) in parts.items():
+            hits = stats.get(prefix, (None, ""))[0]
+            part_ranks = [ranks[i] for i in ki]
+            if hits is None:
+                part_scores = keyword_scores(part_ranks, "normalize")
+            else:
+                part_scores = text_relevance(part_ranks, query_idf_mass(terms, hits[1], hits[0]))
+            for i, v in zip(ki, part_scores):
+                scores[i] = v
         level = math.nan
         to_background: list[float] = []
         if background and qvec is not None and vec_hits:
@@ -752,37 +800,46 @@ def _choose(
             # The query's confidence scales every score (the order stands): the share of its terms
             # the index knows (no keyword hit: none), the vector side's best calibrated score, and
             # whether the vector side agrees with the chunks the keywords rank first.
-            if hits is not None:
-                pairs = list(zip(terms, hits[1]))
-                if getattr(store, "fts_tokenizer", "") == "trigram":  # shorter terms are never searched
-                    pairs = [(t, n) for t, n in pairs if len(t) >= 3]
-                vocab = vocabulary_share([t for t, _ in pairs], [n for _, n in pairs])
-            else:
-                vocab = 0.0 if terms and not kw_hits and store.fts_available else None
             # A half-embedded index (vectors_partial) may not have embedded the chunk that answers.
-            best = max(vec_scores, default=0.0) if math.isfinite(level) and not no_vectors and not vectors_partial else None
-            if best is not None and background and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background):
-                best = None  # the embedder cannot tell texts of this script apart: no say either way
-            agree = alone = None
-            floor = VECTOR_DOUBT_FLOOR
-            if best is not None:
-                agree = keyword_agreement([_chunk_key(meta.get(i)) for i, _ in kw_hits], scores,
-                                          chunk_vector_scores(vec_hits, meta, to_background, level))
-                # The best of all the candidates is the best of that many draws: against the level the
-                # best of as many unrelated texts reaches.
-                top = max((c for _, c in vec_hits if math.isfinite(c)), default=math.nan)
-                many = best_of_level(to_background, len(vec_hits)) if to_background else level
-                alone = calibrated_cosine(top, many if math.isfinite(many) else level) if math.isfinite(top) else 0.0
-                floor = vector_doubt_floor(translation_strength(background)) if background else VECTOR_DOUBT_FLOOR
-            conf = query_confidence(vocab, best, agree, alone=alone, floor=floor)
+            vector_say = math.isfinite(level) and not no_vectors and not vectors_partial
+            if vector_say and background and query_script(query[:MAX_QUERY_TERM_CHARS]) in blind_scripts(background):
+                vector_say = False  # the embedder cannot tell texts of this script apart: no say either way
+            floor = vector_doubt_floor(translation_strength(background)) if vector_say and background else VECTOR_DOUBT_FLOOR
+            by_chunk = chunk_vector_scores(vec_hits, meta, to_background, level) if vector_say else {}
+            judged = {}
+            for prefix, (ki, vi) in parts.items():
+                hits, tokenizer = stats.get(prefix, (None, ""))
+                if hits is not None:
+                    pairs = list(zip(terms, hits[1]))
+                    if tokenizer == "trigram":  # shorter terms are never searched
+                        pairs = [(t, n) for t, n in pairs if len(t) >= 3]
+                    vocab = vocabulary_share([t for t, _ in pairs], [n for _, n in pairs])
+                else:
+                    vocab = 0.0 if terms and not ki and store.fts_available else None
+                best = agree = alone = None
+                if vector_say:
+                    best = max((vec_scores[i] for i in vi), default=0.0)
+                    agree = keyword_agreement([_chunk_key(meta.get(kw_hits[i][0])) for i in ki],
+                                              [scores[i] for i in ki], by_chunk)
+                    # The best of all the candidates is the best of that many draws: against the level
+                    # the best of as many unrelated texts reaches.
+                    top = max((vec_hits[i][1] for i in vi if math.isfinite(vec_hits[i][1])), default=math.nan)
+                    many = best_of_level(to_background, len(vi)) if to_background else level
+                    alone = calibrated_cosine(top, many if math.isfinite(many) else level) if math.isfinite(top) else 0.0
+                judged[prefix] = (query_confidence(vocab, best, agree, alone=alone, floor=floor), {
+                    "vocabulary": None if vocab is None else round(vocab, 4),
+                    "vector_best": None if best is None else round(best, 4),
+                    "agreement": None if agree is None else round(agree, 4),
+                    "vector_alone": None if alone is None else round(alone, 4),
+                    "doubt_floor": round(floor, 4),
+                })
+            conf, signals = judged[""]
             info["confidence"] = round(conf, 4)
-            info["confidence_signals"] = {
-                "vocabulary": None if vocab is None else round(vocab, 4),
-                "vector_best": None if best is None else round(best, 4),
-                "agreement": None if agree is None else round(agree, 4),
-                "vector_alone": None if alone is None else round(alone, 4),
-                "doubt_floor": round(floor, 4),
-            }
+            info["confidence_signals"] = signals
+            if len(judged) > 1:
+                part_conf = {prefix: c for prefix, (c, _) in judged.items()}
+                info["namespace_confidence"] = {prefix[1:-1]: {"confidence": round(c, 4), "confidence_signals": sig}
+                                                for prefix, (c, sig) in judged.items() if prefix}
     kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
     vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
     if no_vectors:
@@ -795,6 +852,8 @@ def _choose(
         merged = merge_hybrid(vec, kw, vw, tw)
     if hybrid.temporal_decay.enabled:
         merged = apply_temporal_decay(merged, hybrid.temporal_decay.half_life_days, datetime.now(timezone.utc), mtime_of)
+    if part_conf is not None:  # each index's scores by its own confidence (capped at 1 when selected)
+        merged = [c._replace(score=c.score * part_conf.get(id_prefix(c.id), 1.0)) for c in merged]
     merged.sort(key=lambda c: (-c.score, c.path, c.start_line))
     merged = dedupe_line_ranges(merged)
     relevance = None
@@ -817,7 +876,7 @@ def _choose(
         chosen = select_results(merged, min_score=min_score, max_results=k, relaxed_floor=floor,
                                 strict=cfg.strict or explicit_min_score)
     else:  # calibrated scores mean the same in every index: no fallback below min_score
-        chosen = select_confident(merged, conf, min_score=min_score, max_results=k)
+        chosen = select_confident(merged, 1.0 if part_conf is not None else conf, min_score=min_score, max_results=k)
     return chosen
 
 

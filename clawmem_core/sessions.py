@@ -49,6 +49,9 @@ _DELTA_READ_CHUNK = 64 * 1024
 
 _NEWLINES = re.compile(r"\s*\n+\s*")
 _SPACES = re.compile(r"\s+")
+#: Half of a surrogate pair: JSON can escape one (a JavaScript string cut inside an emoji), no text
+#: encoding can hold it, so it becomes U+FFFD as undecodable bytes do.
+_LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 _ROLE_LABELS = {"user": "User", "assistant": "Assistant"}
 
 
@@ -72,7 +75,7 @@ class SessionEntry:
 
 
 def _normalize(value: str) -> str:
-    return _SPACES.sub(" ", _NEWLINES.sub(" ", value)).strip()
+    return _LONE_SURROGATES.sub("\ufffd", _SPACES.sub(" ", _NEWLINES.sub(" ", value)).strip())
 
 
 def _extract_text(content: Any) -> str | None:

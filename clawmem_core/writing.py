@@ -30,11 +30,13 @@ from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
 from .errors import ClawmemError, MemoryWriteError, PathNotAllowedError, WorkspaceError
-from .safe_fs import DirHandle, UnsafeFileError, bom_encoding, open_dir
+from .safe_fs import DirHandle, LineReader, UnsafeFileError, bom_encoding, open_dir
 
 __all__ = [
     "WriteResult",
     "InvalidNoteError",
+    "NoteEncodingError",
+    "NoteTooLargeError",
     "append_note",
     "archive_session",
     "daily_note_path",
@@ -52,6 +54,16 @@ _WINDOWS_LOCK_OFFSET = 0x7FFFFFFE  # lock one byte far past any memory file, so 
 
 class InvalidNoteError(ClawmemError, ValueError):
     """The note is empty or the write target is unknown."""
+
+
+class NoteTooLargeError(InvalidNoteError):
+    """The note is longer than ``write.max_note_chars``, or would take its file past ``sync.max_file_bytes`` (a
+    larger file is not indexed at all). Nothing was written."""
+
+
+class NoteEncodingError(InvalidNoteError):
+    """The file is in a legacy encoding (cp1252, GB18030...) that cannot hold a character of the note: a note is
+    appended in its file's own encoding, never mixed into it as UTF-8. Nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -230,20 +242,32 @@ def append_note(
     *,
     now: datetime | None = None,
     fsync: bool = True,
+    max_note_chars: int | None = None,
+    max_file_bytes: int | None = None,
 ) -> WriteResult:
     """Append ``text`` to today's daily note (``memory/YYYY-MM-DD.md``) or to ``MEMORY.md``.
 
     Never overwrites or truncates. A new daily file starts with a ``# YYYY-MM-DD`` heading. The note is separated
-    from earlier content by a blank line and always ends with a newline. For ``long_term`` an existing
-    ``MEMORY.md`` (else ``memory.md``) is used, else ``MEMORY.md`` is created. Safe against concurrent appends
-    from other threads and processes. Raises :class:`InvalidNoteError` for an empty note or unknown target,
-    :class:`PathNotAllowedError` for a symlinked target or parent, :class:`WorkspaceError` for a missing workspace.
+    from earlier content by a blank line and always ends with a newline, in the file's own encoding (UTF-8 for a
+    new file). For ``long_term`` an existing ``MEMORY.md`` (else ``memory.md``) is used, else ``MEMORY.md`` is
+    created. Safe against concurrent appends from other threads and processes. Raises :class:`InvalidNoteError`
+    for an empty note or unknown target, :class:`NoteTooLargeError` for a note over ``max_note_chars`` characters
+    or one that would take the file past ``max_file_bytes``, :class:`NoteEncodingError` for a note the file's
+    legacy encoding cannot hold, :class:`PathNotAllowedError` for a symlinked target or parent,
+    :class:`WorkspaceError` for a missing workspace. A refused note leaves the file as it was.
     """
     if target not in ("daily", "long_term"):
         raise InvalidNoteError(f"unknown target {target!r}; use 'daily' or 'long_term'")
     note = _clean_text(text)
+    if max_note_chars is not None and len(note) > max_note_chars:
+        raise NoteTooLargeError(f"the note is {len(note):,} characters, over the {max_note_chars:,}-character limit "
+                                "(write.max_note_chars); nothing was written. Write a shorter note, or split it")
     root = _workspace_root(workspace)
     stamp = _local(now)
+    if max_file_bytes is not None and len((f"# {stamp:%Y-%m-%d}\n\n" + note + "\n").encode("utf-8")) > max_file_bytes:
+        raise NoteTooLargeError(f"the note is {len(note.encode('utf-8')):,} bytes, past the {max_file_bytes:,}-byte "
+                                "limit of the files the index reads (sync.max_file_bytes); nothing was written. "
+                                "Write a shorter note, or raise sync.max_file_bytes")
     parts: tuple[str, ...] = (MEMORY_DIR,) if target == "daily" else ()
     with _open_dir(root, parts) as directory:
         if target == "daily":
@@ -267,7 +291,22 @@ def append_note(
                 else:
                     prefix = ""
                 start = lines_before + prefix.count("\n") + 1
-                payload = (prefix + note + "\n").encode(codec)
+                try:
+                    payload = (prefix + note + "\n").encode(codec)
+                except UnicodeEncodeError as exc:
+                    bad = exc.object[exc.start]
+                    raise NoteEncodingError(
+                        f"{directory.show(name)} is written in {codec}, which cannot hold {bad!r} (U+{ord(bad):04X}, "
+                        f"at position {max(0, exc.start - len(prefix))} of the note); nothing was written, so the "
+                        "file stays in one encoding. Write the note without such characters, or convert the file "
+                        "to UTF-8 first") from None
+                if max_file_bytes is not None and size + len(payload) > max_file_bytes:
+                    raise NoteTooLargeError(
+                        f"{directory.show(name)} would grow to {size + len(payload):,} bytes, past the "
+                        f"{max_file_bytes:,}-byte limit of the files the index reads (sync.max_file_bytes), and the "
+                        "whole file would drop out of search; nothing was written. Write a shorter note"
+                        + (", or to the daily note (target='daily')" if target == "long_term" else "")
+                        + ", or raise sync.max_file_bytes")
                 try:
                     _write_all(fd, payload)
                     if fsync:
@@ -293,6 +332,17 @@ _WIDE_BOMS = (
 )
 
 
+def _own_codec(fd: int) -> str:
+    """The codec to append to a file without a UTF-16/32 byte-order mark in: the encoding the index and
+    ``memory_get`` read it in (:class:`~clawmem_core.safe_fs.LineReader`), so UTF-8 unless the file is in a legacy
+    encoding such as cp1252 or GB18030 (ASCII-compatible: a newline is one ``\\n`` byte, as the line count
+    assumes)."""
+    reader = LineReader(fd)
+    if reader.binary or reader.encoding.replace("_", "-").lower() in ("utf-8", "utf-8-sig", "utf8", "ascii"):
+        return "utf-8"
+    return reader.encoding
+
+
 def _scan_via(directory: DirHandle, name: str, size: int) -> tuple[int, str, str]:
     """The file's line count, its last two characters and the codec to append in."""
     if size == 0:
@@ -303,7 +353,7 @@ def _scan_via(directory: DirHandle, name: str, size: int) -> tuple[int, str, str
         codec = next((c for bom, c in _WIDE_BOMS if head.startswith(bom)), None) if bom_encoding(head) else None
         if codec is None:
             count, tail = _scan(fd, size)
-            return count, tail.decode("latin-1"), "utf-8"
+            return count, tail.decode("latin-1"), _own_codec(fd)
         decoder = codecs.getincrementaldecoder(codec)(errors="replace")
         count, last, offset = 0, "", len(next(bom for bom, c in _WIDE_BOMS if c == codec))
         while offset < size:

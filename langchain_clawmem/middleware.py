@@ -37,8 +37,8 @@ conversation falls back below the flush point (it was compacted). Nothing runs w
 node, not through the agent's tool node: ``wrap_tool_call`` middleware (``HumanInTheLoopMiddleware``,
 ``ToolCallLimitMiddleware``, ``ToolRetryMiddleware``…) does not see these writes, and they are not counted
 against tool-call limits. The flush can only append to today's ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` (no
-other tool is executed during the flush). To review every write, pass ``read_only=True`` (no flush) and let the
-model call ``memory_write`` in normal turns, where tool middleware applies.
+other tool is executed during the flush). To review every write, pass ``read_only=True`` (no flush) and offer
+``memory_write`` in normal turns (``ClawmemMiddleware(write=True)``), where tool middleware applies.
 """
 
 from __future__ import annotations
@@ -107,6 +107,16 @@ def _text(message: BaseMessage) -> str:
     return text if isinstance(text, str) else str(text)
 
 
+def _can_write(memory: MemoryIndex, asked: str) -> bool:
+    """Whether ``memory_write`` can work over ``memory``: not on a replica (no workspace), where the
+    tool is left out (and this is logged) rather than offered to fail on every call."""
+    if getattr(memory, "replica", False):
+        log.warning("%s: memory_write is left out: agent %r is served from a replica (no workspace to write to)",
+                    asked, memory.agent_id)
+        return False
+    return True
+
+
 def append_to_system_message(system: SystemMessage | None, section: str) -> SystemMessage:
     """``system`` with ``section`` appended: after a blank line for string content, as a new text block for
     content blocks (existing blocks, e.g. with ``cache_control``, are kept as they are)."""
@@ -149,7 +159,7 @@ class ClawmemMiddleware(AgentMiddleware):
         self.recall_min_score = recall_min_score
         self.session_key = session_key
         tools: list[BaseTool] = create_memory_tools(memory, include=include, session_key=session_key)
-        if write:
+        if write and _can_write(memory, "ClawmemMiddleware(write=True)"):
             tools.append(create_memory_write_tool(memory))
         self.tools = tools
 
@@ -241,9 +251,11 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
     ``model`` (a chat model or a ``provider:model`` string) runs the flush turn, normally the agent's own model.
     ``context_window`` is the model's context size in tokens; ``reserve_tokens`` (default 20000) and
     ``soft_threshold_tokens`` (default 4000) place the flush point below it. ``max_flush_steps`` bounds the
-    model calls of one flush turn. ``expose_tool=False`` keeps ``memory_write`` out of the normal turns (the
-    flush uses it all the same). ``prompt`` / ``system_prompt`` replace the flush texts. See the module
-    documentation for the order relative to ``SummarizationMiddleware`` and for tool middleware.
+    model calls of one flush turn. ``memory_write`` is used by the flush only; ``expose_tool=True`` also offers
+    it to the model in normal turns (default ``False``: the agent's writes are what you give it, e.g.
+    ``ClawmemMiddleware(write=True)``). ``prompt`` / ``system_prompt`` replace the flush texts. On a replica
+    (no workspace) nothing is written: no flush runs and no tool is offered. See the module documentation for
+    the order relative to ``SummarizationMiddleware`` and for tool middleware.
     """
 
     state_schema = MemoryFlushState
@@ -258,7 +270,7 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
         reserve_tokens: int = DEFAULT_RESERVE_TOKENS,
         soft_threshold_tokens: int = DEFAULT_SOFT_THRESHOLD_TOKENS,
         max_flush_steps: int = 3,
-        expose_tool: bool = True,
+        expose_tool: bool = False,
         prompt: str | None = None,
         system_prompt: str | None = None,
         slug_model: BaseChatModel | None = None,
@@ -276,14 +288,15 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
             reserve_tokens=reserve_tokens,
             soft_threshold_tokens=soft_threshold_tokens,
             workspace=memory.workspace,
-            read_only=read_only,
+            read_only=True if getattr(memory, "replica", False) else read_only,  # a replica cannot write
         )
         self.max_flush_steps = max(1, int(max_flush_steps))
         self.prompt = prompt
         self.system_prompt = system_prompt
         self.slug_model = slug_model
         self.write_tool: BaseTool = create_memory_write_tool(memory)
-        self.tools = [self.write_tool] if expose_tool else []
+        offered = expose_tool and _can_write(memory, "MemoryFlushMiddleware(expose_tool=True)")
+        self.tools = [self.write_tool] if offered else []
 
     # -- state --------------------------------------------------------------------------------
 

@@ -22,21 +22,31 @@ string) under a small front matter holding the key, the timestamps and the other
 
     Dana is vegetarian and loves Lisbon's pastéis.
 
-A person can read and edit these files; the index finds them like any other note (``memory_search`` included),
-and a Markdown file someone adds to such a folder is an item too (its key is the file name, its value
-``{"content": <text>}``). ``folder="agents/main"`` puts the namespaces under ``memory/agents/main/`` instead,
+A person can read and edit these files; the index finds them like any other note (``memory_search`` included).
+An item comes back exactly as it was put, whatever its size (no ``memory_get`` cap applies); one whose file
+would pass ``sync.max_file_bytes``, the largest file indexed, is refused (``NoteTooLargeError``, nothing
+written). A namespace is a folder holding at least one file the store wrote; a Markdown file someone adds to
+such a folder is an item too (its key is the file name, its value ``{"content": <text>}``), while the ordinary
+notes of other folders (``memory/projects/``...) are not items: ``list_namespaces`` does not list their
+folders, and the store never replaces nor deletes them. ``folder="agents/main"`` puts the namespaces under ``memory/agents/main/`` instead,
 so several agents can share one workspace without seeing each other's items; :class:`ClawmemAgentsStore` maps
 the first namespace label to an agent's own workspace.
 
+**Deleting.** ``delete`` (or ``put(..., None)``) removes the item's Markdown file, as LangGraph's stores forget
+a deleted item: store items are the one kind of memory file clawmem deletes, and only at this explicit request.
+
 **Names.** Namespace labels and keys become file names: characters a file name cannot hold (``/ \\ : * ? " < >
 |``, control characters, ``%``, a leading ``.``, surrounding spaces) are percent-encoded, so no label or key can
-leave its folder; a key too long for a file name is shortened with a hash (the full key stays in the front
-matter). Symlinked folders and files are refused, never followed.
+leave its folder; ``~`` is encoded in keys too, and a key too long for a file name is shortened to
+``<head>~<hash>`` (the full key stays in the front matter), so no key can take another key's file. Symlinked
+folders and files are refused, never followed.
 
 **Search.** With ``query``, ``search`` runs clawmem's hybrid search (BM25 + vectors) and returns the items whose
-files matched, best first, with the best chunk's score; without it, items newest first (score ``None``).
-``filter`` matches value fields (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``). ``index`` and ``ttl``
-arguments are accepted and ignored (every item is indexed in full; items do not expire).
+files matched, best first, each with its best chunk's score (an item matching neither the keywords nor the
+meaning is no result); without it, items newest first (score ``None``). ``filter`` matches value fields
+(``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``). As in LangGraph's own stores, the reads of one
+``batch`` see the items as they were before it, then its puts apply (the last for a key wins). ``index`` and
+``ttl`` arguments are accepted and ignored (every item is indexed in full; items do not expire).
 """
 
 from __future__ import annotations
@@ -67,12 +77,16 @@ from langgraph.store.base import (
 )
 
 from clawmem_core import MemoryIndex
-from clawmem_core.writing import remove_file, replace_file
+from clawmem_core.errors import PathNotAllowedError
+from clawmem_core.safe_fs import UnsafeFileError, decode, open_regular
+from clawmem_core.writing import NoteTooLargeError, remove_file, replace_file
 
 __all__ = ["ClawmemAgentsStore", "ClawmemStore", "decode_name", "encode_name"]
 
 MEMORY_DIR = "memory"
 MAX_NAME_BYTES = 150
+#: Bytes of a file read to see whether its front matter is one this store wrote (more when it goes on past them).
+_HEAD_BYTES = 64 * 1024
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f/\\:*?"<>|%]')
 _WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 
@@ -102,7 +116,17 @@ def decode_name(name: str) -> str:
 
 
 def _key_file(key: str) -> str:
-    name = encode_name(key)
+    """The file name of ``key``: :func:`encode_name` with ``~`` encoded too, so a ``~`` in a name always marks a
+    key shortened with a hash (``<head>~<digest>``) and no key can take another key's shortened name."""
+    return _shortened(encode_name(key).replace("~", "%7E"), key)
+
+
+def _legacy_key_file(key: str) -> str:
+    """The file name earlier releases gave ``key`` (``~`` left as is): read, moved on the next put."""
+    return _shortened(encode_name(key), key)
+
+
+def _shortened(name: str, key: str) -> str:
     if len(name.encode("utf-8")) + 3 > MAX_NAME_BYTES:
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
         head = name.encode("utf-8")[:60].decode("utf-8", errors="ignore").rstrip("%0123456789ABCDEF")
@@ -114,8 +138,15 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What may not be written as the Markdown body: a NUL makes the file read as binary, a lone surrogate cannot be
+#: encoded. Such a text field is kept in the front matter's JSON instead, escaped, so it still comes back as stored.
+_UNWRITABLE_BODY = re.compile("[\x00\ud800-\udfff]")
+
+
 def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return json.dumps(value, sort_keys=True) if _SURROGATE.search(text) else text
 
 
 # -- filters (LangGraph's JSON filter operators) ------------------------------------------------------------------
@@ -238,10 +269,15 @@ class ClawmemStore(BaseStore):
         body = text[end + 5 :]
         return fields, body[1:] if body.startswith("\n") else body
 
+    @staticmethod
+    def _is_item_front(fields: Mapping[str, Any]) -> bool:
+        """Whether front matter fields are those this store writes (a key and both timestamps)."""
+        return all(isinstance(fields.get(name), str) for name in ("key", "created_at", "updated_at"))
+
     def _render(self, key: str, value: Mapping[str, Any], created: datetime, updated: datetime) -> str:
         rest = dict(value)
         body = rest.pop(self.text_field, None)
-        if body is not None and not isinstance(body, str):
+        if body is not None and (not isinstance(body, str) or _UNWRITABLE_BODY.search(body)):
             rest[self.text_field] = body
             body = None
         lines = ["---", f"key: {_dump(key)}", f"created_at: {_dump(created.isoformat())}", f"updated_at: {_dump(updated.isoformat())}"]
@@ -252,32 +288,93 @@ class ClawmemStore(BaseStore):
         lines += ["---", ""]
         text = "\n".join(lines) + "\n"
         if body is not None:
-            text += body if body.endswith("\n") or not body else body + "\n"
+            text += body + "\n"  # one newline more than the text, taken off again when read: exact round trip
         return text
 
-    def _stat(self, relpath: str) -> os.stat_result | None:
+    def _read(self, relpath: str, limit: int | None = None) -> tuple[bytes, float] | None:
+        """The bytes of the regular file at ``relpath`` (all of them, or the first ``limit``) and its mtime;
+        ``None`` when it is missing. Opened without following a symlink (:class:`UnsafeFileError` otherwise)."""
         try:
-            st = os.lstat(self.memory.workspace / relpath)
+            fd = open_regular(self.memory.workspace, tuple(relpath.split("/")))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return st if stat.S_ISREG(st.st_mode) else None
-
-    def _load(self, relpath: str, namespace: tuple[str, ...], key: str | None = None) -> Item | None:
-        st = self._stat(relpath)
-        if st is None:
-            return None
         try:
-            text = self.memory.read(relpath).text
-        except Exception:  # refused (a symlink swapped in) or unreadable: not an item
+            mtime = os.fstat(fd).st_mtime
+            chunks: list[bytes] = []
+            left = limit
+            while left is None or left > 0:
+                chunk = os.read(fd, 1 << 20 if left is None else min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if left is not None:
+                    left -= len(chunk)
+            return b"".join(chunks), mtime
+        finally:
+            os.close(fd)
+
+    def _fields(self, relpath: str) -> dict[str, Any] | None:
+        """The front matter of ``relpath`` (``{}`` when it has none), ``None`` when it cannot be read as text.
+        Reads the head of the file, and the rest only when the front matter goes on past it."""
+        try:
+            got = self._read(relpath, _HEAD_BYTES)
+            if got is not None and len(got[0]) >= _HEAD_BYTES and b"\n---\n" not in got[0][3:]:
+                got = self._read(relpath)
+        except (UnsafeFileError, OSError):
+            return None
+        if got is None:
+            return None
+        head = got[0]
+        if not head.startswith(b"---\n"):
+            return {}
+        end = head.find(b"\n---\n", 3)
+        text = decode(head[: end + 5] if end >= 0 else head)
+        return None if text is None else self._parse(text)[0]
+
+    def _holds_items(self, folder: str, known: dict[str, bool]) -> bool:
+        """Whether the folder ``folder`` (relative to the workspace) holds a file this store wrote: only such a
+        folder is a namespace, and only there is a plain Markdown file an item. ``known`` caches the answers."""
+        if folder not in known:
+            found = False
+            try:
+                names = sorted(e.name for e in os.scandir(self.memory.workspace / folder)
+                               if e.name.endswith(".md") and not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+            except OSError:
+                names = []
+            for name in names:
+                fields = self._fields(f"{folder}/{name}")
+                if fields and self._is_item_front(fields):
+                    found = True
+                    break
+            known[folder] = found
+        return known[folder]
+
+    def _load(
+        self, relpath: str, namespace: tuple[str, ...], key: str | None = None, known: dict[str, bool] | None = None
+    ) -> Item | None:
+        """The item in ``relpath``: a file this store wrote, or a plain Markdown file in a namespace folder; ``None``
+        for anything else (an ordinary note, a symlink, binary content, another key's file)."""
+        try:
+            got = self._read(relpath)
+        except (UnsafeFileError, OSError):  # a symlink, a FIFO, unreadable: not an item
+            return None
+        if got is None:
+            return None
+        data, st_mtime = got
+        text = decode(data)
+        if text is None:
             return None
         fields, body = self._parse(text)
-        mtime = datetime.fromtimestamp(st.st_mtime, timezone.utc)
-        value = fields.get("value") if isinstance(fields.get("value"), dict) else {}
-        value = dict(value)
-        if "text_field" not in fields or fields.get("text_field") is not None:
-            value[self.text_field] = body.rstrip("\n")
-        stored_key = fields.get("key")
-        if not isinstance(stored_key, str):
+        mtime = datetime.fromtimestamp(st_mtime, timezone.utc)
+        if self._is_item_front(fields):
+            value = dict(fields["value"]) if isinstance(fields.get("value"), dict) else {}
+            if fields.get("text_field", "") is not None:
+                value[self.text_field] = body[:-1] if body.endswith("\n") else body
+            stored_key = fields["key"]
+        else:  # a plain Markdown file: an item only in a namespace folder; its whole text is the content
+            if not self._holds_items(relpath.rsplit("/", 1)[0], {} if known is None else known):
+                return None
+            fields, value = {}, {self.text_field: text.rstrip("\n")}
             stored_key = key if key is not None else decode_name(relpath.rsplit("/", 1)[-1][: -len(".md")])
         if key is not None and stored_key != key:
             return None  # a shortened name shared by another key
@@ -290,7 +387,8 @@ class ClawmemStore(BaseStore):
         )
 
     def _item_files(self, prefix: tuple[str, ...]) -> Iterator[str]:
-        """Relative paths of the item files under a namespace prefix (no symlink followed, hidden names skipped)."""
+        """Relative paths of the Markdown files under a namespace prefix (no symlink followed, hidden names
+        skipped); :meth:`_load` tells which are items."""
         try:
             start = "/".join(self._folder(prefix)) if prefix else "/".join(self.root)
         except InvalidNamespaceError:
@@ -313,8 +411,42 @@ class ClawmemStore(BaseStore):
 
     # -- operations ---------------------------------------------------------------------------
 
+    def _paths(self, namespace: tuple[str, ...], key: str) -> list[str]:
+        """Where the item of ``key`` is: its file, then the name earlier releases gave a key holding ``~``."""
+        relpath = self._relpath(namespace, key)
+        legacy = "/".join((*self._folder(namespace), _legacy_key_file(key)))
+        return [relpath] if legacy == relpath else [relpath, legacy]
+
     def _get(self, op: GetOp) -> Item | None:
-        return self._load(self._relpath(tuple(op.namespace), op.key), tuple(op.namespace), op.key)
+        namespace = tuple(op.namespace)
+        for relpath in self._paths(namespace, op.key):
+            item = self._load(relpath, namespace, op.key)
+            if item is not None:
+                return item
+        return None
+
+    def _existing(self, relpath: str, key: str) -> tuple[bool, datetime | None]:
+        """Whether ``relpath`` holds the item of ``key`` and, if so, its ``created_at``. Raises
+        :class:`PathNotAllowedError` for a file that is no item of ``key``: the store never replaces one."""
+        try:
+            got = self._read(relpath)
+        except (UnsafeFileError, OSError):
+            return False, None  # a symlink or something else at the name: replace_file refuses or replaces the link
+        if got is None:
+            return False, None
+        data, st_mtime = got
+        text = decode(data)
+        fields = self._parse(text)[0] if text is not None else {}
+        mtime = datetime.fromtimestamp(st_mtime, timezone.utc)
+        if self._is_item_front(fields):
+            if fields["key"] != key:
+                raise PathNotAllowedError(f"refusing to replace {relpath}: it holds the item of another key "
+                                          f"({fields['key'][:80]!r})")
+            return True, _timestamp(fields.get("created_at"), mtime)
+        if text is not None and self._holds_items(relpath.rsplit("/", 1)[0], {}):
+            return True, mtime  # a note dropped into a namespace folder: an item
+        raise PathNotAllowedError(f"refusing to replace {relpath}: it is an ordinary note, not an item of this "
+                                  "store (the store never replaces or deletes the user's notes)")
 
     def _put(self, op: PutOp) -> bool:
         namespace = tuple(op.namespace)
@@ -322,46 +454,75 @@ class ClawmemStore(BaseStore):
             raise InvalidNamespaceError("Namespace cannot be empty.")
         if namespace[0] == "langgraph":
             raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {namespace}')
-        relpath = self._relpath(namespace, op.key)
+        relpath, *legacy = self._paths(namespace, op.key)
         if op.value is None:
-            return remove_file(self.memory.workspace, relpath)
+            return any([self._delete(path, namespace, op.key) for path in (relpath, *legacy)])
         value = dict(op.value)
         json.dumps(value)  # JSON-serialisable, or a TypeError before anything is written
-        existing = self._load(relpath, namespace, op.key)
+        found, created = self._existing(relpath, op.key)
+        moved = [path for path in legacy if self._load(path, namespace, op.key) is not None]
+        if not found and moved:
+            created = self._load(moved[0], namespace, op.key).created_at  # type: ignore[union-attr]
         now = _now()
-        created = existing.created_at if existing is not None else now
-        replace_file(self.memory.workspace, relpath, self._render(op.key, value, created, now))
+        text = self._render(op.key, value, created or now, now)
+        limit = self.memory.config.sync.max_file_bytes
+        if len(text.encode("utf-8")) > limit:  # such a file is never indexed: the item could not be searched
+            raise NoteTooLargeError(f"the item of key {op.key[:80]!r} takes {len(text.encode('utf-8')):,} bytes as a "
+                                    f"file, past the {limit:,}-byte limit of the files the index reads "
+                                    "(sync.max_file_bytes); nothing was written")
+        replace_file(self.memory.workspace, relpath, text)
+        for path in moved:  # the item moves to its current name
+            remove_file(self.memory.workspace, path)
         return True
+
+    def _delete(self, relpath: str, namespace: tuple[str, ...], key: str) -> bool:
+        """Remove the file of ``key``'s item (store items are the one kind of Markdown file clawmem deletes); an
+        ordinary note or another key's file at that name is left alone. A symlinked folder or a link at the name
+        raises :class:`PathNotAllowedError`."""
+        try:
+            self._read(relpath, 0)
+        except (UnsafeFileError, OSError):
+            return remove_file(self.memory.workspace, relpath)  # refuses, with the reason
+        if self._load(relpath, namespace, key) is None:
+            return False
+        return remove_file(self.memory.workspace, relpath)
 
     def _candidates(self, op: SearchOp) -> list[tuple[Item, float | None]]:
         prefix = tuple(op.namespace_prefix)
         if op.query:
             return self._ranked(op, prefix)
         items = []
+        known: dict[str, bool] = {}
         for rel in self._item_files(prefix):
             namespace = self._namespace_of(rel)
-            item = self._load(rel, namespace) if namespace is not None else None
+            item = self._load(rel, namespace, known=known) if namespace is not None else None
             if item is not None and (not op.filter or _matches(item.value, op.filter)):
                 items.append(item)
-        items.sort(key=lambda it: it.updated_at, reverse=True)
+        items.sort(key=lambda it: (-it.updated_at.timestamp(), it.namespace, it.key))
         return [(it, None) for it in items]
 
     def _ranked(self, op: SearchOp, prefix: tuple[str, ...]) -> list[tuple[Item, float | None]]:
+        """The items clawmem's hybrid search finds for the query, each with its best chunk's score, best first
+        (equal scores: newest first). A hit at score 0 matched neither the keywords nor the meaning: no result."""
         folder = "/".join(self._folder(prefix) if prefix else self.root) + "/"
         wanted = max(0, op.offset) + max(0, op.limit)
         fetch = max(20, wanted * 4)
+        known: dict[str, bool] = {}
         while True:
             hits = self.memory.search(op.query or "", max_results=fetch, min_score=self.min_score)
             best: dict[str, float] = {}
             for hit in hits:
-                if hit.source == "memory" and hit.path.startswith(folder) and self._namespace_of(hit.path) is not None:
+                if hit.score <= 0 or hit.source != "memory" or not hit.path.startswith(folder):
+                    continue
+                if self._namespace_of(hit.path) is not None:
                     best[hit.path] = max(best.get(hit.path, float("-inf")), hit.score)
             ranked: list[tuple[Item, float | None]] = []
-            for rel, score in sorted(best.items(), key=lambda kv: -kv[1]):
+            for rel, score in best.items():
                 namespace = self._namespace_of(rel)
-                item = self._load(rel, namespace) if namespace is not None else None
+                item = self._load(rel, namespace, known=known) if namespace is not None else None
                 if item is not None and (not op.filter or _matches(item.value, op.filter)):
                     ranked.append((item, score))
+            ranked.sort(key=lambda pair: (-(pair[1] or 0.0), -pair[0].updated_at.timestamp(), pair[0].namespace, pair[0].key))
             if len(ranked) >= wanted or len(hits) < fetch or fetch >= 2000:
                 return ranked
             fetch *= 4
@@ -382,10 +543,13 @@ class ClawmemStore(BaseStore):
         ]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        """The namespaces holding items (folders with a file this store wrote; ordinary note folders are not
+        namespaces), sorted, as ``InMemoryStore`` lists them."""
         found = set()
+        known: dict[str, bool] = {}
         for rel in self._item_files(()):
             namespace = self._namespace_of(rel)
-            if namespace is None:
+            if namespace is None or not self._holds_items(rel.rsplit("/", 1)[0], known):
                 continue
             if op.match_conditions and not all(_namespace_matches(c, namespace) for c in op.match_conditions):
                 continue
@@ -393,27 +557,29 @@ class ClawmemStore(BaseStore):
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run the operations in order (a search after a put in the same batch sees the put)."""
-        results: list[Result] = []
+        """Run the operations as LangGraph's own stores do: the reads (get, search, list) see the items as they
+        were before the batch, then its puts and deletes are applied (the last one for a key wins) and the index
+        is brought up to date once."""
+        ops = list(ops)
+        results: list[Result] = [None] * len(ops)
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for i, op in enumerate(ops):
+            _validate(op)
+            if isinstance(op, PutOp):
+                puts.pop((tuple(op.namespace), op.key), None)
+                puts[(tuple(op.namespace), op.key)] = op
+            elif isinstance(op, GetOp):
+                results[i] = self._get(op)
+            elif isinstance(op, SearchOp):
+                results[i] = self._search(op)
+            elif isinstance(op, ListNamespacesOp):
+                results[i] = self._list_namespaces(op)
+            else:
+                raise ValueError(f"Unknown operation type: {type(op)}")
         dirty = False
         try:
-            for op in ops:
-                _validate(op)
-                if isinstance(op, PutOp):
-                    dirty = self._put(op) or dirty
-                    results.append(None)
-                    continue
-                if dirty and isinstance(op, SearchOp) and op.query:
-                    self._reindex()
-                    dirty = False
-                if isinstance(op, GetOp):
-                    results.append(self._get(op))
-                elif isinstance(op, SearchOp):
-                    results.append(self._search(op))
-                elif isinstance(op, ListNamespacesOp):
-                    results.append(self._list_namespaces(op))
-                else:
-                    raise ValueError(f"Unknown operation type: {type(op)}")
+            for put in puts.values():
+                dirty = self._put(put) or dirty
         finally:
             if dirty:
                 self._reindex()
@@ -498,27 +664,34 @@ class ClawmemAgentsStore(BaseStore):
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run the operations in order, each on its agent's store."""
-        results: list[Result] = []
-        for op in ops:
+        """Run the operations on their agents' stores: the reads first, on the items as they were before the
+        batch, then the puts and deletes (as :meth:`ClawmemStore.batch`)."""
+        ops = list(ops)
+        results: list[Result] = [None] * len(ops)
+        puts: dict[str, dict[tuple[tuple[str, ...], str], PutOp]] = {}
+        for i, op in enumerate(ops):
             _validate(op)
             if isinstance(op, GetOp):
                 store, rest = self._store(tuple(op.namespace), need_folder=True)
-                item = store.batch([op._replace(namespace=rest)])[0]
-                results.append(
+                item = store._get(op._replace(namespace=rest))
+                results[i] = (
                     None
                     if item is None
-                    else Item(value=item.value, key=item.key, namespace=tuple(op.namespace), created_at=item.created_at, updated_at=item.updated_at)  # type: ignore[union-attr]
+                    else Item(value=item.value, key=item.key, namespace=tuple(op.namespace), created_at=item.created_at, updated_at=item.updated_at)
                 )
             elif isinstance(op, PutOp):
-                store, rest = self._store(tuple(op.namespace), need_folder=True)
-                results.append(store.batch([op._replace(namespace=rest)])[0])
+                self._store(tuple(op.namespace), need_folder=True)
+                per_agent = puts.setdefault(op.namespace[0], {})
+                per_agent.pop((tuple(op.namespace), op.key), None)
+                per_agent[(tuple(op.namespace), op.key)] = op._replace(namespace=tuple(op.namespace[1:]))
             elif isinstance(op, SearchOp):
-                results.append(self._search(op))
+                results[i] = self._search(op)
             elif isinstance(op, ListNamespacesOp):
-                results.append(self._list(op))
+                results[i] = self._list(op)
             else:
                 raise ValueError(f"Unknown operation type: {type(op)}")
+        for agent, agent_puts in puts.items():
+            self.stores[agent].batch(list(agent_puts.values()))
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:

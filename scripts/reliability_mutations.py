@@ -86,6 +86,12 @@ MUTATIONS: dict[str, tuple] = {
         "    return out, missing",
         ["tests/reliability/test_bad_names.py::test_existing_index_keeps_updating_after_a_bad_name_appears"],
     ),
+    "lone-surrogate": (  # a transcript message cut inside a surrogate pair failing every sync
+        "clawmem_core/sessions.py",
+        '    return _LONE_SURROGATES.sub("\\ufffd", _SPACES.sub(" ", _NEWLINES.sub(" ", value)).strip())',
+        '    return _SPACES.sub(" ", _NEWLINES.sub(" ", value)).strip()',
+        ["tests/reliability/test_transcripts.py::test_a_message_cut_inside_a_surrogate_pair_does_not_stop_the_sync"],
+    ),
     "deep-json": (  # only ValueError caught around the transcript parser
         "clawmem_core/sessions.py",
         "        except (ValueError, RecursionError):",
@@ -151,6 +157,78 @@ MUTATIONS: dict[str, tuple] = {
         "key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)",
         "key = (st.st_dev, st.st_ino, st.st_mtime_ns, 0)",
         ["tests/core/test_change_journal.py::test_walk_reuses_unchanged_directory_listings_and_sees_every_change"],
+    ),
+    "write-group-commit": (  # a write group that failed half-way committed instead of rolled back
+        "clawmem_core/store/sqlite.py",
+        "                if not self.conn.getautocommit():\n                    self.conn.execute(\"ROLLBACK\")",
+        "                if not self.conn.getautocommit():\n                    self.conn.execute(\"COMMIT\")",
+        ["tests/reliability/test_blind_spots.py::test_a_failure_inside_a_write_group_rolls_the_whole_group_back"],
+    ),
+    "mmr-last-similarity": (  # MMR penalising the similarity to the last chosen result, not the largest
+        "clawmem_core/search.py",
+        "            if s > max_sim[i]:\n                max_sim[i] = s",
+        "            if True:\n                max_sim[i] = s",
+        ["tests/core/test_search_scoring.py::test_mmr_penalises_the_largest_similarity_to_the_chosen"],
+    ),
+    "mmr-summed-similarity": (  # MMR penalising the sum of the similarities to the chosen results
+        "clawmem_core/search.py",
+        "            if s > max_sim[i]:\n                max_sim[i] = s",
+        "            if True:\n                max_sim[i] += s",
+        ["tests/core/test_search_scoring.py::test_mmr_penalises_the_largest_similarity_to_the_chosen"],
+    ),
+    "extra-path-evergreen": (  # undated notes under an extra path's memory/ folder left to decay
+        "clawmem_core/search.py",
+        'return (path.startswith("memory/") or "/memory/" in path) and date_from_path(path) is None',
+        'return path.startswith("memory/") and date_from_path(path) is None',
+        ["tests/core/test_search_scoring.py::test_extra_path_memory_notes_keep_their_score_under_decay"],
+    ),
+    "journal-incomplete": (  # a target whose parent directory cannot be watched taken as watched
+        "clawmem_core/journal.py",
+        "                    complete = False  # its parent cannot be watched",
+        "                    pass  # its parent cannot be watched",
+        ["tests/core/test_change_journal.py::test_a_watch_set_missing_a_parent_directory_is_reported_incomplete"],
+    ),
+    "journal-health-ignored": (  # a journal that cannot vouch for every target trusted when it saw no event
+        "clawmem_core/journal.py",
+        "        return self._pending or not self.healthy",
+        "        return self._pending",
+        ["tests/core/test_change_journal.py::test_a_watch_set_missing_a_parent_directory_is_reported_incomplete"],
+    ),
+    "status-index-exit": (  # `clawmem status --index` answering 0 after its sync failed
+        "clawmem_core/cli.py",
+        '    print("\\n".join(lines))\n    return EXIT_ERROR if index_error else EXIT_OK',
+        '    print("\\n".join(lines))\n    return EXIT_OK',
+        ["tests/core/test_cli.py::test_status_index_exits_1_when_indexing_fails"],
+    ),
+    "status-index-exit-json": (  # the same, with --json
+        "clawmem_core/cli.py",
+        "        print(json.dumps(out, ensure_ascii=False, indent=2))\n        return EXIT_ERROR if index_error else EXIT_OK",
+        "        print(json.dumps(out, ensure_ascii=False, indent=2))\n        return EXIT_OK",
+        ["tests/core/test_cli.py::test_status_index_exits_1_when_indexing_fails"],
+    ),
+    "mcp-session-key": (  # the MCP server's session key not passed to the tools (group chats cite sources)
+        "clawmem_core/mcp_server.py",
+        "payload = await call_tool_payload(mem, name, arguments, session_key=session_key)",
+        "payload = await call_tool_payload(mem, name, arguments, session_key=None)",
+        ["tests/core/test_mcp_security.py::test_the_session_key_reaches_every_search"],
+    ),
+    "mcp-host-check": (  # the HTTP server's own Host check skipped (only the SDK's remains, on its endpoint)
+        "clawmem_core/mcp_server.py",
+        "        if not self.policy.host_ok(headers.get(\"host\")):",
+        "        if False:",
+        ["tests/core/test_mcp_security.py::test_a_foreign_host_is_refused_on_every_loopback_address"],
+    ),
+    "mcp-token-check": (  # any bearer token accepted
+        "clawmem_core/mcp_server.py",
+        "        return ok and scheme.lower() == \"bearer\"",
+        "        return True",
+        ["tests/core/test_mcp_security.py::test_tokens_are_required_when_given"],
+    ),
+    "mcp-stateful": (  # the SDK's stateful sessions, which one client can exhaust
+        "clawmem_core/mcp_server.py",
+        "json_response=True, stateless=True,",
+        "json_response=True, stateless=False,",
+        ["tests/core/test_mcp_security.py::test_no_client_can_hold_sessions"],
     ),
 }
 

@@ -402,6 +402,13 @@ class StoreBackend(ABC):
         """The lock serialising syncs of this index across processes and hosts. Without
         ``blocking``, raises :class:`StoreBusyError` at once when another process holds it."""
 
+    def vector_lock(self, timeout: float | None = 0.0) -> ContextManager[None]:
+        """The lock the vector phase of this index holds across processes and hosts: while one
+        process embeds the pending chunks, another leaves them to it rather than embedding them a
+        second time. Waits ``timeout`` seconds at most (``None``: as long as it takes), then raises
+        :class:`StoreBusyError`. A backend without such a lock takes none."""
+        return contextlib.nullcontext()
+
     def open_namespace(self, agent_id: str) -> Store:
         """A read-only handle on another agent's index in the same store (a shared namespace)."""
         from ..errors import ConfigError

@@ -106,6 +106,20 @@ class SharedView(Store):
         hits.sort(key=lambda h: h[1])
         return hits[:limit]
 
+    def term_hits_by_prefix(self, terms: list[str], prefixes: Iterable[str]
+                            ) -> dict[str, tuple[tuple[int, list[int]] | None, str]]:
+        """For each index among ``prefixes`` (``""`` the agent's own, ``"@<ns>/"`` a namespace): its
+        :meth:`~Store.term_hits` and its keyword tokenizer (``""`` when unknown). Each index's BM25
+        comes from its own term statistics, so its hits are scored and judged against them (a
+        namespace that fails is left out)."""
+        want = set(prefixes)
+        parts = [(ns, None) for ns, _ in self._parts() if ("" if ns is None else shared_prefix(ns)) in want]
+        out: dict[str, tuple[tuple[int, list[int]] | None, str]] = {}
+        for ns, _, got in self._each(lambda store, _: (store.term_hits(terms), getattr(store, "fts_tokenizer", "")),
+                                     parts):
+            out["" if ns is None else shared_prefix(ns)] = got
+        return out
+
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         hits: list[tuple[str, float]] = []
         for ns, _, got in self._each(lambda store: self._shared_notes(store, lambda n: store.vector_search(query, n),

@@ -885,9 +885,15 @@ class SQLiteStore(Store):
             return 0
         tokens = self._fts_tokens([term])
         if tokens is not None:
-            self.conn.execute(
-                'CREATE VIRTUAL TABLE IF NOT EXISTS temp."chunks_fts_rows" USING fts5vocab(main, "chunks_fts", row)'
-            )
+            if self.read_only:  # query_only refuses temporary tables too (the file stays read-only)
+                self.conn.execute("PRAGMA query_only=0")
+            try:
+                self.conn.execute(
+                    'CREATE VIRTUAL TABLE IF NOT EXISTS temp."chunks_fts_rows" USING fts5vocab(main, "chunks_fts", row)'
+                )
+            finally:
+                if self.read_only:
+                    self.conn.execute("PRAGMA query_only=1")
             got = self.conn.execute('SELECT doc FROM temp."chunks_fts_rows" WHERE term = ?', (tokens[0],)).fetchall()
             return int(got[0][0]) if got else 0
         return int(self.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quote_fts(term),)).fetchall()[0][0])
@@ -1167,6 +1173,20 @@ class SQLiteBackend(StoreBackend):
             lock.acquire(timeout=None if blocking else 0)
         except Timeout:
             raise StoreBusyError(f"another process is syncing the index {self.path}") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def vector_lock(self, timeout: float | None = 0.0) -> Iterator[None]:
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(self.path) + ".vectors.lock")
+        try:
+            lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
+        except Timeout:
+            raise StoreBusyError(f"another process is embedding the vectors of the index {self.path}") from None
         try:
             yield
         finally:

@@ -154,8 +154,9 @@ def test_a_symlinked_item_file_is_never_read_or_written_through(mem: MemoryIndex
     (folder / "notes.md").write_text("A real note about Lisbon.\n", encoding="utf-8")
     os.symlink(outside, folder / "evil.md")
     store = ClawmemStore(mem)
+    store.put(("users",), "tea", {"content": "Dana drinks tea."})  # the folder is a namespace: notes.md an item
     assert store.get(("users",), "evil") is None
-    assert [i.key for i in store.search(("users",))] == ["notes"]
+    assert [i.key for i in store.search(("users",))] == ["tea", "notes"]
     store.put(("users",), "evil", {"content": "replaced"})  # the link itself is replaced, its target untouched
     assert outside.read_text(encoding="utf-8") == "top secret\n"
     assert not (folder / "evil.md").is_symlink() and store.get(("users",), "evil").value == {"content": "replaced"}

@@ -115,7 +115,7 @@ def _lisbon_lines(mem: MemoryIndex) -> list[str]:
 
 def test_langchain_agent_flushes_once_and_the_note_is_searchable(mem: MemoryIndex) -> None:
     model = FlushingChatModel()
-    flush = _middleware(mem, model)
+    flush = _middleware(mem, model, expose_tool=True)
     agent = create_agent(model, [], middleware=[flush], checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t1"}}
     agent.invoke({"messages": [HumanMessage(f"{FACT}\n{FILLER}")]}, config)
@@ -132,7 +132,7 @@ def test_langchain_agent_flushes_once_and_the_note_is_searchable(mem: MemoryInde
     assert not any("Pre-compaction" in t or t == SILENT_REPLY_TOKEN for t in texts)
     assert not any(isinstance(m, ToolMessage) for m in state["messages"])
     assert ("memory_write",) in model.seen_tools
-    assert all("memory_write" in names for names in model.seen_tools)  # exposed in normal turns too
+    assert all("memory_write" in names for names in model.seen_tools)  # expose_tool=True: in normal turns too
     # The bookkeeping is agent state, checkpointed with the thread.
     assert state["memory_flush"] == {"compaction_count": 0, "flushed_at_compaction": 0}
 

@@ -178,6 +178,34 @@ def test_a_dead_journal_falls_back_to_a_walk(make_workspace: WorkspaceFactory, o
     assert paths(mem, "bebop") == {"MEMORY.md"} and walks.count > n  # every search walks now
 
 
+def test_a_watch_set_missing_a_parent_directory_is_reported_incomplete(make_workspace: WorkspaceFactory,
+                                                                     open_index: IndexFactory,
+                                                                     tmp_path: Path) -> None:
+    """An extra path whose parent directory does not exist yet cannot be watched (nothing would
+    report the parent's creation): the journal says it cannot vouch for the files, so every search
+    walks and a note later created there is found."""
+    ws = make_workspace(SAMPLE_FILES)
+    notes = tmp_path / "team" / "notes"
+    mem = open_index(ws, embedder=None, config=MemoryConfig(provider="none", extra_paths=[str(notes)]))
+    mem.fresh_budget = 60.0  # a loaded machine must not turn this into a test of speed
+    mem.sync()
+    walks = Walks(mem)
+    for _ in range(3):  # the second search starts the journal
+        assert paths(mem, "espresso") == {"MEMORY.md"}
+    journal = mem._journal
+    if journal is None:
+        pytest.skip("no change journal here (no inotify instance left?)")
+    assert not journal.healthy
+    journal.confirm()
+    assert journal.changed()  # no event came, yet it cannot say that nothing changed
+    n = walks.count
+    assert paths(mem, "espresso") == {"MEMORY.md"} and walks.count > n  # so the search walked
+    notes.mkdir(parents=True)  # the parent, then the extra path, then a note: no watch saw them
+    (notes / "tapir.md").write_text("The tapir sleeps by the river. 貘在河边睡觉。\n", encoding="utf-8")
+    assert paths(mem, "tapir") == {"../team/notes/tapir.md"}
+    assert paths(mem, "貘") == {"../team/notes/tapir.md"}
+
+
 def test_a_running_watcher_inside_its_debounce_does_not_hide_an_edit(make_workspace: WorkspaceFactory,
                                                                      open_index: IndexFactory) -> None:
     ws = make_workspace(SAMPLE_FILES)

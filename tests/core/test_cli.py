@@ -237,6 +237,47 @@ def test_status_json(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert data["status"]["files"] == 3 and data["status"]["mode"] == "fts-only"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_status_index_exits_1_when_indexing_fails(ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  as_json: bool) -> None:
+    """``status --index`` whose sync cannot write the index (a real write failure: the process's
+    file size limit, as a quota or a full disk would) still shows the status, names the error and
+    exits 1; the previous index keeps answering and the Markdown is untouched."""
+    import hashlib
+    import resource
+
+    assert run(capsys, "index", "--workspace", str(ws))[0] == 0
+    lines = [f"- fact {i}: {hashlib.sha256(str(i).encode()).hexdigest()} 事实 {i}" for i in range(5000)]
+    (ws / "memory" / "big.md").write_text("# Big\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    before = tree_digest(ws)
+    index_file = tmp_path / "cli-state" / "memory" / f"{workspace_index_name(ws)}.sqlite"
+    limit = index_file.stat().st_size + 128 * 1024  # the note's chunks need several times more
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes fail
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "clawmem_core.cli", "status", "--index", "--workspace", str(ws),
+                           *(["--json"] if as_json else [])],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path, preexec_fn=limited)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    if as_json:
+        data = json.loads(done.stdout)
+        assert "cannot write the index" in data["indexError"]
+        assert data["status"]["files"] == 3
+    else:
+        assert any(line.startswith("Index error: cannot write the index") for line in done.stdout.splitlines())
+        assert "Indexed: 3/4 files" in done.stdout
+    assert tree_digest(ws) == before
+    code, out, _ = run(capsys, "search", "kubernetes", "--workspace", str(ws))  # no limit: it indexes now
+    assert code == 0 and "memory/2026-01-05.md" in out
+    code, out, _ = run(capsys, "search", "事实 4999", "--workspace", str(ws))
+    assert code == 0 and "memory/big.md" in out
+
+
 def test_unknown_option_is_a_usage_error(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["search", "x", "--bogus", "--workspace", str(ws)])

@@ -4,7 +4,9 @@ temporal decay, MMR and the min-score selection."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+from typing import Any
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -23,7 +25,7 @@ from clawmem_core.search import (
     select_results,
     truncate_snippet,
 )
-from clawmem_core.config import MemoryConfig
+from clawmem_core.config import HybridConfig, MemoryConfig, QueryConfig, TemporalDecayConfig
 from clawmem_core.text import similarity_tokens
 
 NOW = datetime(2026, 2, 10, tzinfo=timezone.utc)
@@ -207,6 +209,48 @@ def test_evergreen_rules() -> None:
     assert not is_evergreen("MEMORY.md", "sessions")
 
 
+def test_undated_notes_under_an_extra_paths_memory_folder_are_evergreen() -> None:
+    items = [cand("team", 1.0, path="../team/memory/notes.md"),
+             cand("abs", 1.0, path="/srv/team/memory/projects/roadmap.md"),
+             cand("daily", 1.0, path="../team/memory/2026-01-11.md")]
+    out = apply_temporal_decay(items, 30, NOW, no_mtime)
+    assert [c.score for c in out] == [1.0, 1.0, pytest.approx(0.5)]
+    assert is_evergreen("../team/memory/notes.md", "memory")
+    assert not is_evergreen("../team/notes.md", "memory")
+
+
+def test_extra_path_memory_notes_keep_their_score_under_decay(tmp_path: Path, open_index: Any) -> None:
+    """Through a real index: an extra path's undated ``memory/notes.md`` a year old keeps its full
+    score, the same text in a dated daily note (or outside ``memory/``) of that age decays."""
+    text = "quarterly review of the budget spreadsheet\n"
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Preferences\n\nI like jazz music.\n", encoding="utf-8")
+    team = tmp_path / "team"
+    (team / "memory").mkdir(parents=True)
+    year_ago = datetime.now(timezone.utc) - timedelta(days=365)
+    files = [team / "memory" / "notes.md", team / "memory" / f"{year_ago:%Y-%m-%d}.md", team / "plain.md"]
+    for f in files:
+        f.write_text(text, encoding="utf-8")
+        os.utime(f, (year_ago.timestamp(), year_ago.timestamp()))
+
+    def scores(decay: bool) -> dict[str, float]:
+        hybrid = HybridConfig(temporal_decay=TemporalDecayConfig(enabled=decay, half_life_days=30))
+        config = MemoryConfig(extra_paths=[str(team)], query=QueryConfig(hybrid=hybrid))
+        mem = open_index(ws, config=config)
+        mem.sync()
+        hits = {h.path: h.score for h in mem.search("quarterly budget review", min_score=0)}
+        mem.close()
+        return hits
+
+    plain, decayed = scores(False), scores(True)
+    notes, daily, loose = "../team/memory/notes.md", f"../team/memory/{year_ago:%Y-%m-%d}.md", "../team/plain.md"
+    assert plain[notes] == plain[daily] == plain[loose] > 0.5  # the same text: the same score without decay
+    assert decayed[notes] == pytest.approx(plain[notes])  # evergreen: not decayed
+    assert decayed.get(daily, 0.0) < 0.001 * plain[daily]  # 2 ** -(365 / 30)
+    assert decayed.get(loose, 0.0) < 0.001 * plain[loose]  # outside memory/: decayed by its mtime
+
+
 # -- MMR (tests 13-21) ---------------------------------------------------------------------------
 
 
@@ -293,6 +337,27 @@ def test_mmr_uses_cjk_unigrams_and_bigrams() -> None:
              cand("b", 0.95, snippet="今天我们讨论了部署方案和时间"),
              cand("c", 0.9, snippet="周末去公园散步看花")]
     assert [c.id for c in mmr_rerank(items, 0.5)] == ["a", "c", "b"]
+
+
+#: Two themes (a, c: fruit; b, d: instruments), f half of each, e unrelated. Each candidate's
+#: penalty is its *largest* similarity to the results already chosen: with the mean, the minimum,
+#: the last or the first chosen result, or the sum, the order from the third pick on differs.
+MMR_THEMES = {
+    "en": (["apple banana cherry grape", "violin cello flute drum", "apple banana cherry kiwi",
+            "violin cello flute harp", "apple banana violin cello", "river mountain forest lake"],
+           ["a", "b", "e", "f", "c", "d"]),
+    "zh": (["苹果香蕉樱桃葡萄", "小提琴大提琴长笛鼓", "苹果香蕉樱桃猕猴桃", "小提琴大提琴长笛竖琴",
+            "苹果香蕉小提琴大提琴", "河流高山森林湖泊"],
+           ["a", "b", "e", "c", "f", "d"]),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(MMR_THEMES))
+def test_mmr_penalises_the_largest_similarity_to_the_chosen(lang: str) -> None:
+    snippets, expected = MMR_THEMES[lang]
+    items = [cand(cid, score, snippet=text)
+             for cid, score, text in zip("abcdfe", [1.0, 0.9, 0.8, 0.75, 0.72, 0.6], snippets)]
+    assert [c.id for c in mmr_rerank(items, 0.5)] == expected
 
 
 def test_mmr_defaults_off_with_lambda_point_seven() -> None:

@@ -80,6 +80,25 @@ def test_sync_survives_a_deeply_nested_line(tmp_path: Path) -> None:
         assert payload["results"] and "disabled" not in payload
 
 
+def test_a_message_cut_inside_a_surrogate_pair_does_not_stop_the_sync(tmp_path: Path) -> None:
+    """JavaScript writes a string cut between the two halves of an emoji as a lone ``\\udXXX``
+    escape (``JSON.stringify`` of ``"🦫".slice(0, 1)``): such a line is indexed with U+FFFD in its
+    place, instead of failing every sync (and every search) of the agent."""
+    ws = _workspace(tmp_path / "ws")
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    cut = '{"type": "message", "message": {"role": "user", "content": "The capybara emoji is \\ud83e"}}'
+    low = '{"type": "message", "message": {"role": "assistant", "content": [{"type": "text", "text": "\\udeab 水豚"}]}}'
+    _append(sessions / "chat.jsonl", [cut, low, _record("assistant", "卡皮巴拉每周五来。")])
+    entry = parse_transcript((sessions / "chat.jsonl").read_text(encoding="utf-8"))
+    assert entry.content == "User: The capybara emoji is \ufffd\nAssistant: \ufffd 水豚\nAssistant: 卡皮巴拉每周五来。"
+    with MemoryIndex(ws, config=_config(), state_dir=tmp_path / "state", sessions_dir=sessions) as mem:
+        mem.sync()
+        assert [h.path for h in mem.search("capybara emoji")] == ["sessions/chat.jsonl"]
+        assert [h.path for h in mem.search("卡皮巴拉")] == ["sessions/chat.jsonl"]
+        assert [h.path for h in mem.search("green tea")] == ["MEMORY.md"]
+
+
 def test_an_unexpected_sync_failure_is_not_blamed_on_the_provider(tmp_path: Path, monkeypatch) -> None:
     """Fault injection: chunking raises the RecursionError a parser bug would. The payload names it; it is
     neither "invalid arguments" nor "an embedding/provider error", and the Markdown is untouched."""
