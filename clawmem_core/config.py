@@ -431,9 +431,10 @@ class MemoryConfig:
         self.sources = sorted(dict.fromkeys(self.sources)) or ["memory"]
         if isinstance(self.shared, str):
             self.shared = [self.shared]
-        for ns in self.shared:
-            if not isinstance(ns, str) or not ns or any(c in ns for c in "/\\\x00") or ns in (".", ".."):
-                raise ConfigError(f"shared namespaces must be plain agent ids, got {ns!r}")
+        from .store.base import check_agent_id
+
+        for ns in self.shared:  # agent ids, under the rule every store applies to them
+            check_agent_id(ns, "a shared namespace (an agent id)")
         self.shared = list(dict.fromkeys(self.shared))
         if isinstance(self.extra_paths, str):
             self.extra_paths = [self.extra_paths]

@@ -43,10 +43,11 @@ from .search import (  # noqa: F401  (the limits are re-exported: they were defi
     check_args,
     rank,
 )
-from .store.base import CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError
+from .store.base import (CorruptIndexError, MissingIndexError, ReadInterrupted, Store, StoreBackend, StoreBusyError,
+                         check_agent_id, store_deadline)
 from .progress import ProgressCallback, SyncProgress, as_listener
 from .journal import ChangeJournal
-from .sync import Listener, Scan, Syncer, stat_key
+from .sync import Listener, Scan, Syncer, path_too_long, stat_key
 from .text import FTS_FORMAT
 
 if TYPE_CHECKING:
@@ -172,10 +173,8 @@ class MemoryIndex:
                 raise WorkspaceError(f"workspace not found: {ws}")
             if not ws.is_dir():
                 raise WorkspaceError(f"workspace is not a directory: {ws}")
-        if agent_id is not None and (
-            not isinstance(agent_id, str) or not agent_id or any(c in agent_id for c in "/\\\x00") or agent_id in (".", "..")
-        ):
-            raise ConfigError(f"agent_id must be a plain name, got {agent_id!r}")
+        if agent_id is not None:
+            check_agent_id(agent_id)  # the same rule on every store (ConfigError)
         if config is None:
             config = MemoryConfig()
         elif isinstance(config, Mapping):
@@ -677,7 +676,7 @@ class MemoryIndex:
         from .discovery import BAD_NAME_REASON
 
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
-                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names],
+                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names] + scan.too_long,
                           seconds=time.perf_counter() - started)
 
     def _maybe_background_sync(self, *, vectors_only: bool = False) -> None:
@@ -754,13 +753,15 @@ class MemoryIndex:
         if not q:
             return SearchHits()
         store = self._store
-        try:
-            return self._search_once(q, k, ms, min_score is not None)
-        except Exception as exc:  # damaged while in use: rebuild, answer
-            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
-                raise
-            self._rebuild_damaged(exc, store)
-            return self._search_once(q, k, ms, min_score is not None)
+        # a store whose server is down says so by the query's deadline (no wait for a connection)
+        with store_deadline(time.monotonic() + self.config.query.timeout_ms / 1000.0):
+            try:
+                return self._search_once(q, k, ms, min_score is not None)
+            except Exception as exc:  # damaged while in use: rebuild, answer
+                if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                    raise
+                self._rebuild_damaged(exc, store)
+                return self._search_once(q, k, ms, min_score is not None)
 
     def _search_once(self, q: str, k: int, ms: float, explicit: bool = False) -> SearchHits:
         with self._store.reading():  # the checks before a search: one connection
@@ -847,13 +848,14 @@ class MemoryIndex:
             return SearchHits()
         store = self._store
         explicit = min_score is not None
-        try:
-            return await self._asearch_once(q, k, ms, explicit)
-        except Exception as exc:  # damaged while in use: rebuild, answer
-            if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
-                raise
-            await asyncio.to_thread(self._rebuild_damaged, exc, store)
-            return await self._asearch_once(q, k, ms, explicit)
+        with store_deadline(time.monotonic() + self.config.query.timeout_ms / 1000.0):  # (see search)
+            try:
+                return await self._asearch_once(q, k, ms, explicit)
+            except Exception as exc:  # damaged while in use: rebuild, answer
+                if not store.is_corruption(exc) or isinstance(exc, CorruptIndexError):
+                    raise
+                await asyncio.to_thread(self._rebuild_damaged, exc, store)
+                return await self._asearch_once(q, k, ms, explicit)
 
     async def _asearch_once(self, q: str, k: int, ms: float, explicit: bool = False) -> SearchHits:
         import asyncio
@@ -1184,9 +1186,10 @@ class MemoryIndex:
         if self._selection is not None and any(meta.get(k) != v for k, v in self._identity(self._selection.embedder).items()):
             return True
         indexed = store.file_states("memory")
-        if len(indexed) != len(found.files):
+        files = [f for f in found.files if not path_too_long(f.path, store.max_path_bytes)]  # never indexed
+        if len(indexed) != len(files):
             return True
-        for f in found.files:
+        for f in files:
             try:
                 st = os.stat(f.abs)
             except OSError:
@@ -1333,7 +1336,8 @@ class MemoryIndex:
         :class:`~clawmem_core.errors.PathNotAllowedError`; a missing file gives empty text."""
         self._check_open()
         if self.workspace is None or (isinstance(path, str) and path.strip().startswith("@") and self.config.shared):
-            return self._read_indexed(path, from_line, lines)
+            with store_deadline(time.monotonic() + self.config.query.timeout_ms / 1000.0):  # (see search)
+                return self._read_indexed(path, from_line, lines)
         return read_memory_file(self.workspace, self.config.extra_paths, path, from_line, lines,
                                 max_chars=self.config.read.max_chars)
 
@@ -1421,6 +1425,8 @@ class MemoryIndex:
                 issues.append(f"no memory files found in {self.workspace}")
             issues += [f"additional memory path missing ({p})" for p in found.missing_extra_paths]
             issues += [f"not indexed: {p} (file name is not valid UTF-8; rename it)" for p in found.bad_names]
+            issues += [f"not indexed: {f.path} ({why})" for f in found.files
+                       if (why := path_too_long(f.path, store.max_path_bytes))]
         if self.config.shared:
             self._search_store()
             issues += [f"shared namespace {ns!r} searched as empty: {why[0]}" for ns, why in self._shared_unavailable.items()]

@@ -86,10 +86,41 @@ class Scan:
     #: Transcript (absolute path) -> bytes taken as indexed: the size read (or, unchanged, the size
     #: seen), never the size at the end of the sync (lines appended meanwhile are not indexed yet).
     session_sizes: dict[str, int] = field(default_factory=dict)
+    #: Files left out because their path is longer than the store can key a file by: ``"path:
+    #: reason"``, reported as skipped.
+    too_long: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         return not self.todo and not any(self.gone.values())
+
+
+def path_too_long(path: str, limit: int | None) -> str | None:
+    """Why a file at ``path`` (workspace-relative) cannot be indexed by a store that keys files by
+    at most ``limit`` bytes of path (:attr:`Store.max_path_bytes`), or ``None`` when it can."""
+    if limit is None:
+        return None
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size <= limit:
+        return None
+    return f"path too long for the index ({size} bytes in UTF-8, at most {limit}); shorten it"
+
+
+def admit_paths(items: list[Entry], store: Store, skipped: list[str]) -> list[Entry]:
+    """``items`` without the files whose path ``store`` cannot key (each reported in ``skipped``
+    as ``"path: reason"``): such a file is never written, so it never fails the group of files
+    written with it, nor every sync (and search) after."""
+    limit = store.max_path_bytes
+    if limit is None:
+        return items
+    out: list[Entry] = []
+    for item in items:
+        why = path_too_long(item[0], limit)
+        if why is None:
+            out.append(item)
+        else:
+            skipped.append(f"{item[0]}: {why}")
+    return out
 
 
 class Syncer:
@@ -143,8 +174,11 @@ class Syncer:
         items = self.memory_items(bad_names)
         if self.config.sessions_enabled:
             items += self.session_items(full, reason, session_files, writer, bad_names)
+        too_long: list[str] = []
+        items = admit_paths(items, writer, too_long)
         report.files_scanned = len(items)
         report.files_skipped.extend(f"{name}: {BAD_NAME_REASON}" for name in bad_names)
+        report.files_skipped.extend(too_long)
         # A scan taken before the locks still holds if no other connection has written since.
         reuse = (
             scan is not None and not full and not self.config.sessions_enabled
@@ -274,8 +308,10 @@ class Syncer:
             if any(meta.get(k) != v for k, v in want.items()):
                 return None
             bad_names: list[str] = []
-            scan = self.scan(store, self.memory_items(bad_names), full=False)
+            too_long: list[str] = []
+            scan = self.scan(store, admit_paths(self.memory_items(bad_names), store, too_long), full=False)
             scan.bad_names = bad_names
+            scan.too_long = too_long
             return scan
         except (StoreError, *store.driver_errors):
             return None

@@ -199,6 +199,14 @@ class ClawmemStore(BaseStore):
     def __init__(
         self, memory: MemoryIndex, *, folder: str | None = None, text_field: str = "content", min_score: float = 0.0
     ) -> None:
+        if getattr(memory, "workspace", "") is None:
+            from clawmem_core.errors import ReplicaError
+
+            raise ReplicaError(
+                f"ClawmemStore needs the workspace: its items are Markdown files there, and this MemoryIndex serves "
+                f"agent {memory.agent_id!r} from the store without it (a replica); open the store where the "
+                "workspace is"
+            )
         self.memory = memory
         parts = tuple(p for p in (folder or "").replace("\\", "/").split("/") if p)
         for part in parts:

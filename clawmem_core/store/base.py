@@ -10,11 +10,78 @@ meta, and an atomic full rebuild).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Hashable, Iterable, Sequence
+from typing import Any, ContextManager, Hashable, Iterable, Iterator, Sequence
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
+
+#: The longest agent id, in UTF-8 bytes: it names a SQLite index file (``<id>.sqlite``, and
+#: ``<id>.sqlite.corrupt-<time>`` when set aside, within a file name's 255 bytes) and keys every
+#: PostgreSQL row (where it shares a btree entry's 2,704 bytes with the path of a file).
+MAX_AGENT_ID_BYTES = 200
+
+
+def check_agent_id(agent_id: object, what: str = "agent_id", *, plain: bool = True) -> str:
+    """``agent_id`` when it can name an index on every store, else :class:`ConfigError`: a
+    non-empty string of valid Unicode (no lone surrogate), without ``/``, ``\\`` or NUL, not
+    ``.`` or ``..``, of at most :data:`MAX_AGENT_ID_BYTES` UTF-8 bytes. The same rule on SQLite and
+    PostgreSQL (``MemoryIndex`` applies it whatever the store); ids are otherwise exact strings (no
+    normalisation, no case folding). ``plain=False``: only what a row key needs (a non-empty string
+    of valid Unicode, within the length), as the PostgreSQL backend checks its own ids."""
+    if not isinstance(agent_id, str) or not agent_id or (
+        plain and (any(c in agent_id for c in "/\\\x00") or agent_id in (".", ".."))
+    ):
+        raise ConfigError(f"{what} must be a plain name, got {agent_id!r}")
+    try:
+        size = len(agent_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what} must be valid Unicode text, got {agent_id!r} (it holds a lone surrogate, "
+                          "e.g. an undecodable byte of a file name)") from None
+    if size > MAX_AGENT_ID_BYTES:
+        raise ConfigError(f"{what} is too long: {size} bytes in UTF-8, at most {MAX_AGENT_ID_BYTES} "
+                          f"({agent_id[:40]!r}...)")
+    return agent_id
+
+
+class StoreUnreachableError(StoreError):
+    """The store's server cannot be reached or refuses connections (down, restarting, a closed
+    port): a search says so by its deadline instead of waiting for a connection. ``waited``: how
+    long the call waited for a pooled connection before it tried a new one (0 when the server was
+    already known to be down)."""
+
+    def __init__(self, message: str, *, waited: float = 0.0) -> None:
+        super().__init__(message)
+        self.waited = waited
+
+
+#: When the store calls of this context must have an answer (``time.monotonic()``), or ``None``.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("clawmem_store_deadline", default=None)
+
+
+@contextlib.contextmanager
+def store_deadline(deadline: float | None) -> Iterator[None]:
+    """Within the block (this thread or task, and the threads it hands work to with its context,
+    as ``asyncio.to_thread`` does), a store waits for a connection at most until ``deadline``
+    (``time.monotonic()``) before it checks whether its server can be reached at all. An earlier
+    deadline already in force is kept."""
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(deadline if outer is None or (deadline is not None and deadline < outer) else outer)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def wait_left(longest: float) -> float:
+    """How long a store may wait now (seconds, at least 0): ``longest``, or less when the
+    :func:`store_deadline` in force comes sooner."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return longest
+    return max(0.0, min(longest, deadline - time.monotonic()))
 
 
 @dataclass(frozen=True)
@@ -114,6 +181,10 @@ class Store(ABC):
     vector_path: str | None = None
     #: Exception types this backend's driver raises for storage failures (besides :class:`StoreError`).
     driver_errors: tuple[type[BaseException], ...] = ()
+    #: The longest workspace-relative path (UTF-8 bytes) this store can key a file by, ``None``
+    #: when any path fits: sync skips a file with a longer path and reports it, so that one file
+    #: never fails the writes of the others.
+    max_path_bytes: int | None = None
 
     @property
     def vector_backend(self) -> str:
@@ -267,7 +338,9 @@ class Store(ABC):
 
     @abstractmethod
     def cache_prune(self, max_entries: int) -> int:
-        """Evict the oldest entries beyond ``max_entries``; return how many were removed."""
+        """Evict the oldest entries beyond ``max_entries``; return how many were removed. A cache
+        shared by several agents (PostgreSQL) evicts only entries no agent uses, so that one
+        agent's setting never costs another provider calls."""
 
     # -- generations ------------------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ from ..config import memory_kb
 from ..errors import ConfigError, MissingDependencyError, StoreError
 from ..text import index_document
 from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, MissingIndexError, ReadInterrupted, Store,
-                   StoreBackend, StoreBusyError, StoreCounts, VectorCounts)
+                   StoreBackend, StoreBusyError, StoreCounts, StoreUnreachableError, VectorCounts, check_agent_id,
+                   wait_left)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,6 +82,19 @@ _OWN_KEPT = 1024
 _K1, _B = 1.2, 0.75
 #: PostgreSQL refuses lexemes of 2 KiB and more (such a "word" is never searched for).
 _MAX_LEXEME_BYTES = 2046
+#: The longest a store call waits for a pooled connection (seconds). Within a search, it waits
+#: only until the search's deadline (:func:`~clawmem_core.store.base.store_deadline`), then tries a
+#: connection of its own: refused, the store is unreachable (said at once); answered, the pool is
+#: only busy, and the call waits on for the rest of this.
+_CHECKOUT_SECONDS = 30.0
+#: libpq's shortest ``connect_timeout``: the bound on that connection attempt.
+_PROBE_SECONDS = 2
+#: PostgreSQL's largest btree entry (8 KiB pages): a file's key (agent, generation, source, path)
+#: must fit in one, in ``clawmem_files`` and in ``clawmem_chunks``' path index.
+_BTREE_MAX_ITEM = 2704
+#: What such an entry holds besides the agent id and the path: its header, the generation, the
+#: longest source name ("sessions"), the fields' length headers and alignment (with room to spare).
+_KEY_OVERHEAD = 72
 #: Arbitrary key of the advisory lock taken while creating the schema.
 _SCHEMA_LOCK = 0x636C61776D656D  # "clawmem"
 
@@ -538,11 +552,16 @@ class _Reading:
     def connection(self) -> "psycopg.Connection":
         if self.conn is None:
             # after a lost connection, the pool's others may be lost too (a server restart): checked
-            _UNCHECKED.on = not self._check_next
-            try:
-                conn = self.backend.pool.getconn(timeout=30)
-            finally:
-                _UNCHECKED.on = False
+            check = self._check_next
+
+            def take(timeout: float) -> "psycopg.Connection":
+                _UNCHECKED.on = not check
+                try:
+                    return self.backend.pool.getconn(timeout=timeout)
+                finally:
+                    _UNCHECKED.on = False
+
+            conn = self.backend.checkout(take)
             self.conn = conn
             if self.snapshot:
                 self._pipeline = conn.pipeline()
@@ -633,7 +652,7 @@ class PostgresBackend(StoreBackend):
             raise ConfigError("store.url is not valid UTF-8 (it holds an undecodable byte)")
         self._url = url
         self._passwords = _passwords_of(url)
-        self.agent_id = agent_id
+        self.agent_id = check_agent_id(agent_id, plain=False)
         self.location = f"{redact_url(url)} (agent {agent_id})"
         self.exact_below = exact_below
         self.hnsw_ef_search = max(1, min(int(hnsw_ef_search), 1000))
@@ -731,8 +750,13 @@ class PostgresBackend(StoreBackend):
                 with self._block_connection(block) as conn:
                     yield conn
                 return
-            with self.pool.connection(timeout=30) as conn:
-                yield conn
+            pool = self.pool
+            conn = self.checkout(lambda timeout: pool.getconn(timeout=timeout))
+            try:
+                with conn:  # (a pooled connection's block: commit or roll back, never closed)
+                    yield conn
+            finally:
+                pool.putconn(conn)
         except psycopg.Error as exc:
             raise self.error("PostgreSQL error", exc) from None
         except Exception as exc:
@@ -742,14 +766,55 @@ class PostgresBackend(StoreBackend):
                 raise self.error("no PostgreSQL connection available", exc) from None
             raise
 
+    #: URLs whose server was last found unreachable (by this process), and when.
+    _down: dict[str, float] = {}
+
+    def checkout(self, take: Callable[[float], "psycopg.Connection"]) -> "psycopg.Connection":
+        """``take(timeout)`` (a connection from the pool) waiting at most until the deadline in
+        force (:func:`~clawmem_core.store.base.store_deadline`), then as long as the server
+        answers a connection of its own, up to :data:`_CHECKOUT_SECONDS` in all. Raises
+        :class:`StoreUnreachableError` when it does not (at once while the server is known to be
+        down: no wait at all), ``PoolTimeout`` when the pool stayed busy."""
+        from psycopg_pool import PoolTimeout
+
+        if self._url in self._down:
+            self._probe(0.0)  # raises while it is still down
+        first = wait_left(_CHECKOUT_SECONDS)
+        try:
+            return take(first)
+        except PoolTimeout:
+            if first >= _CHECKOUT_SECONDS:
+                raise
+        self._probe(first)
+        return take(_CHECKOUT_SECONDS - first)
+
+    def _probe(self, waited: float) -> None:
+        """Raise :class:`StoreUnreachableError` when a new connection to the server fails (and
+        remember it is down); forget that it was down when it succeeds."""
+        import psycopg
+
+        try:
+            psycopg.connect(self._url, connect_timeout=_PROBE_SECONDS).close()
+        except psycopg.Error as exc:
+            self._down[self._url] = time.monotonic()
+            reason = self.error("PostgreSQL cannot be reached", exc)
+            raise StoreUnreachableError(f"{reason} (the store is unreachable: memory is unavailable until it "
+                                        "answers again)", waited=waited) from None
+        self._down.pop(self._url, None)
+
     def _unchecked(self) -> "psycopg.Connection":
         """A connection from the pool without the pool's check (a round trip, as long as a
         statement under load)."""
-        _UNCHECKED.on = True
-        try:
-            return self.pool.getconn(timeout=30)
-        finally:
-            _UNCHECKED.on = False
+        pool = self.pool
+
+        def take(timeout: float) -> "psycopg.Connection":
+            _UNCHECKED.on = True
+            try:
+                return pool.getconn(timeout=timeout)
+            finally:
+                _UNCHECKED.on = False
+
+        return self.checkout(take)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -831,7 +896,8 @@ class PostgresBackend(StoreBackend):
             with contextlib.suppress(Exception):
                 conn.close()
             self.pool.putconn(conn)
-            return self.pool.getconn(timeout=30)  # checked: the others may be gone too (a restart)
+            pool = self.pool  # checked: the others may be gone too (a restart)
+            return self.checkout(lambda timeout: pool.getconn(timeout=timeout))
 
     def _reading(self) -> _Reading | None:
         """This thread's innermost open reading block on this database."""
@@ -913,6 +979,7 @@ class PostgresBackend(StoreBackend):
     def open_namespace(self, agent_id: str) -> "PostgresStore":
         """A handle on another agent's index in the same database (for shared namespaces and
         replicas): read, never created (a database without clawmem's tables is not given them)."""
+        check_agent_id(agent_id, "a shared namespace (an agent id)", plain=False)
         if not self._schema_ready:
             with self.connection() as conn:
                 version = self._schema_version(conn)
@@ -1132,6 +1199,12 @@ class PostgresStore(Store):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.backend.location!r}, agent={self.agent!r})"
+
+    @property  # type: ignore[override]
+    def max_path_bytes(self) -> int:
+        """The longest path a file of this agent can be keyed by (a btree entry holds the agent
+        id and the path uncompressed within :data:`_BTREE_MAX_ITEM` bytes)."""
+        return _BTREE_MAX_ITEM - _KEY_OVERHEAD - len(self.agent.encode("utf-8"))
 
     @property
     def vector_backend(self) -> str:
@@ -2103,17 +2176,33 @@ class PostgresStore(Store):
             )
 
     def cache_prune(self, max_entries: int) -> int:
+        """Evict the oldest entries beyond ``max_entries`` among those no agent uses. The cache is
+        shared by every agent of the database, so one agent's ``cache.max_entries`` never evicts
+        what any agent's index holds (the vectors of its chunks and windows, in any generation) nor
+        the calibration vectors every agent's searches use: evicting them would cost that agent
+        provider calls at its next rebuild. It bounds the rest (vectors of text no index holds
+        any more)."""
+        from ..calibration import BACKGROUND_TEXTS
+        from ..chunking import sha256
+
         with self._conn() as conn:
             count = int(conn.execute("SELECT count(*) FROM clawmem_embedding_cache").fetchone()[0])  # type: ignore[index]
-            excess = count - max_entries
-            if excess <= 0:
+            if count <= max_entries:
                 return 0
-            conn.execute(
-                "DELETE FROM clawmem_embedding_cache WHERE (provider, model, provider_key, hash) IN "
-                "(SELECT provider, model, provider_key, hash FROM clawmem_embedding_cache ORDER BY updated_at LIMIT %s)",
-                (excess,),
+            cur = conn.execute(
+                "DELETE FROM clawmem_embedding_cache d USING ("
+                " SELECT provider, model, provider_key, hash FROM ("
+                "  SELECT e.provider, e.model, e.provider_key, e.hash,"
+                "   row_number() OVER (ORDER BY e.updated_at DESC, e.hash DESC) AS n"
+                "  FROM clawmem_embedding_cache e"
+                "  WHERE NOT EXISTS (SELECT 1 FROM clawmem_chunks c WHERE c.hash = e.hash)"
+                "   AND NOT (e.hash = ANY(%(keep)s))"
+                " ) ranked WHERE n > %(max)s"
+                ") x WHERE d.provider = x.provider AND d.model = x.model AND d.provider_key = x.provider_key "
+                "AND d.hash = x.hash",
+                {"keep": [sha256(t) for t in BACKGROUND_TEXTS], "max": int(max_entries)},
             )
-        return excess
+            return max(0, cur.rowcount)
 
     # -- generations ------------------------------------------------------------------------------
 

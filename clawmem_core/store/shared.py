@@ -3,7 +3,8 @@
 :class:`SharedView` is a :class:`~clawmem_core.store.base.Store` for the search pipeline: it
 asks each index for candidates and names what comes from a namespace ``@<namespace>/<path>``
 (chunk ids too), so that the results say where they came from and ``memory_get`` can route a read
-to the right index. It never writes.
+to the right index. A namespace shares its notes only, never its agent's session transcripts. It
+never writes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import ReplicaError, StoreError
 from .base import ChunkRow, FileRow, FileState, ReadInterrupted, Store, StoreCounts
+
+
+#: What a namespace shares: its notes. Its agent's session transcripts (private conversations)
+#: stay with that agent, whoever searches the namespace.
+SHARED_SOURCES = frozenset({"memory"})
 
 
 def shared_prefix(namespace: str) -> str:
@@ -93,7 +99,8 @@ class SharedView(Store):
 
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         hits: list[tuple[str, float]] = []
-        for ns, _, got in self._each(lambda store: store.keyword_search(terms, limit)):
+        for ns, _, got in self._each(lambda store: self._shared_notes(store, lambda n: store.keyword_search(terms, n),
+                                                                      limit)):
             pre = "" if ns is None else shared_prefix(ns)
             hits += [(pre + i, r) for i, r in got]
         hits.sort(key=lambda h: h[1])
@@ -115,11 +122,27 @@ class SharedView(Store):
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         hits: list[tuple[str, float]] = []
-        for ns, _, got in self._each(lambda store: store.vector_search(query, limit)):
+        for ns, _, got in self._each(lambda store: self._shared_notes(store, lambda n: store.vector_search(query, n),
+                                                                      limit)):
             pre = "" if ns is None else shared_prefix(ns)
             hits += [(pre + i, s) for i, s in got]
         hits.sort(key=lambda h: -h[1])
         return hits[:limit]
+
+    def _shared_notes(self, store: Store, search: Callable[[int], list[tuple[str, float]]],
+                      limit: int) -> list[tuple[str, float]]:
+        """``search(n)``'s best ``limit`` hits; of a namespace, only its notes: its agent's session
+        transcripts stay with that agent (asked again for more when transcripts took the places)."""
+        if store is self.own:
+            return search(limit)
+        want = limit
+        while True:
+            got = search(want)
+            meta = store.get_chunk_meta([i for i, _ in got]) if got else {}
+            kept = [(i, r) for i, r in got if meta.get(i, ("", ""))[1] in SHARED_SOURCES]
+            if len(kept) >= limit or len(got) < want or want >= limit * 64:
+                return kept[:limit]
+            want *= 4
 
     def _routed(self, ids: Iterable[str]) -> list[tuple[str | None, list[str]]]:
         return [(ns, raw) for ns, raw in self._route(ids).items() if ns is None or ns not in self._failed]
@@ -129,7 +152,8 @@ class SharedView(Store):
         for ns, _, got in self._each(lambda store, raw: store.get_chunk_meta(raw), self._routed(ids)):
             pre = "" if ns is None else shared_prefix(ns)
             for i, (path, source, start, end) in got.items():
-                out[pre + i] = (pre + path, source, start, end)
+                if ns is None or source in SHARED_SOURCES:
+                    out[pre + i] = (pre + path, source, start, end)
         return out
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
@@ -144,6 +168,8 @@ class SharedView(Store):
         for ns, _, got in self._each(lambda store, raw: store.get_chunks(raw), self._routed(ids)):
             pre = "" if ns is None else shared_prefix(ns)
             for i, row in got.items():
+                if ns is not None and row.source not in SHARED_SOURCES:
+                    continue  # a transcript of the namespace's agent: never shared
                 out[pre + i] = ChunkRow(pre + row.id, pre + row.path, row.source, row.start_line, row.end_line,
                                         row.hash, row.model, row.text)
         return out
@@ -154,6 +180,8 @@ class SharedView(Store):
     def file_states(self, source: str) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
         for ns, _, got in self._each(lambda store: store.file_states(source)):
+            if ns is not None and source not in SHARED_SOURCES:
+                continue
             pre = "" if ns is None else shared_prefix(ns)
             for path, state in got.items():
                 out[pre + path] = (pre + state[0], *state[1:])  # type: ignore[assignment]
@@ -161,7 +189,7 @@ class SharedView(Store):
 
     def file_text(self, source: str, path: str) -> tuple[str, int] | None:
         ns, raw = split_shared(path)
-        if ns is not None and ns not in self.shared:
+        if ns is not None and (ns not in self.shared or source not in SHARED_SOURCES):
             return None
         return self._store(ns).file_text(source, raw)
 

@@ -27,7 +27,7 @@ import apsw
 from ..errors import ConfigError, StoreError
 from ..text import index_document, quote_fts
 from .base import (ChunkRow, CorruptIndexError, FileRow, FileState, MissingIndexError, Store, StoreBackend,
-                   StoreBusyError, StoreCounts, VectorCounts)
+                   StoreBusyError, StoreCounts, VectorCounts, check_agent_id)
 from .bm25 import Bm25Index, StaleStatistics, read_varint
 
 log = logging.getLogger("clawmem")
@@ -1161,6 +1161,7 @@ class SQLiteBackend(StoreBackend):
     def open_namespace(self, agent_id: str) -> SQLiteStore:
         """Another agent's index file, opened read-only (never created or written); raises
         :class:`MissingIndexError` when it does not exist yet."""
+        check_agent_id(agent_id, "a shared namespace (an agent id)")
         return SQLiteStore(self.namespace_path(agent_id), read_only=True, **self._options)  # type: ignore[arg-type]
 
     @contextlib.contextmanager
