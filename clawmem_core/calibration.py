@@ -18,6 +18,8 @@ import math
 from array import array
 from typing import Any, Callable, Sequence
 
+from .tuning import BACKGROUND_PERCENTILE, BLIND_MARGIN
+
 #: Version of :data:`BACKGROUND_TEXTS`: the index re-embeds them when it changes.
 BACKGROUND_VERSION = 1
 
@@ -72,10 +74,6 @@ BACKGROUND_TEXTS: tuple[str, ...] = (
     "空气滤清器每十二个月或每行驶一万五千公里更换一次。",
     "市议会批准沿河修建一条新的自行车道。",
 )
-
-
-#: The percentile of a query's cosines to the background passages taken as its "unrelated" level.
-BACKGROUND_PERCENTILE = 90.0
 
 
 def background_level(query_to_background: Sequence[float], percentile: float = BACKGROUND_PERCENTILE) -> float:
@@ -178,9 +176,6 @@ def background_cosines(query: Sequence[float], background: Sequence[Sequence[flo
 
 #: :data:`BACKGROUND_TEXTS` holds this many English passages first, then as many Chinese ones.
 BACKGROUND_LATIN = 24
-#: An embedder is blind to a script when unrelated passages in it are, on average, this much more
-#: alike (mean pairwise cosine) than unrelated passages in the other script.
-BLIND_MARGIN = 0.2
 
 def _mean_pairwise_cosine(vectors: Sequence[Sequence[float]]) -> float:
     """Mean cosine over the distinct pairs of ``vectors``: ``(|sum of unit vectors|^2 - n) / (n(n-1))``."""

@@ -16,6 +16,20 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from .errors import ConfigError
+from .tuning import (
+    CALIBRATED_MIN_SCORE,
+    CALIBRATED_TEXT_WEIGHT,
+    CALIBRATED_VECTOR_WEIGHT,
+    CANDIDATE_MULTIPLIER,
+    MAX_RESULTS_DEFAULT,
+    MMR_LAMBDA,
+    OPENCLAW_MIN_SCORE,
+    OPENCLAW_TEXT_WEIGHT,
+    OPENCLAW_VECTOR_WEIGHT,
+    RERANK_CANDIDATES,
+    RERANK_WEIGHT,
+    TEMPORAL_DECAY_HALF_LIFE_DAYS,
+)
 
 PROVIDERS = ("auto", "openai", "gemini", "voyage", "mistral", "ollama", "local", "none")
 DEFAULT_MODELS = {
@@ -73,11 +87,11 @@ class MMRConfig:
     """Maximal marginal relevance re-ranking (off by default)."""
 
     enabled: bool = False
-    lambda_: float = 0.7
+    lambda_: float = MMR_LAMBDA
 
     def __post_init__(self) -> None:
         lam = _num(self.lambda_, "mmr.lambda")
-        self.lambda_ = 0.7 if not math.isfinite(lam) else _clamp(lam, 0.0, 1.0)
+        self.lambda_ = MMR_LAMBDA if not math.isfinite(lam) else _clamp(lam, 0.0, 1.0)
 
 
 @dataclass
@@ -85,16 +99,19 @@ class TemporalDecayConfig:
     """Exponential decay of dated notes' scores (off by default)."""
 
     enabled: bool = False
-    half_life_days: float = 30
+    half_life_days: float = TEMPORAL_DECAY_HALF_LIFE_DAYS
 
     def __post_init__(self) -> None:
         hl = _num(self.half_life_days, "temporal_decay.half_life_days")
-        self.half_life_days = max(1, math.floor(hl)) if math.isfinite(hl) else 30
+        self.half_life_days = max(1, math.floor(hl)) if math.isfinite(hl) else TEMPORAL_DECAY_HALF_LIFE_DAYS
 
 
 FUSIONS = ("calibrated", "openclaw")
 #: Default weights (vector, text) and ``min_score`` of each fusion.
-FUSION_DEFAULTS = {"calibrated": (0.3, 0.7, 0.2), "openclaw": (0.7, 0.3, 0.35)}
+FUSION_DEFAULTS = {
+    "calibrated": (CALIBRATED_VECTOR_WEIGHT, CALIBRATED_TEXT_WEIGHT, CALIBRATED_MIN_SCORE),
+    "openclaw": (OPENCLAW_VECTOR_WEIGHT, OPENCLAW_TEXT_WEIGHT, OPENCLAW_MIN_SCORE),
+}
 
 
 @dataclass
@@ -123,7 +140,7 @@ class HybridConfig:
     enabled: bool = True
     vector_weight: float | None = None
     text_weight: float | None = None
-    candidate_multiplier: int = 4
+    candidate_multiplier: int = CANDIDATE_MULTIPLIER
     fusion: Literal["calibrated", "openclaw"] = "calibrated"
     text_score: Literal["saturate", "normalize"] = "saturate"
     mmr: MMRConfig = field(default_factory=MMRConfig)
@@ -170,20 +187,20 @@ class RerankConfig:
     model: str | None = None
     model_path: str | None = None
     base_url: str | None = None
-    candidates: int = 40
-    #: 0.25: a reranker that reverses the fused order leaves it as it is, one that agrees lifts
-    #: little, one that disagrees broadly reorders; at 0.5 weak rerankers cost real recall
-    #: (bench/results/matrix.md, "Rerank on minus rerank off").
-    weight: float = 0.25
+    candidates: int = RERANK_CANDIDATES
+    #: :data:`~clawmem_core.tuning.RERANK_WEIGHT`: a reranker that reverses the fused order leaves it as
+    #: it is, one that agrees lifts little, one that disagrees broadly reorders; at 0.5 weak rerankers
+    #: cost real recall (bench/results/matrix.md, "Rerank on minus rerank off").
+    weight: float = RERANK_WEIGHT
     timeout_ms: int = 3000
 
     def __post_init__(self) -> None:
         if self.provider not in (None, "voyage", "local"):
             raise ConfigError(f"query.rerank.provider must be 'voyage' or 'local', got {self.provider!r}")
         n = _num(self.candidates, "rerank.candidates")
-        self.candidates = int(_clamp(n, 1, 200)) if math.isfinite(n) else 40
+        self.candidates = int(_clamp(n, 1, 200)) if math.isfinite(n) else RERANK_CANDIDATES
         w = _num(self.weight, "rerank.weight")
-        self.weight = _clamp(w, 0.0, 1.0) if math.isfinite(w) else 0.25
+        self.weight = _clamp(w, 0.0, 1.0) if math.isfinite(w) else RERANK_WEIGHT
         t = _num(self.timeout_ms, "rerank.timeout_ms")
         self.timeout_ms = int(_clamp(t, 1, 600_000)) if math.isfinite(t) else 3000
 
@@ -195,7 +212,7 @@ class QueryConfig:
     default (calibrated 0.2, OpenClaw 0.35). ``timeout_ms``: how long a search may wait for the
     query embedding and the reranker before answering from the keyword side."""
 
-    max_results: int = 6
+    max_results: int = MAX_RESULTS_DEFAULT
     min_score: float | None = None
     strict: bool = False
     timeout_ms: int = 5000

@@ -21,10 +21,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError
-
-#: Positions are blended as reciprocal ranks ``1 / (BLEND_K + position)``: the usual constant of
-#: reciprocal rank fusion. It keeps the fused order's first places hard to overturn.
-BLEND_K = 60
+from .tuning import RERANK_BLEND_K as BLEND_K
 
 
 class Reranker:

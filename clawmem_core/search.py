@@ -18,6 +18,21 @@ from .errors import InvalidQueryError
 from .results import SearchHits, SearchResult
 from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import index_terms, search_terms, similarity_tokens
+from .tuning import (
+    AGREEMENT_CHUNKS,
+    CANDIDATE_POOL,
+    CURATED_PRIOR,
+    FTS5_IDF_FLOOR,
+    MMR_LAMBDA,
+    MMR_WINDOW,
+    VECTOR_ALONE,
+    VECTOR_CONFIRMS,
+    VECTOR_DOUBT_FLOOR,
+    VECTOR_DOUBT_FLOOR_STRONG,
+    VECTOR_FULL,
+    VECTOR_VOUCHES,
+    VOCABULARY_FULL,
+)
 
 if TYPE_CHECKING:
     from .config import QueryConfig
@@ -29,9 +44,6 @@ MAX_RESULTS = 1000
 #: Only the start of a very long query is split into keyword terms.
 MAX_QUERY_TERM_CHARS = 4000
 MAX_QUERY_EMBED_CHARS = 8000
-#: Candidates drawn from each side. Fixed (not ``max_results * multiplier``) so that results are
-#: monotonic in ``max_results``: asking for more never reorders the first ones.
-CANDIDATE_POOL = 200
 
 _LN2 = math.log(2)
 _DATED = re.compile(r"(?:^|/)memory/(?:.+/)?(\d{4})-(\d{2})-(\d{2})(?:-[^/]*)?\.md$")
@@ -82,9 +94,9 @@ _CJK_PAIR = re.compile(r"^[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\
 def fts_idf(rows: int, hits: int) -> float:
     """FTS5's BM25 IDF of a term in ``hits`` of ``rows`` rows, floored at 1e-6 as FTS5 floors it."""
     if rows <= 0:
-        return 1e-6
+        return FTS5_IDF_FLOOR
     idf = math.log((rows - hits + 0.5) / (hits + 0.5))
-    return idf if idf > 1e-6 else 1e-6
+    return idf if idf > FTS5_IDF_FLOOR else FTS5_IDF_FLOOR
 
 
 def query_idf_mass(terms: Sequence[str], hits: Sequence[int], rows: int) -> float:
@@ -111,38 +123,6 @@ def text_relevance(ranks: Sequence[float], idf_mass: float) -> list[float]:
     mags = [-r if math.isfinite(r) and r < 0 else 0.0 for r in ranks]
     scale = max(idf_mass if idf_mass > 0 else 0.0, max(mags, default=0.0))
     return [m / scale if scale > 0 else 0.0 for m in mags]
-
-
-#: A query counts as fully known to the index when this share of its terms occurs in it
-#: (:func:`vocabulary_share`); below it, its scores are scaled down in proportion.
-VOCABULARY_FULL = 0.6
-#: The vector side's evidence for a query (:func:`query_confidence`) that leaves its scores as they
-#: are: a calibrated vector score this far above unrelated text (:mod:`clawmem_core.calibration`).
-#: Below it the scores are scaled down in proportion, above it up, within the two bounds below.
-VECTOR_FULL = 0.25
-#: The vector side alone at most scales a query's scores down to this share: it doubts, the keyword
-#: evidence keeps a say ...
-VECTOR_DOUBT_FLOOR = 0.7
-#: ... or down to this share for an embedder that has shown it recognises meaning: one that places
-#: the calibration passages' translations :data:`VECTOR_FULL` or more above unrelated text
-#: (:func:`~clawmem_core.calibration.translation_strength`; in between, in proportion). Such an
-#: embedder backs the chunks that answer a question; when it backs none of the keyword side's, its
-#: doubt is worth more than a weak embedder's.
-VECTOR_DOUBT_FLOOR_STRONG = 0.4
-#: ... and at most up by this factor (scores stay at most 1): when the chunks the keywords rank
-#: first are also clearly above unrelated text for the embedder, two independent sides agree.
-VECTOR_CONFIRMS = 4 / 3
-#: The best calibrated vector score of a chunk the keywords do not rank among their first
-#: :data:`AGREEMENT_CHUNKS` counts at this share: a vector match alone is weaker evidence than one
-#: the keyword side agrees with (a question about something absent from the memory still lands
-#: near some chunk, never near the chunks its rare words pick).
-VECTOR_ALONE = 0.7
-#: How many of the keyword side's best chunks are checked for the vector side's agreement (about
-#: the results a search shows, ``query.max_results`` 6).
-AGREEMENT_CHUNKS = 5
-#: A best calibrated vector score this high vouches for the query whatever its words (a paraphrase,
-#: another language): the vocabulary factor is then at least ``best / VECTOR_VOUCHES``.
-VECTOR_VOUCHES = 0.35
 
 
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -284,14 +264,6 @@ def term_stats(store: "Store", terms: list[str], prefixes: Sequence[str]
     if by_prefix is not None:
         return by_prefix(terms, prefixes)  # type: ignore[no-any-return]
     return {"": (store.term_hits(terms), getattr(store, "fts_tokenizer", ""))}
-
-
-#: The keyword score of a chunk of ``MEMORY.md``, or of a note whose file name names a query term
-#: (``memory/projects/billing.md`` for "billing"), counts this many times another note's: the curated
-#: long-term memory holds one fact a line, and BM25's length normalisation would otherwise rank its
-#: long chunk below every passing mention in a short daily note; a note named for the thing is about
-#: it (the file that names a person, a project or a decision comes first).
-CURATED_PRIOR = 2.0
 
 
 def is_curated(path: str, source: str) -> bool:
@@ -472,13 +444,8 @@ def mmr_score(relevance: float, max_similarity: float, lambda_: float) -> float:
     return lambda_ * relevance - (1 - lambda_) * max_similarity
 
 
-#: MMR re-ranks this many of the best candidates (the rest keep their order after them): the
-#: greedy loop is quadratic, and nothing below the top few dozen reaches an answer.
-MMR_WINDOW = 60
-
-
 def mmr_rerank(
-    items: Sequence[Candidate], lambda_: float = 0.7, window: int = MMR_WINDOW, relevance: Sequence[float] | None = None
+    items: Sequence[Candidate], lambda_: float = MMR_LAMBDA, window: int = MMR_WINDOW, relevance: Sequence[float] | None = None
 ) -> list[Candidate]:
     """Greedy maximal marginal relevance over snippets of the ``window`` best items. Reorders,
     never drops. Relevance (the scores, or ``relevance`` given per item, e.g. a reranked order) is
@@ -489,7 +456,7 @@ def mmr_rerank(
         return mmr_rerank(items[:window], lambda_, window, head_rel) + items[window:]
     if len(items) < 2:
         return items
-    lam = 0.7 if not math.isfinite(lambda_) else max(0.0, min(1.0, lambda_))
+    lam = MMR_LAMBDA if not math.isfinite(lambda_) else max(0.0, min(1.0, lambda_))
     scores = [c.score for c in items] if relevance is None else [float(r) for r in relevance][: len(items)]
     if lam >= 1.0:
         return [items[i] for i in sorted(range(len(items)), key=lambda i: -scores[i])]

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .text import index_terms, fold_width
+from .tuning import SNIPPET_CJK_CHAR_WEIGHT, SNIPPET_MAX_CHARS
+from .tuning import SNIPPET_WORD_REACH as _WORD_REACH
 
 __all__ = ["SNIPPET_MAX_CHARS", "ELLIPSIS", "Snippet", "build_snippet"]
 
-SNIPPET_MAX_CHARS = 700
 ELLIPSIS = "…"
-#: How far a cut may move back to reach a space (beyond it, the cut falls between characters).
-_WORD_REACH = 40
 _SPACE = re.compile(r"\s")
 
 
@@ -36,7 +35,7 @@ class Snippet:
 
 def _weight(term: str) -> float:
     """A query term's weight: one CJK character says little, a character pair or a word more."""
-    return 0.25 if len(term) == 1 and ord(term) >= 0x2E80 else 1.0
+    return SNIPPET_CJK_CHAR_WEIGHT if len(term) == 1 and ord(term) >= 0x2E80 else 1.0
 
 
 def build_snippet(

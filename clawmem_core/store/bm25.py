@@ -18,9 +18,7 @@ if TYPE_CHECKING:
     import apsw
     import numpy as np
 
-#: FTS5's ``bm25()`` constants.
-K1 = 1.2
-B = 0.75
+from ..tuning import BM25_B as B, BM25_K1 as K1  # FTS5's ``bm25()`` constants
 #: Term postings kept per index state, counted in rows (about 6 bytes each).
 MAX_CACHED_POSTINGS = 8_000_000
 
