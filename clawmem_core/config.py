@@ -52,6 +52,15 @@ def _num(value: Any, name: str) -> float:
     return float(value)
 
 
+def _positive_int(value: Any, name: str) -> int:
+    """``value`` as a whole number of at least 1 (a fraction is cut); a :class:`ConfigError` naming
+    ``name`` for anything else."""
+    number = _num(value, name)
+    if not math.isfinite(number) or number < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return int(number)
+
+
 _MEMORY_UNITS = {"kb": 1, "mb": 1024, "gb": 1024**2, "tb": 1024**3}
 #: PostgreSQL's bounds for ``maintenance_work_mem``, in kB (1 MB to 2 TB - 1 kB).
 _MEMORY_MIN_KB, _MEMORY_MAX_KB = 1024, 2**31 - 1
@@ -188,9 +197,9 @@ class RerankConfig:
     model_path: str | None = None
     base_url: str | None = None
     candidates: int = RERANK_CANDIDATES
-    #: :data:`~clawmem_core.tuning.RERANK_WEIGHT`: a reranker that reverses the fused order leaves it as
-    #: it is, one that agrees lifts little, one that disagrees broadly reorders; at 0.5 weak rerankers
-    #: cost real recall (bench/results/matrix.md, "Rerank on minus rerank off").
+    #: 0.25: a reranker that reverses the fused order leaves it as it is, one that agrees lifts
+    #: little, one that disagrees broadly reorders; at 0.5 weak rerankers cost real recall
+    #: (bench/results/matrix.md, "Rerank on minus rerank off").
     weight: float = RERANK_WEIGHT
     timeout_ms: int = 3000
 
@@ -220,10 +229,7 @@ class QueryConfig:
     rerank: RerankConfig = field(default_factory=RerankConfig)
 
     def __post_init__(self) -> None:
-        mr = _num(self.max_results, "query.max_results")
-        if not math.isfinite(mr) or mr < 1:
-            raise ConfigError(f"query.max_results must be a positive integer, got {self.max_results!r}")
-        self.max_results = int(mr)
+        self.max_results = _positive_int(self.max_results, "query.max_results")
         if self.min_score is not None:
             ms = _num(self.min_score, "query.min_score")
             if not math.isfinite(ms):
@@ -331,10 +337,7 @@ class SyncConfig:
     sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
 
     def __post_init__(self) -> None:
-        limit = _num(self.max_file_bytes, "sync.max_file_bytes")
-        if not math.isfinite(limit) or limit < 1:
-            raise ConfigError(f"sync.max_file_bytes must be a positive integer, got {self.max_file_bytes!r}")
-        self.max_file_bytes = int(limit)
+        self.max_file_bytes = _positive_int(self.max_file_bytes, "sync.max_file_bytes")
 
 
 @dataclass
@@ -345,10 +348,7 @@ class ReadConfig:
     max_chars: int = 20_000
 
     def __post_init__(self) -> None:
-        limit = _num(self.max_chars, "read.max_chars")
-        if not math.isfinite(limit) or limit < 1:
-            raise ConfigError(f"read.max_chars must be a positive integer, got {self.max_chars!r}")
-        self.max_chars = int(limit)
+        self.max_chars = _positive_int(self.max_chars, "read.max_chars")
 
 
 @dataclass
@@ -360,10 +360,7 @@ class WriteConfig:
     max_note_chars: int = 20_000
 
     def __post_init__(self) -> None:
-        limit = _num(self.max_note_chars, "write.max_note_chars")
-        if not math.isfinite(limit) or limit < 1:
-            raise ConfigError(f"write.max_note_chars must be a positive integer, got {self.max_note_chars!r}")
-        self.max_note_chars = int(limit)
+        self.max_note_chars = _positive_int(self.max_note_chars, "write.max_note_chars")
 
 
 @dataclass

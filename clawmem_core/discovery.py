@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .text import encodes
+
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
 ROOT_FILES = ("MEMORY.md", "memory.md")
 
@@ -48,11 +50,7 @@ BAD_NAME_REASON = "file name is not valid UTF-8"
 def is_valid_name(path: str) -> bool:
     """False when ``path`` holds lone surrogates (undecodable bytes of a file name): it cannot be
     stored in SQLite, serialised to UTF-8 JSON or printed."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return encodes(path, "utf-8")
 
 
 def printable_name(path: str) -> str:

@@ -92,14 +92,19 @@ def fold_width(text: str) -> str:
     return text if text.isascii() else _FULLWIDTH_RE.sub(_to_ascii, text)
 
 
-def is_narrow(text: str) -> bool:
-    """True when no character of ``text`` can be wide: all are below U+0100 (such a string is
-    stored one byte per character, so the Latin-1 check is a copy, not a scan)."""
+def encodes(text: str, encoding: str) -> bool:
+    """True when ``text`` can be written in ``encoding`` (strict: no character is replaced)."""
     try:
-        text.encode("latin-1")
+        text.encode(encoding)
     except UnicodeEncodeError:
         return False
     return True
+
+
+def is_narrow(text: str) -> bool:
+    """True when no character of ``text`` can be wide: all are below U+0100 (such a string is
+    stored one byte per character, so the Latin-1 check is a copy, not a scan)."""
+    return encodes(text, "latin-1")
 
 
 def wide_count(text: str) -> int:
