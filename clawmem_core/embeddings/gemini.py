@@ -143,11 +143,9 @@ class GeminiEmbedder(HttpxEmbedder):
             out.extend(self._parse_many(response_json(response, "gemini"), len(group)))
         return out
 
-    def enable_batch(self, config: Any, **runner_options: Any) -> None:
-        """Route document batches through ``asyncBatchEmbedContent`` (``config`` is ``remote.batch``)."""
-        from .batch_api import BatchRunner
-
-        self._batch = BatchRunner.from_config(GeminiBatchBackend(self), config, **runner_options)
+    def _batch_backend(self) -> "GeminiBatchBackend":
+        """Document batches go through ``asyncBatchEmbedContent``."""
+        return GeminiBatchBackend(self)
 
 
 def _dig(data: Any, *path: str) -> Any:

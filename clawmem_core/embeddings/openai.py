@@ -87,11 +87,9 @@ class OpenAIEmbedder(RemoteEmbedder):
         response = await client.embeddings.create(input=texts, **self._call_params(query))
         return self._parse(response, len(texts))
 
-    def enable_batch(self, config: Any, **runner_options: Any) -> None:
-        """Route document batches through the OpenAI Batch API (``config`` is ``remote.batch``)."""
-        from .batch_api import BatchRunner
-
-        self._batch = BatchRunner.from_config(OpenAIBatchBackend(self), config, **runner_options)
+    def _batch_backend(self) -> "OpenAIBatchBackend":
+        """Document batches go through the OpenAI Batch API."""
+        return OpenAIBatchBackend(self)
 
     def close(self) -> None:
         self._client.close()

@@ -15,7 +15,7 @@ from .responses import check_count
 from .retry import RetryPolicy, redact
 
 if TYPE_CHECKING:
-    from .batch_api import BatchRunner
+    from .batch_api import BatchRunner, ProviderBatchBackend
 
 log = logging.getLogger("clawmem.embeddings")
 
@@ -180,6 +180,18 @@ class RemoteEmbedder(Embedder):
 
     def _open_clients(self) -> None:
         """Open the provider's clients (the last step of construction)."""
+
+    # -- batch API ------------------------------------------------------------------------------
+
+    def _batch_backend(self) -> "ProviderBatchBackend":
+        """The provider's batch protocol; providers with a batch API override this."""
+        raise NotImplementedError(f"{self.provider} has no batch API")
+
+    def enable_batch(self, config: Any, **runner_options: Any) -> None:
+        """Route document batches through the provider's batch API (``config`` is ``remote.batch``)."""
+        from .batch_api import BatchRunner
+
+        self._batch = BatchRunner.from_config(self._batch_backend(), config, **runner_options)
 
     # -- secrets ------------------------------------------------------------------------------
 

@@ -91,11 +91,9 @@ class VoyageEmbedder(RemoteEmbedder):
             result = await client.embed(texts, **self._embed_params(query))
         return self._parse(result, len(texts))
 
-    def enable_batch(self, config: Any, **runner_options: Any) -> None:
-        """Route document batches through Voyage's batch API (``config`` is ``remote.batch``)."""
-        from .batch_api import BatchRunner
-
-        self._batch = BatchRunner.from_config(VoyageBatchBackend(self), config, **runner_options)
+    def _batch_backend(self) -> "VoyageBatchBackend":
+        """Document batches go through Voyage's batch API."""
+        return VoyageBatchBackend(self)
 
 
 class VoyageBatchBackend(ProviderBatchBackend):
