@@ -201,3 +201,19 @@ def test_the_readme_stays_a_landing_page() -> None:
     assert len(readme.splitlines()) <= 250
     for framework in ("## LangChain", "## LlamaIndex", "## MCP server", "## PostgreSQL", "<!-- test-command -->"):
         assert framework in readme
+
+
+# -- the site --------------------------------------------------------------------------------------------------
+
+
+def test_the_site_builds_with_no_broken_link_or_anchor(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (the ``docs`` extra): every page in the navigation, every link between pages and
+    every anchor resolves (links leaving ``docs/`` are checked above)."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for page in ("index.html", "concepts/scores/index.html", "reference/config/index.html"):
+        assert (tmp_path / "site" / page).is_file(), page
