@@ -1,0 +1,165 @@
+"""The recall log: which chunks searches actually gave the model, per agent, batched and bounded.
+
+:meth:`RecallLog.record` only appends to an in-memory buffer (no I/O); the buffer is written in one
+transaction when it holds ``batch_size`` events, when :meth:`flush` is called, and on :meth:`close`. Every
+``prune_every`` batches the agent's events older than ``max_age_days`` and beyond ``max_events`` are deleted.
+The query is stored masked (:func:`clawmem_core.masking.mask_secrets`) and clipped; its hash is taken of the
+masked, whitespace-normalised text, so neither column holds a secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional
+
+from ..masking import mask_and_clip
+from .events import DreamStore, RecallEvent
+
+__all__ = ["RecallLog", "RetentionPolicy", "content_hash", "normalize_text", "query_hash", "open_store"]
+
+_SPACE = re.compile(r"\s+")
+ELLIPSIS = "…"
+#: Characters of the masked query kept in the log.
+QUERY_TEXT_MAX = 200
+
+
+def normalize_text(text: str) -> str:
+    """Whitespace collapsed and stripped: what hashes and source checks compare."""
+    return _SPACE.sub(" ", text).strip()
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 (hex) of ``text`` normalised, without a clip ``…`` at either end."""
+    return hashlib.sha256(normalize_text(text).strip(ELLIPSIS).strip().encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def query_hash(masked_query: str) -> str:
+    """SHA-256 (hex, 32 characters) of the masked, normalised, lower-cased query."""
+    return hashlib.sha256(normalize_text(masked_query).lower().encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How much of the log is kept per agent: events younger than ``max_age_days``, at most ``max_events``."""
+
+    max_age_days: float = 90.0
+    max_events: int = 50_000
+
+
+def open_store(target: Any) -> DreamStore:
+    """A :class:`DreamStore` for ``target``: a store itself, an ``apsw.Connection`` or a SQLite path, a
+    ``psycopg_pool.ConnectionPool`` or a callable yielding a psycopg connection."""
+    if hasattr(target, "add_events") and hasattr(target, "consolidation_lock"):
+        return target  # type: ignore[no-any-return]
+    if type(target).__module__.startswith("apsw") or isinstance(target, str) or hasattr(target, "__fspath__"):
+        from .sqlite_store import SqliteDreamStore
+
+        return SqliteDreamStore(target)
+    from .pg_store import PostgresDreamStore
+
+    return PostgresDreamStore(target)
+
+
+class RecallLog:
+    """Records search hits per agent into a :class:`DreamStore`, in batches (see the module documentation).
+
+    ``now`` is the clock (seconds since the epoch), injectable for tests and simulated days. Thread safe.
+    Use as a context manager, or call :meth:`close`, so the last batch is written.
+    """
+
+    def __init__(self, store: Any, *, batch_size: int = 64, retention: RetentionPolicy = RetentionPolicy(),
+                 prune_every: int = 16, now: Callable[[], float] = time.time) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.store: DreamStore = open_store(store)
+        self.batch_size = batch_size
+        self.retention = retention
+        self.prune_every = max(1, prune_every)
+        self.now = now
+        self._buffer: list[RecallEvent] = []
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._agents: set[str] = set()
+        #: Batches written so far (one transaction each).
+        self.batches_written = 0
+        self.events_recorded = 0
+
+    def record(self, agent: str, query: str, hits: Iterable[Any], *, session_key: Optional[str] = None,
+               when: Optional[float] = None) -> int:
+        """Buffer one finished search: each hit (``path``, ``start_line``/``end_line`` or the snippet's lines,
+        ``score``, ``snippet``; an optional ``content_hash``) becomes one event, ranked in order. Hits from
+        another namespace (``@ns/...``) are not recorded. Returns the number of events buffered."""
+        masked = mask_and_clip(normalize_text(query or ""), QUERY_TEXT_MAX)
+        qhash = query_hash(masked)
+        ts = self.now() if when is None else when
+        events: list[RecallEvent] = []
+        for rank, hit in enumerate(hits, start=1):
+            path = str(getattr(hit, "path", ""))
+            if not path or path.startswith("@") or getattr(hit, "namespace", None):
+                continue
+            start = int(getattr(hit, "snippet_start_line", 0) or getattr(hit, "start_line", 0) or 0)
+            end = int(getattr(hit, "snippet_end_line", 0) or getattr(hit, "end_line", 0) or start)
+            snippet = str(getattr(hit, "snippet", "") or "")
+            given = getattr(hit, "content_hash", None)
+            stripped = snippet.strip()
+            clipped = given is None and (stripped.startswith(ELLIPSIS) or stripped.endswith(ELLIPSIS))
+            score = float(getattr(hit, "score", 0.0) or 0.0)
+            events.append(RecallEvent(
+                agent=agent, ts=ts, path=path, start_line=start, end_line=max(start, end),
+                content_hash=str(given) if given else content_hash(snippet), score=min(1.0, max(0.0, score)),
+                rank=rank, query_hash=qhash, query_text=masked, session_key=session_key, clipped=clipped))
+        if not events:
+            return 0
+        with self._lock:
+            self._buffer.extend(events)
+            self._agents.add(agent)
+            self.events_recorded += len(events)
+            full = len(self._buffer) >= self.batch_size
+        if full:
+            self.flush()
+        return len(events)
+
+    def flush(self) -> int:
+        """Write the buffered events in one transaction (pruning every ``prune_every`` batches); returns how many
+        were written. On a store error the events are dropped (the log is best effort: a search never fails
+        because of it) and the error is raised."""
+        with self._flush_lock:
+            with self._lock:
+                batch, self._buffer = self._buffer, []
+            if not batch:
+                return 0
+            self.store.add_events(batch)
+            self.batches_written += 1
+            if self.batches_written % self.prune_every == 0:
+                self.prune()
+            return len(batch)
+
+    def prune(self, agents: Optional[Iterable[str]] = None) -> int:
+        """Apply the retention policy now (to ``agents``, default every agent recorded by this log)."""
+        cutoff = self.now() - self.retention.max_age_days * 86400.0
+        with self._lock:
+            targets = list(agents) if agents is not None else sorted(self._agents)
+        return sum(self.store.prune(a, cutoff, self.retention.max_events) for a in targets)
+
+    def pending(self) -> int:
+        """Events buffered and not yet written."""
+        with self._lock:
+            return len(self._buffer)
+
+    def events(self, agent: str, since_ts: float = 0.0) -> list[RecallEvent]:
+        """The agent's written events (call :meth:`flush` first to include the buffer)."""
+        return list(self.store.events(agent, since_ts))
+
+    def close(self) -> None:
+        """Flush what is buffered. The store is left open (it may be the index's connection)."""
+        self.flush()
+
+    def __enter__(self) -> "RecallLog":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
