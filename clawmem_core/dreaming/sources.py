@@ -32,7 +32,7 @@ _IMPORTANCE = re.compile(r"<!--\s*importance:\s*(\d{1,2})\s*-->")
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 
 _SHELL = re.compile(
-    r"(?m)^\s*(?:\$ |# |>>> |sudo |rm -|curl |wget |chmod |chown |pip3? install|npm (?:i|install|run) |git (?:add|"
+    r"(?m)^\s*(?:\$ |>>> |sudo |rm -|curl |wget |chmod |chown |pip3? install|npm (?:i|install|run) |git (?:add|"
     r"commit|push|pull|clone|checkout|reset) |cd /|ls -|cat /|echo \$|export [A-Z_]+=|python3? -|bash -c|sh -c|"
     r"docker |kubectl |systemctl )")
 _SCORE_META = re.compile(r"(?i)\b(?:score|relevance|similarity|rank|vector_score|text_score)\s*[:=]\s*-?\d|"
