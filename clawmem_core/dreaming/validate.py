@@ -14,6 +14,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..masking import mask_secrets
 from ..text import weighted_length
@@ -39,8 +40,11 @@ def _control(text: str) -> bool:
                for ch in text)
 
 
-def check_entry(text: str, ws: Workspace, limits: RewriteLimits = RewriteLimits()) -> list[str]:
-    """What is wrong with one new entry (empty: nothing)."""
+def check_entry(text: str, ws: Workspace, limits: RewriteLimits = RewriteLimits(),
+                prior_bodies: Sequence[str] = ()) -> list[str]:
+    """What is wrong with one new entry (empty: nothing). Each sentence of its text must be held by the lines it
+    cites, or by an entry of the prior file (``prior_bodies``, in :func:`.sources.match_form`): a merge keeps the
+    words of the entry it merges into."""
     head = text[:60].replace("\n", " ")
     if _control(text):
         return [f"entry {head!r}: holds control characters"]
@@ -68,7 +72,7 @@ def check_entry(text: str, ws: Workspace, limits: RewriteLimits = RewriteLimits(
         else:
             held.append(live)
     if held and body:
-        evidence = " \n ".join(match_form(s.raw) for s in held)
+        evidence = " \n ".join([match_form(s.raw) for s in held] + list(prior_bodies))
         for piece in _PIECES.split(body):
             form = match_form(piece)
             if form and form not in evidence:
@@ -83,13 +87,18 @@ def check_rewrite(prior: str, new: str, ws: Workspace, limits: RewriteLimits = R
     prior_entries = Counter(e.text for e in parse_entries(prior))
     new_entries = Counter(e.text for e in parse_entries(new))
     total = sum(prior_entries.values())
-    lost = sum((prior_entries - new_entries).values())
+    added = list((new_entries - prior_entries).elements())
+    added_forms = [match_form(entry_body(t)) for t in added]
+    # a prior entry is kept when it is still there byte for byte, or when a new entry holds all of its text (a merge)
+    lost = sum(1 for t in (prior_entries - new_entries).elements()
+               if not (match_form(entry_body(t)) and any(match_form(entry_body(t)) in f for f in added_forms)))
     if total and lost / total > limits.max_loss_fraction:
         problems.append(f"{lost} of {total} prior entries lost (limit {limits.max_loss_fraction:.0%})")
     if len(new) > limits.max_chars and len(new) > len(prior):
         problems.append(f"MEMORY.md would hold {len(new)} characters (budget {limits.max_chars})")
     if _control(new.replace("\r", "")) and not _control(prior.replace("\r", "")):
         problems.append("the file would hold control characters")
-    for text in (new_entries - prior_entries).elements():
-        problems.extend(check_entry(text, ws, limits))
+    prior_bodies = [f for f in (match_form(entry_body(t)) for t in prior_entries) if f]
+    for text in added:
+        problems.extend(check_entry(text, ws, limits, prior_bodies))
     return problems
