@@ -16,7 +16,8 @@ from .candidates import Candidate, Explanation, Gates
 from .errors import ConsolidationBusyError, ModelDecisionError, NothingToRollBackError, RecallLogError
 from .events import DreamStore, Preimage, RecallEvent
 from .injected import has_injected, strip_injected
-from .promote import PromotionConfig, PromotionReport, candidates_for, explain_promotion, promote, rollback
+from .promote import (PromotionConfig, PromotionReport, candidates_for, dream_status, explain_promotion, promote,
+                      rollback)
 from .recall_log import RecallLog, RetentionPolicy, open_store
 from .sources import Workspace
 from .validate import RewriteLimits
@@ -24,7 +25,8 @@ from .validate import RewriteLimits
 __all__ = [
     "Candidate", "ConsolidationBusyError", "DreamStore", "Explanation", "Gates", "ModelDecisionError",
     "NothingToRollBackError", "Preimage", "PromotionConfig", "PromotionReport", "RecallEvent", "RecallLog",
-    "RecallLogError", "RetentionPolicy", "RewriteLimits", "Workspace", "candidates_for", "explain_promotion",
+    "RecallLogError", "RetentionPolicy", "RewriteLimits", "Workspace", "candidates_for", "dream_status",
+    "explain_promotion",
     "has_injected", "open_store", "promote", "rollback", "strip_injected",
 ]
 

@@ -7,6 +7,7 @@ recall's) or was deleted is skipped with its reason.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -18,6 +19,9 @@ from .signals import Signals, diversity, frequency, importance_multiplier, recen
 from .sources import SourceText, Workspace, is_candidate_path, junk_reason, match_form, read_source
 
 __all__ = ["Gates", "Candidate", "collect_candidates", "explain", "Explanation"]
+
+
+_PHRASE = re.compile(r"[\w][\w '\-]{1,39}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,13 @@ class Candidate:
     @property
     def promotable(self) -> bool:
         return not self.gate_failures and self.skip_reason is None and self.source is not None
+
+    @property
+    def triggers(self) -> list[str]:
+        """Up to three trigger phrases: the shortest distinct recorded queries that are plain phrases (no
+        masked secret, no punctuation), most recent first."""
+        plain = [q for q in self.queries if "***" not in q and _PHRASE.fullmatch(q)]
+        return sorted(plain, key=len)[:3]
 
     @property
     def importance(self) -> int:

@@ -19,12 +19,15 @@ from ..text import weighted_length
 from .sources import clean_text
 
 __all__ = ["Entry", "SourceRef", "parse_entries", "format_entry", "entry_sources", "entry_body", "bound_text",
-           "MAX_ENTRY_WEIGHT"]
+           "entry_triggers", "MAX_ENTRY_WEIGHT"]
 
 _ITEM = re.compile(r"^(?:[-*+]\s|\d{1,3}[.)]\s)")
 _HEADING = re.compile(r"^#{1,6}\s")
 _SOURCE_LINE = re.compile(r"^\s*Source:\s*(.+?)\s*$", re.M)
 _REF = re.compile(r"^(?P<path>[^\s#;]+)#L(?P<a>\d+)(?:-L(?P<b>\d+))?$")
+_TRIGGER = re.compile(r"<!--\s*trigger:\s*([^>]*?)\s*-->")
+#: A trigger phrase: letters, digits, spaces, hyphens and apostrophes (CJK too), 2 to 40 characters.
+_TRIGGER_OK = re.compile(r"[\w][\w '\-]{1,39}")
 #: The most an entry's text weighs (characters, CJK counted 4; about 160 tokens, OpenClaw's default).
 MAX_ENTRY_WEIGHT = 640
 
@@ -111,7 +114,15 @@ def bound_text(text: str, limit: int = MAX_ENTRY_WEIGHT) -> str:
     return "".join(out).rstrip() + "…"
 
 
-def format_entry(body: str, sources: Sequence[SourceRef], importance: int) -> str:
-    """A promoted entry: one list item, its importance, then its ``Source:`` line."""
+def format_entry(body: str, sources: Sequence[SourceRef], importance: int, triggers: Sequence[str] = ()) -> str:
+    """A promoted entry: one list item, its trigger phrases (up to 3) and importance, then its ``Source:`` line."""
     refs = "; ".join(str(s) for s in sources)
-    return f"- {body} <!-- importance: {min(10, max(1, int(importance)))} -->\n  Source: {refs}"
+    tags = [t for t in triggers if _TRIGGER_OK.fullmatch(t)][:3]
+    trigger = f" <!-- trigger: {', '.join(tags)} -->" if tags else ""
+    return f"- {body}{trigger} <!-- importance: {min(10, max(1, int(importance)))} -->\n  Source: {refs}"
+
+
+def entry_triggers(entry_text: str) -> list[str]:
+    """The ``<!-- trigger: a, b -->`` phrases of an entry (comma or semicolon separated)."""
+    found = _TRIGGER.findall(entry_text)
+    return [p.strip() for p in re.split(r"[,;]", found[-1]) if p.strip()] if found else []

@@ -24,7 +24,8 @@ from .validate import RewriteLimits, check_rewrite
 from .writer import Composed, compose, write_atomic
 from .decisions import Decision
 
-__all__ = ["PromotionConfig", "PromotionReport", "promote", "rollback", "explain_promotion", "candidates_for"]
+__all__ = ["PromotionConfig", "PromotionReport", "promote", "rollback", "explain_promotion", "candidates_for",
+           "dream_status"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class PromotionConfig:
     half_life_days: float = 14.0
     window_days: Optional[float] = None
     diary: bool = True
+    #: The time zone of "days" (recurrence) and of the diary's dates.
+    tz: timezone = timezone.utc
 
 
 @dataclass
@@ -95,7 +98,7 @@ def candidates_for(target: Any, ws: Workspace, agent: str = "main", *, config: P
     prior = _read_memory(ws)
     memory_text = prior.decode("utf-8", "replace") if prior else ""
     return collect_candidates(store.events(agent, since), ws, gates=config.gates, now=now,
-                              half_life_days=config.half_life_days, memory_text=memory_text)
+                              half_life_days=config.half_life_days, memory_text=memory_text, tz=config.tz)
 
 
 def explain_promotion(target: Any, ws: Workspace, query_or_path: str, agent: str = "main", *,
@@ -144,7 +147,7 @@ def _run(store: DreamStore, ws: Workspace, agent: str, model: ChatModel, apply: 
         raise ClawmemError(f"{ws.memory_file} is not UTF-8: not rewritten") from None
     since = 0.0 if config.window_days is None else now - config.window_days * 86400.0
     cands = collect_candidates(store.events(agent, since), ws, gates=config.gates, now=now,
-                               half_life_days=config.half_life_days, memory_text=prior)
+                               half_life_days=config.half_life_days, memory_text=prior, tz=config.tz)
     report = PromotionReport(agent, False, "none", candidates=cands)
     chosen = [c for c in cands if c.promotable][: max(0, config.limit)]
     report.skipped = [(c.citation, c.skip_reason or "; ".join(c.gate_failures) or "over the run's limit")
@@ -191,13 +194,13 @@ def _run(store: DreamStore, ws: Workspace, agent: str, model: ChatModel, apply: 
     write_atomic(ws.memory_path, report.proposed.encode("utf-8"))
     report.applied = True
     if config.diary:
-        _diary(ws, report, now)
+        _diary(ws, report, now, config.tz)
     return report
 
 
-def _diary(ws: Workspace, report: PromotionReport, now: float) -> None:
+def _diary(ws: Workspace, report: PromotionReport, now: float, tz: timezone) -> None:
     """Append the run's counts and short highlights to ``DREAMS.md`` (never a promotion source)."""
-    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.fromtimestamp(now, tz).strftime("%Y-%m-%d %H:%M %Z")
     lines = [f"## Deep Sleep {stamp}", "",
              f"- added {len(report.added)}, merged {len(report.merged)}, superseded {len(report.superseded)}, "
              f"skipped {len(report.skipped)} ({'model decisions' if report.mode == 'model' else 'append-only'})"]
@@ -223,3 +226,13 @@ def rollback(target: Any, ws: Workspace, agent: str = "main") -> Preimage:
         write_atomic(ws.memory_path, pre.content)
         store.drop_preimage(pre.id)
         return pre
+
+
+def dream_status(target: Any, ws: Workspace, agent: str = "main", *, config: PromotionConfig = PromotionConfig(),
+                 now: Optional[float] = None) -> dict[str, Any]:
+    """Counts for ``status --deep``: recall events logged, candidates, how many pass the gates, preimages saved
+    (one per applied promotion not rolled back)."""
+    store = _store_of(target)
+    cands = candidates_for(store, ws, agent, config=config, now=now)
+    return {"recall_events": store.count_events(agent), "candidates": len(cands),
+            "promotable": sum(c.promotable for c in cands), "preimages": store.count_preimages(agent)}

@@ -10,6 +10,7 @@ masked, whitespace-normalised text, so neither column holds a secret.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -21,6 +22,7 @@ from .events import DreamStore, RecallEvent
 
 __all__ = ["RecallLog", "RetentionPolicy", "content_hash", "normalize_text", "query_hash", "open_store"]
 
+log = logging.getLogger("clawmem.dreaming")
 _SPACE = re.compile(r"\s+")
 ELLIPSIS = "…"
 #: Characters of the masked query kept in the log.
@@ -87,12 +89,17 @@ class RecallLog:
         #: Batches written so far (one transaction each).
         self.batches_written = 0
         self.events_recorded = 0
+        #: Events lost because their batch could not be written by :meth:`record` (the store failed).
+        self.events_dropped = 0
 
     def record(self, agent: str, query: str, hits: Iterable[Any], *, session_key: Optional[str] = None,
                when: Optional[float] = None) -> int:
         """Buffer one finished search: each hit (``path``, ``start_line``/``end_line`` or the snippet's lines,
         ``score``, ``snippet``; an optional ``content_hash``) becomes one event, ranked in order. Hits from
-        another namespace (``@ns/...``) are not recorded. Returns the number of events buffered."""
+        another namespace (``@ns/...``) are not recorded. Returns the number of events buffered.
+
+        Never raises for the store: a batch that cannot be written is dropped, logged and counted in
+        :attr:`events_dropped` (a search must not fail because of its log)."""
         masked = mask_and_clip(normalize_text(query or ""), QUERY_TEXT_MAX)
         qhash = query_hash(masked)
         ts = self.now() if when is None else when
@@ -120,7 +127,10 @@ class RecallLog:
             self.events_recorded += len(events)
             full = len(self._buffer) >= self.batch_size
         if full:
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:  # the log is best effort on the search path
+                log.warning("recall log: a batch could not be written: %s", exc)
         return len(events)
 
     def flush(self) -> int:
@@ -132,7 +142,11 @@ class RecallLog:
                 batch, self._buffer = self._buffer, []
             if not batch:
                 return 0
-            self.store.add_events(batch)
+            try:
+                self.store.add_events(batch)
+            except BaseException:
+                self.events_dropped += len(batch)
+                raise
             self.batches_written += 1
             if self.batches_written % self.prune_every == 0:
                 self.prune()

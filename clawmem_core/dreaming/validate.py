@@ -23,7 +23,8 @@ from .sources import SourceText, Workspace, junk_reason, match_form, read_source
 
 __all__ = ["RewriteLimits", "check_rewrite", "check_entry"]
 
-_SHAPE = re.compile(r"- (?P<body>[^\n]+?) <!-- importance: (?:10|[1-9]) -->\n  Source: [^\n]+")
+_SHAPE = re.compile(r"- (?P<body>[^\n]+?)(?: <!-- trigger: [\w '\-,]{2,130} -->)? <!-- importance: (?:10|[1-9]) -->"
+                    r"\n  Source: [^\n]+")
 _PIECES = re.compile(r"[.!?;。！？；…]+(?:\s|$)|…")
 
 

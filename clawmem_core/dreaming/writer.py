@@ -35,7 +35,7 @@ def _ref(c: Candidate) -> SourceRef:
 def candidate_entry(c: Candidate) -> str:
     """The bounded, sourced entry of a candidate."""
     assert c.source is not None
-    return format_entry(bound_text(c.source.text), [_ref(c)], c.importance)
+    return format_entry(bound_text(c.source.text), [_ref(c)], c.importance, c.triggers)
 
 
 def compose(prior: str, decisions: Sequence[Decision], candidates: dict[str, Candidate]) -> Composed:

@@ -122,7 +122,49 @@ def test_limit_and_size_budget(sqlite_store: Any, ws: Workspace, clock: Clock) -
     prior = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     from clawmem_core.dreaming import RewriteLimits
 
-    tight = PromotionConfig(limits=RewriteLimits(max_chars=len(prior) + 150))
+    tight = PromotionConfig(limits=RewriteLimits(max_chars=len(prior) + 260))
     report = promote(log, ws, config=tight, apply=True, now=clock.t)
     assert report.applied and 1 <= len(report.added) < 3  # as many as fit
-    assert len((ws.root / "MEMORY.md").read_text(encoding="utf-8")) <= len(prior) + 150
+    assert len((ws.root / "MEMORY.md").read_text(encoding="utf-8")) <= len(prior) + 260
+
+
+def test_promoted_entries_carry_trigger_phrases_from_plain_queries(sqlite_store: Any, ws: Workspace,
+                                                                   clock: Clock) -> None:
+    log = RecallLog(sqlite_store, now=clock)
+    recall(log, ws, ZH, 3, 3, ["网关", "回环地址", "家庭网络安全", "token ghp_" + "Q" * 36 + " 网关"])
+    recall(log, ws, EN, 3, 3, ["gateway loopback", "what is the gateway's address?", "network safety", "gw"])
+    log.flush()
+    promote(log, ws, apply=True, now=clock.t)
+    from clawmem_core.dreaming.entries import entry_triggers
+
+    entries = {e.text.split("Source: ")[-1]: e.text for e in parse_entries((ws.root / "MEMORY.md").read_text("utf-8"))}
+    assert entry_triggers(entries[f"{ZH}#L3-L3"]) == ["网关", "回环地址", "家庭网络安全"]  # no masked query
+    assert entry_triggers(entries[f"{EN}#L3-L3"]) == ["gw", "network safety", "gateway loopback"]
+
+
+def test_status_counts(store: Any, ws: Workspace, clock: Clock) -> None:
+    from clawmem_core.dreaming import dream_status
+
+    log = RecallLog(store, now=clock)
+    _traffic(log, ws)
+    assert dream_status(log, ws, now=clock.t) == {"recall_events": 10, "candidates": 4, "promotable": 3,
+                                                  "preimages": 0}
+    promote(log, ws, apply=True, now=clock.t)
+    assert dream_status(log, ws, now=clock.t)["preimages"] == 1
+
+
+def test_a_failing_store_never_fails_the_search_path(tmp_path: Path, ws: Workspace, clock: Clock) -> None:
+    from clawmem_core.dreaming import RecallLogError
+    from clawmem_core.dreaming.sqlite_store import SqliteDreamStore
+
+    (tmp_path / "ro").mkdir()
+    store = SqliteDreamStore(tmp_path / "ro" / "index.sqlite")
+    store.close()
+    import apsw
+
+    broken = SqliteDreamStore(apsw.Connection(str(tmp_path / "ro" / "index.sqlite"), flags=apsw.SQLITE_OPEN_READONLY))
+    log = RecallLog(broken, batch_size=2, now=clock)
+    recall(log, ws, EN, 3, 3, ["a", "b", "c"])  # the full batch fails quietly
+    assert log.events_dropped == 2 and log.pending() == 1
+    with pytest.raises(RecallLogError):
+        log.flush()  # an explicit flush says so
