@@ -66,6 +66,33 @@ def open_store(target: Any) -> DreamStore:
     return PostgresDreamStore(target)
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """One recorded search, as given: turned into events (masked, hashed) when its batch is written."""
+
+    agent: str
+    query: str
+    ts: float
+    session_key: Optional[str]
+    rows: list[tuple[str, int, int, str, Any, Any, int]]
+
+    def events(self) -> list[RecallEvent]:
+        masked = mask_and_clip(normalize_text(self.query), QUERY_TEXT_MAX)
+        qhash = query_hash(masked)
+        out = []
+        for path, start, end, snippet, given, score, rank in self.rows:
+            stripped = snippet.strip()
+            clipped = not given and (stripped.startswith(ELLIPSIS) or stripped.endswith(ELLIPSIS))
+            try:
+                value = float(score or 0.0)
+            except (TypeError, ValueError):
+                value = 0.0
+            value = 0.0 if value != value else min(1.0, max(0.0, value))
+            out.append(RecallEvent(self.agent, self.ts, path, start, end, str(given) if given else content_hash(snippet),
+                                   value, rank, qhash, masked, self.session_key, clipped))
+        return out
+
+
 class RecallLog:
     """Records search hits per agent into a :class:`DreamStore`, in batches (see the module documentation).
 
@@ -74,7 +101,8 @@ class RecallLog:
     """
 
     def __init__(self, store: Any, *, batch_size: int = 64, retention: RetentionPolicy = RetentionPolicy(),
-                 prune_every: int = 16, now: Callable[[], float] = time.time) -> None:
+                 prune_every: int = 16, now: Callable[[], float] = time.time, background: bool = False,
+                 flush_interval_s: float = 5.0) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.store: DreamStore = open_store(store)
@@ -82,7 +110,8 @@ class RecallLog:
         self.retention = retention
         self.prune_every = max(1, prune_every)
         self.now = now
-        self._buffer: list[RecallEvent] = []
+        self._buffer: list[_Pending] = []
+        self._buffered = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._agents: set[str] = set()
@@ -91,6 +120,25 @@ class RecallLog:
         self.events_recorded = 0
         #: Events lost because their batch could not be written by :meth:`record` (the store failed).
         self.events_dropped = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._worker: Optional[threading.Thread] = None
+        if background:
+            self.flush_interval_s = flush_interval_s
+            self._worker = threading.Thread(target=self._run, name="clawmem-recall-log", daemon=True)
+            self._worker.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            self._flush_quietly()
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # the log is best effort on the search path
+            log.warning("recall log: a batch could not be written: %s", exc)
 
     def record(self, agent: str, query: str, hits: Iterable[Any], *, session_key: Optional[str] = None,
                when: Optional[float] = None) -> int:
@@ -98,48 +146,42 @@ class RecallLog:
         ``score``, ``snippet``; an optional ``content_hash``) becomes one event, ranked in order. Hits from
         another namespace (``@ns/...``) are not recorded. Returns the number of events buffered.
 
-        Never raises for the store: a batch that cannot be written is dropped, logged and counted in
-        :attr:`events_dropped` (a search must not fail because of its log)."""
-        masked = mask_and_clip(normalize_text(query or ""), QUERY_TEXT_MAX)
-        qhash = query_hash(masked)
+        Cheap: masking and hashing happen when the batch is written. With ``background=True`` a full batch is
+        written by the log's own thread; otherwise by the call that fills it. Never raises for the store: a batch
+        that cannot be written is dropped, logged and counted in :attr:`events_dropped`."""
         ts = self.now() if when is None else when
-        events: list[RecallEvent] = []
-        for rank, hit in enumerate(hits, start=1):
+        rows = []
+        for hit in hits:
             path = str(getattr(hit, "path", ""))
             if not path or path.startswith("@") or getattr(hit, "namespace", None):
                 continue
             start = int(getattr(hit, "snippet_start_line", 0) or getattr(hit, "start_line", 0) or 0)
             end = int(getattr(hit, "snippet_end_line", 0) or getattr(hit, "end_line", 0) or start)
-            snippet = str(getattr(hit, "snippet", "") or "")
-            given = getattr(hit, "content_hash", None)
-            stripped = snippet.strip()
-            clipped = given is None and (stripped.startswith(ELLIPSIS) or stripped.endswith(ELLIPSIS))
-            score = float(getattr(hit, "score", 0.0) or 0.0)
-            events.append(RecallEvent(
-                agent=agent, ts=ts, path=path, start_line=start, end_line=max(start, end),
-                content_hash=str(given) if given else content_hash(snippet), score=min(1.0, max(0.0, score)),
-                rank=rank, query_hash=qhash, query_text=masked, session_key=session_key, clipped=clipped))
-        if not events:
+            rows.append((path, start, max(start, end), str(getattr(hit, "snippet", "") or ""),
+                         getattr(hit, "content_hash", None), getattr(hit, "score", 0.0), len(rows) + 1))
+        if not rows:
             return 0
         with self._lock:
-            self._buffer.extend(events)
+            self._buffer.append(_Pending(agent, str(query or ""), ts, session_key, rows))
+            self._buffered += len(rows)
             self._agents.add(agent)
-            self.events_recorded += len(events)
-            full = len(self._buffer) >= self.batch_size
+            self.events_recorded += len(rows)
+            full = self._buffered >= self.batch_size
         if full:
-            try:
-                self.flush()
-            except Exception as exc:  # the log is best effort on the search path
-                log.warning("recall log: a batch could not be written: %s", exc)
-        return len(events)
+            if self._worker is not None:
+                self._wake.set()
+            else:
+                self._flush_quietly()
+        return len(rows)
 
     def flush(self) -> int:
         """Write the buffered events in one transaction (pruning every ``prune_every`` batches); returns how many
-        were written. On a store error the events are dropped (the log is best effort: a search never fails
-        because of it) and the error is raised."""
+        were written. On a store error the batch is dropped (counted in :attr:`events_dropped`) and the error
+        raised."""
         with self._flush_lock:
             with self._lock:
-                batch, self._buffer = self._buffer, []
+                pending, self._buffer, self._buffered = self._buffer, [], 0
+            batch = [e for p in pending for e in p.events()]
             if not batch:
                 return 0
             try:
@@ -162,14 +204,20 @@ class RecallLog:
     def pending(self) -> int:
         """Events buffered and not yet written."""
         with self._lock:
-            return len(self._buffer)
+            return self._buffered
 
     def events(self, agent: str, since_ts: float = 0.0) -> list[RecallEvent]:
         """The agent's written events (call :meth:`flush` first to include the buffer)."""
         return list(self.store.events(agent, since_ts))
 
     def close(self) -> None:
-        """Flush what is buffered. The store is left open (it may be the index's connection)."""
+        """Stop the background thread (if any) and flush what is buffered. The store is left open (it may be
+        the index's connection)."""
+        if self._worker is not None:
+            self._stop = True
+            self._wake.set()
+            self._worker.join()
+            self._worker = None
         self.flush()
 
     def __enter__(self) -> "RecallLog":

@@ -119,3 +119,23 @@ def test_injected_recall_is_recognised_and_stripped() -> None:
     mixed = "I moved to Porto in May.\n" + li + "\n我下周去上海。"
     assert [x for x in strip_injected(mixed).split("\n") if x.strip()] == ["I moved to Porto in May.", "我下周去上海。"]
     assert not has_injected("Dana's cat is called Miso.")
+
+
+def test_background_writer_flushes_off_the_calling_thread(store: Any, ws: Workspace, clock: Clock) -> None:
+    import threading
+
+    writers: list[str] = []
+    add = store.add_events
+
+    def tracking(events: Any) -> None:
+        writers.append(threading.current_thread().name)
+        add(events)
+
+    store.add_events = tracking  # type: ignore[method-assign]
+    log = RecallLog(store, batch_size=5, now=clock, background=True, flush_interval_s=60)
+    for i in range(12):
+        log.record("main", f"q{i}", [hit(ws, "memory/2026-11-02.md", 3, 3)])
+    log.close()
+    assert store.count_events("main") == 12
+    assert writers and threading.current_thread().name not in writers[:-1]  # only close() writes inline
+    assert all(w == "clawmem-recall-log" for w in writers[:-1])
