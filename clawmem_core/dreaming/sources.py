@@ -26,6 +26,7 @@ _DAILY = re.compile(r"^memory/\d{4}-\d{2}-\d{2}[^/]*\.md$")
 _SESSION = re.compile(r"^sessions/[^/]+\.jsonl$")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _MARKER = re.compile(r"^\s{0,3}(?:[-*+]\s+(?:\[[ xX]\]\s+)?|\d{1,3}[.)]\s+|#{1,6}\s+|>\s?)")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _ROLE = re.compile(r"^(?:User|Assistant): ")
 _IMPORTANCE = re.compile(r"<!--\s*importance:\s*(\d{1,2})\s*-->")
 #: A source larger than this is not read (and not promoted).
@@ -92,9 +93,12 @@ def is_candidate_path(path: str) -> bool:
 
 
 def clean_text(raw: str) -> str:
-    """One line of entry text: comments, list/heading/quote markers, role labels and injected recall removed."""
+    """One line of entry text: comments, heading lines, list/quote markers, role labels and injected recall
+    removed."""
     lines = []
     for line in strip_injected(_COMMENT.sub(" ", raw)).split("\n"):
+        if _HEADING.match(line):
+            continue
         line = _ROLE.sub("", _MARKER.sub("", line)).strip()
         if line:
             lines.append(line)
