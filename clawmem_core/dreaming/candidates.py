@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Optional, Sequence
 
+from ..masking import mask_secrets
 from .entries import entry_sources, parse_entries
 from .events import RecallEvent
 from .signals import Signals, diversity, frequency, importance_multiplier, recency, recurrence, relevance, richness
@@ -147,7 +148,9 @@ def collect_candidates(events: Iterable[RecallEvent], ws: Workspace, *, gates: G
         else:
             cand.verified = bool(checked)
             junk = junk_reason(live.raw)
-            if junk:
+            if mask_secrets(live.text) != live.text:
+                cand.skip_reason = "holds a secret"
+            elif junk:
                 cand.skip_reason = junk
             elif any(p == path and s <= end and start <= e for p, s, e in promoted):
                 cand.skip_reason = "already promoted (MEMORY.md cites these lines)"

@@ -20,8 +20,8 @@ from .errors import NothingToRollBackError
 from .events import DreamStore, Preimage
 from .recall_log import RecallLog, open_store
 from .sources import Workspace
-from .validate import RewriteLimits, check_rewrite
-from .writer import Composed, compose, write_atomic
+from .validate import RewriteLimits, check_entry, check_rewrite
+from .writer import Composed, candidate_entry, compose, write_atomic
 from .decisions import Decision
 
 __all__ = ["PromotionConfig", "PromotionReport", "promote", "rollback", "explain_promotion", "candidates_for",
@@ -107,18 +107,27 @@ def explain_promotion(target: Any, ws: Workspace, query_or_path: str, agent: str
     return explain(query_or_path, candidates_for(target, ws, agent, config=config, now=now))
 
 
-def _append_only(prior: str, chosen: list[Candidate], ws: Workspace, limits: RewriteLimits) -> tuple[Composed, list[str]]:
-    """All ``chosen`` appended; candidates are dropped from the end until the rewrite passes."""
-    by_id = {c.id: c for c in chosen}
-    keep = list(chosen)
-    problems: list[str] = []
+def _append_only(prior: str, chosen: list[Candidate], ws: Workspace,
+                 limits: RewriteLimits) -> tuple[Composed, list[tuple[str, str]]]:
+    """The ``chosen`` candidates appended: each entry must pass its own checks, then candidates are dropped from
+    the end until the whole rewrite passes (the size budget). Returns the composition and what was left out."""
+    left_out: list[tuple[str, str]] = []
+    keep: list[Candidate] = []
+    for c in chosen:
+        problems = check_entry(candidate_entry(c), ws, limits)
+        if problems:
+            left_out.append((c.citation, "append-only: " + problems[0]))
+        else:
+            keep.append(c)
+    by_id = {c.id: c for c in keep}
     while keep:
         composed = compose(prior, [Decision("add", c.id) for c in keep], by_id)
         problems = check_rewrite(prior, composed.text, ws, limits)
         if not problems:
-            return composed, []
-        keep.pop()
-    return Composed(prior), problems
+            return composed, left_out
+        dropped = keep.pop()
+        left_out.append((dropped.citation, "append-only: " + problems[0]))
+    return Composed(prior), left_out
 
 
 def promote(target: Any, ws: Workspace, agent: str = "main", *, model: ChatModel = None, apply: bool = False,
@@ -168,17 +177,15 @@ def _run(store: DreamStore, ws: Workspace, agent: str, model: ChatModel, apply: 
                 composed, report.mode = attempt, "model"
         except Exception as exc:  # any model failure falls back; the reason is reported
             report.fallback_reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+    left_out: list[tuple[str, str]] = []
     if composed is None:
-        composed, problems = _append_only(prior, chosen, ws, config.limits)
+        composed, left_out = _append_only(prior, chosen, ws, config.limits)
         report.mode = "append"
-        if problems:
-            report.fallback_reason = ((report.fallback_reason + "; ") if report.fallback_reason else "") + \
-                "append-only rejected: " + "; ".join(problems[:5])
     report.added, report.merged, report.superseded = composed.added, composed.merged, composed.superseded
-    report.skipped += composed.skipped
+    report.skipped += composed.skipped + left_out
     decided = set(composed.added) | {m.split(" + ")[-1] for m in composed.merged} | \
-        {s.split(" <- ")[-1] for s in composed.superseded} | {s[0] for s in composed.skipped}
-    report.skipped += [(c.citation, "not written (see fallback_reason)") for c in chosen if c.citation not in decided]
+        {s.split(" <- ")[-1] for s in composed.superseded} | {s[0] for s in composed.skipped + left_out}
+    report.skipped += [(c.citation, "the model made no decision") for c in chosen if c.citation not in decided]
     if composed.text != prior:
         report.proposed = composed.text
     if not apply or report.proposed is None:

@@ -168,3 +168,21 @@ def test_a_failing_store_never_fails_the_search_path(tmp_path: Path, ws: Workspa
     assert log.events_dropped == 2 and log.pending() == 1
     with pytest.raises(RecallLogError):
         log.flush()  # an explicit flush says so
+
+
+def test_a_note_holding_a_secret_is_skipped_and_the_rest_promoted(sqlite_store: Any, ws: Workspace,
+                                                                  clock: Clock) -> None:
+    (ws.root / "memory" / "2026-11-07.md").write_text(
+        "The staging database password is Tr0ub4dor-x93!kq for the admin user.\n"
+        "数据库密码是 Zx9-Qw8-Er7-Ty6，别告诉别人。\n", encoding="utf-8")
+    log = RecallLog(sqlite_store, now=clock)
+    _traffic(log, ws)
+    recall(log, ws, "memory/2026-11-07.md", 1, 1, ["staging database", "admin user", "password"], score=1.0)
+    recall(log, ws, "memory/2026-11-07.md", 2, 2, ["数据库", "密码", "别告诉"], score=1.0)
+    log.flush()
+    report = promote(log, ws, apply=True, now=clock.t)
+    assert ("memory/2026-11-07.md#L1-L1", "holds a secret") in report.skipped
+    assert ("memory/2026-11-07.md#L2-L2", "holds a secret") in report.skipped
+    assert len(report.added) == 3
+    text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
+    assert "Tr0ub4dor" not in text and "Zx9-Qw8" not in text
