@@ -105,6 +105,9 @@ def _hostile(kind: str) -> Callable[[str], str]:
         if kind == "invented_text":
             return json.dumps({"decisions": [{"op": "merge", "candidate": c0, "entry": e_all[1],
                                               "text": "Dana's password is swordfish and she lives at 1 Main St."}]})
+        if kind == "invented_text_zh":
+            return json.dumps({"decisions": [{"op": "merge", "candidate": c0, "entry": e_all[2],
+                                              "text": "用户喜欢简洁的回答。用户的银行卡号是六二二二。"}]}, ensure_ascii=False)
         if kind == "namespace":
             return json.dumps({"decisions": [{"op": "add", "candidate": "@team/memory/2026-11-02.md#L1"}]})
         if kind == "huge":
@@ -128,7 +131,8 @@ def _hostile(kind: str) -> Callable[[str], str]:
     return answer
 
 
-KINDS = ["junk", "malformed", "shell", "score_metadata", "invented_source", "invented_text", "namespace", "huge",
+KINDS = ["junk", "malformed", "shell", "score_metadata", "invented_source", "invented_text", "invented_text_zh",
+         "namespace", "huge",
          "huge_json", "delete_most", "extra_keys", "control", "raises", "not_text"]
 
 
@@ -140,7 +144,7 @@ def test_hostile_model_falls_back_to_append_only(sqlite_store: Any, ws: Workspac
     text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     assert text.startswith(PERSON)  # every prior entry kept byte for byte
     assert check_rewrite(PERSON, text, ws) == []
-    for bad in ("evil.example", "score:", "swordfish", "rm -rf", "\x1b", "xxxxxxxxxx", "yyyyyyyyyy", "@team"):
+    for bad in ("evil.example", "score:", "swordfish", "rm -rf", "\x1b", "xxxxxxxxxx", "yyyyyyyyyy", "@team", "银行卡"):
         assert bad not in text
 
 

@@ -186,3 +186,21 @@ def test_a_note_holding_a_secret_is_skipped_and_the_rest_promoted(sqlite_store: 
     assert len(report.added) == 3
     text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     assert "Tr0ub4dor" not in text and "Zx9-Qw8" not in text
+
+
+def test_weekly_runs_promote_what_was_recalled_that_week(sqlite_store: Any, ws: Workspace, clock: Clock) -> None:
+    """No frozen recall set: each weekly run promotes that week's recalls, never last week's again."""
+    log = RecallLog(sqlite_store, now=clock)
+    weeks = [(EN, 3, ["gateway", "loopback", "network safety"]), (ZH, 4, ["备份", "外置硬盘", "凌晨三点"]),
+             (EN, 4, ["router vlan", "cameras", "doorbell"])]
+    added = []
+    for path, line, queries in weeks:
+        for _ in range(3):
+            recall(log, ws, path, line, line, queries)
+            clock.advance(2)
+        clock.advance(1)
+        report = promote(log, ws, apply=True, now=clock.t)
+        added.append(report.added)
+    assert added == [[f"{EN}#L3-L3"], [f"{ZH}#L4-L4"], [f"{EN}#L4-L4"]]
+    diary = (ws.root / "DREAMS.md").read_text(encoding="utf-8").split("## Deep Sleep ")[1:]
+    assert len(set(diary)) == 3  # three different reports
