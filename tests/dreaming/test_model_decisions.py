@@ -212,3 +212,29 @@ def test_fuzz_random_decisions_keep_loss_limit_and_sources(sqlite_store: Any, ws
 
         rollback(log, ws)
     assert (ws.root / "MEMORY.md").read_text(encoding="utf-8") == PERSON
+
+
+def test_check_entry_rejects_each_bad_entry(ws: Workspace) -> None:
+    from clawmem_core.dreaming.validate import check_entry
+
+    (ws.root / "memory" / "2026-11-08.md").write_text(
+        "The staging database password is Tr0ub4dor-x93!kq for the admin user.\n", encoding="utf-8")
+    (ws.root / "DREAMS.md").write_text("Dana likes jazz.\n", encoding="utf-8")
+    good = "- Router VLAN 20 carries the cameras and the doorbell. <!-- importance: 5 -->\n  Source: memory/2026-11-02.md#L4-L4"
+    assert check_entry(good, ws) == []
+    zh = "- 网关只在本机回环地址上监听，保证家庭网络安全。 <!-- importance: 5 -->\n  Source: memory/2026-11-03.md#L3-L3"
+    assert check_entry(zh, ws) == []
+    bad = {
+        "holds a secret": "- The staging database password is Tr0ub4dor-x93!kq for the admin user. "
+                          "<!-- importance: 5 -->\n  Source: memory/2026-11-08.md#L1-L1",
+        "control characters": good.replace("VLAN", "VLAN\x07"),
+        "not a promoted entry": good.replace("<!-- importance: 5 -->", "<!-- importance: 11 -->"),
+        "unusable: not a daily note": "- Dana likes jazz. <!-- importance: 5 -->\n  Source: DREAMS.md#L1-L1",
+        "unusable: path": "- Dana likes jazz. <!-- importance: 5 -->\n  Source: @team/memory/2026-11-02.md#L1-L1",
+        "do not hold": good.replace("cameras", "drones"),
+        "source deleted": good.replace("2026-11-02", "2026-11-09"),
+        "longer than": "- " + "网关" * 400 + " <!-- importance: 5 -->\n  Source: memory/2026-11-03.md#L3-L3",
+    }
+    for expected, entry in bad.items():
+        problems = check_entry(entry, ws)
+        assert problems and any(expected.split(":")[0] in p for p in problems), (expected, problems)
