@@ -21,7 +21,7 @@ class _Terms:
     def __init__(self, tokenizer: str) -> None:
         import apsw
 
-        from ..sqlite import FTS_TOKENIZERS
+        from ..sqlite.schema import FTS_TOKENIZERS
 
         if tokenizer not in ("cjk", "unicode61"):
             raise ConfigError(f"the PostgreSQL store supports store.fts.tokenizer cjk or unicode61, not {tokenizer!r}")
