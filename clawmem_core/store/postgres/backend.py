@@ -26,6 +26,7 @@ class PostgresBackend(_Connections, _Locks, _Schema, _HnswBuild, StoreBackend):
 
     Backends for the same URL share one connection pool per process.
     """
+
     def __init__(
         self,
         url: str,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .common import _blob, _locked, _now_ms, _unblob
+from .common import _batches, _blob, _locked, _now_ms, _unblob
 
 
 class _EmbeddingCache:
@@ -13,9 +13,7 @@ class _EmbeddingCache:
     @_locked
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: list[str]) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
-        for i in range(0, len(hashes), 400):
-            part = hashes[i : i + 400]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(hashes, 400):
             for h, blob in self.conn.execute(
                 f"SELECT hash, embedding FROM embedding_cache WHERE provider=? AND model=? AND provider_key=? "
                 f"AND hash IN ({marks})",

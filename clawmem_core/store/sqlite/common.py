@@ -57,3 +57,14 @@ def _locked(method: _F, *, follow: bool = True) -> _F:
             return method(self, *args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+_T = TypeVar("_T")
+
+
+def _batches(items: Sequence[_T], size: int = 500) -> Iterator[tuple[Sequence[_T], str]]:
+    """``items`` in slices of ``size`` (within SQLite's bound on a statement's parameters), each
+    with its placeholders (``?,?,?``)."""
+    for i in range(0, len(items), size):
+        part = items[i : i + size]
+        yield part, ",".join("?" * len(part))

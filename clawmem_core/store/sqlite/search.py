@@ -13,7 +13,7 @@ import apsw
 from ...text import quote_fts
 from ..base import ChunkRow, VectorCounts
 from ..bm25 import Bm25Index, StaleStatistics, read_varint
-from .common import _blob, _locked, _vec_errors
+from .common import _batches, _blob, _locked, _vec_errors
 from .schema import FTS_TOKENIZERS
 
 log = logging.getLogger("clawmem")
@@ -51,9 +51,7 @@ class _Search:
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
         out: set[str] = set()
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             out.update(r[0] for r in self.conn.execute(f"SELECT id FROM chunks WHERE pending = 1 AND id IN ({marks})", part))
         return out
 
@@ -81,9 +79,7 @@ class _Search:
         if memo and token == self._data_token():  # read with this search's candidates
             out = {i: memo[i] for i in ids if i in memo}
             ids = [i for i in ids if i not in out]
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             for row in self.conn.execute(
                 f"SELECT id, path, source, start_line, end_line FROM chunks WHERE id IN ({marks})", part
             ):
@@ -100,9 +96,7 @@ class _Search:
             self._meta_memo = (token, memo)
         rids = [int(r) for r in rids]
         out: dict[int, str] = {}
-        for i in range(0, len(rids), 500):
-            part = rids[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(rids):
             for rid, cid, path, source, start, end in self.conn.execute(
                 f"SELECT rid, id, path, source, start_line, end_line FROM chunks WHERE rid IN ({marks})", part
             ):
@@ -114,9 +108,7 @@ class _Search:
     def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
         ids = list(ids)
         out: dict[str, ChunkRow] = {}
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             for row in self.conn.execute(
                 f"SELECT id, path, source, start_line, end_line, hash, model, text FROM chunks WHERE id IN ({marks})",
                 part,

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 from ...text import index_document
 from ..base import ChunkRow, FileRow, FileState
-from .common import _blob, _locked, _now_ms, _vec_errors
+from .common import _batches, _blob, _locked, _now_ms, _vec_errors
 
 
 class _Writes:
@@ -99,14 +99,10 @@ class _Writes:
         """Delete the chunks (keywords, vectors) of ``paths``: one lookup per 500 paths, not per file."""
         conn = self.conn
         rids: list[int] = []
-        for i in range(0, len(paths), 500):
-            part = paths[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(paths):
             sql = f"SELECT rid FROM chunks WHERE source=? AND path IN ({marks})"
             rids += [r[0] for r in conn.execute(sql, (source, *part))]
-        for i in range(0, len(rids), 500):
-            part_rids = rids[i : i + 500]
-            marks = ",".join("?" * len(part_rids))
+        for part_rids, marks in _batches(rids):
             if self.fts_available:
                 conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
             if with_vectors:
