@@ -534,7 +534,7 @@ class MemoryConfig:
         d = dataclasses.asdict(self)
         d["remote"]["api_key"] = None
         if self.store.url:
-            from .store.postgres import redact_url
+            from .store.urls import redact_url
 
             d["store"]["url"] = redact_url(self.store.url)
         return d

@@ -47,23 +47,23 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/reliability/test_corrupt_state.py"],
     ),
     "rollback-guard": (
-        "clawmem_core/store/sqlite.py",
-        "            if not self.conn.getautocommit():\n                self.conn.execute(\"ROLLBACK\")",
-        "            if True:\n                self.conn.execute(\"ROLLBACK\")",
+        "clawmem_core/store/sqlite/store.py",
+        "                if not self.conn.getautocommit():\n                    self.conn.execute(\"ROLLBACK\")",
+        "                if True:\n                    self.conn.execute(\"ROLLBACK\")",
         ["tests/reliability/test_disk.py"],
     ),
     "store-error-mapping": (
-        "clawmem_core/store/sqlite.py",
+        "clawmem_core/store/sqlite/store.py",
         "if isinstance(exc, apsw.FullError):",
         "if isinstance(exc, ZeroDivisionError):",
         ["tests/reliability/test_disk.py"],
     ),
     "locks": (  # the cross-process file lock and SQLite's busy timeout are two layers: remove both
-        "clawmem_core/store/sqlite.py",
+        "clawmem_core/store/sqlite/store.py",
         "conn.setbusytimeout(10_000)",
         "conn.setbusytimeout(0)",
         ["tests/reliability/test_concurrency.py"],
-        [("clawmem_core/store/sqlite.py", 'lock = FileLock(str(self.path) + ".lock", timeout=600)',
+        [("clawmem_core/store/sqlite/backend.py", 'lock = FileLock(str(self.path) + ".lock", timeout=600)',
           'lock = FileLock(str(self.path) + f".{os.getpid()}.lock", timeout=600)')],
     ),
     "session-masking": (
@@ -173,7 +173,7 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/core/test_change_journal.py::test_walk_reuses_unchanged_directory_listings_and_sees_every_change"],
     ),
     "write-group-commit": (  # a write group that failed half-way committed instead of rolled back
-        "clawmem_core/store/sqlite.py",
+        "clawmem_core/store/sqlite/store.py",
         "                if not self.conn.getautocommit():\n                    self.conn.execute(\"ROLLBACK\")",
         "                if not self.conn.getautocommit():\n                    self.conn.execute(\"COMMIT\")",
         ["tests/reliability/test_blind_spots.py::test_a_failure_inside_a_write_group_rolls_the_whole_group_back"],
