@@ -50,7 +50,7 @@ MUTATIONS: dict[str, tuple] = {
         "clawmem_core/store/sqlite/store.py",
         "                if not self.conn.getautocommit():\n                    self.conn.execute(\"ROLLBACK\")",
         "                if True:\n                    self.conn.execute(\"ROLLBACK\")",
-        ["tests/reliability/test_disk.py"],
+        ["tests/core/test_store_writes.py::test_a_write_that_sqlite_rolled_back_itself_keeps_its_real_error"],
     ),
     "store-error-mapping": (
         "clawmem_core/store/sqlite/store.py",
