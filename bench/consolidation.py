@@ -358,47 +358,76 @@ def promotion_time(src: Path, queries: Sequence[Query], choice: EmbedderChoice, 
 # ---------------------------------------------------------------- latency
 
 
-def latency(src: Path, queries: Sequence[Query], choice: EmbedderChoice, work: Path, rounds: int,
-            seed: int) -> dict[str, Any]:
-    """Each query searched once per mode per round, modes in a rotating order: ``off`` (search only), ``inline``
-    (search, then ``RecallLog.record``, the call that fills a batch writing it) and ``background`` (the log's own
-    thread writes). Times are of the search plus the record call."""
+LATENCY_MODES = ("off", "buffered", "inline", "background")
+LOGGED = LATENCY_MODES[1:]
+
+
+def latency(src: Path, queries: Sequence[str], choice: EmbedderChoice, work: Path, rounds: int,
+            label: str) -> dict[str, Any]:
+    """One copy of ``src`` and one index per mode, the queries interleaved across them query by query (the order
+    of the modes rotating): ``off`` (search only), ``buffered`` (search, then ``RecallLog.record`` into a log
+    that writes nothing until the timing ends: the cost of the call alone), ``inline`` (the call that fills a
+    batch writes it) and ``background`` (the log's own thread writes). Each time is the search plus the
+    record call. A mode's index is its own SQLite file, so one mode's writes never land on another's searches;
+    the freshness walks each index makes are counted (a commit by the recall log's connection is another
+    connection's write to the index file)."""
     from clawmem_core.dreaming import RecallLog
     from clawmem_core.dreaming.sqlite_store import SqliteDreamStore
 
-    root = work / (src.name + "-latency")
-    shutil.copytree(src, root)
-    modes = ("off", "inline", "background")
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    with engine.open_index(root, work / (src.name + "-latency-state"), choice) as mem:
-        mem.sync()
-        for q in queries[:5]:  # warm caches
-            mem.search(q.text)
-        stores = [SqliteDreamStore(mem.store_path), SqliteDreamStore(mem.store_path)]
-        logs = {"inline": RecallLog(stores[0]), "background": RecallLog(stores[1], background=True,
-                                                                        flush_interval_s=1.0)}
-        order = list(modes)
-        n = 0
+    times: dict[str, list[float]] = {m: [] for m in LATENCY_MODES}
+    walks = {m: 0 for m in LATENCY_MODES}
+    mems: dict[str, Any] = {}
+    logs: dict[str, Any] = {}
+    stores: dict[str, Any] = {}
+    opened = []
+    try:
+        for m in LATENCY_MODES:
+            root = work / f"{src.name}-latency-{m}"
+            shutil.copytree(src, root)
+            ctx = engine.open_index(root, work / f"{src.name}-latency-{m}-state", choice)
+            mem = ctx.__enter__()
+            opened.append(ctx)
+            mem.sync()
+            for q in queries[:5]:  # warm caches; the change journal starts on the second search
+                mem.search(q)
+            scan = mem._syncer.scan
+
+            def counting(*a: Any, _scan: Any = scan, _m: str = m, **k: Any) -> Any:
+                walks[_m] += 1
+                return _scan(*a, **k)
+
+            mem._syncer.scan = counting
+            mems[m] = mem
+            if m != "off":
+                stores[m] = SqliteDreamStore(mem.store_path)
+                logs[m] = RecallLog(stores[m], background=(m == "background"), flush_interval_s=1.0,
+                                    batch_size=10**9 if m == "buffered" else 64)
+        order = list(LATENCY_MODES)
         for _ in range(rounds):
             for q in queries:
                 for m in order:
                     t0 = time.perf_counter()
-                    hits = mem.search(q.text)
+                    hits = mems[m].search(q)
                     if m != "off":
-                        logs[m].record(m, q.text, hits)
+                        logs[m].record(AGENT, q, hits)
                     times[m].append((time.perf_counter() - t0) * 1000.0)
-                n += 1
                 order = order[1:] + order[:1]
         for lg in logs.values():
             lg.close()
-        written = {m: stores[i].count_events(m) for i, m in enumerate(("inline", "background"))}
-        for s in stores:
-            s.close()
-    out: dict[str, Any] = {"searches_per_mode": len(times["off"]), "events_written": written}
-    for m in modes:
+        written = {m: stores[m].count_events(AGENT) for m in stores}
+        batches = {m: logs[m].batches_written for m in logs}
+    finally:
+        for st in stores.values():
+            st.close()
+        for ctx in reversed(opened):
+            ctx.__exit__(None, None, None)
+    n = len(times["off"])
+    out: dict[str, Any] = {"workspace": label, "searches_per_mode": n, "events_written": written,
+                           "batches_written": batches}
+    for m in LATENCY_MODES:
         out[m] = {"p50_ms": round(percentile(times[m], 50), 3), "p95_ms": round(percentile(times[m], 95), 3),
-                  "mean_ms": round(statistics.fmean(times[m]), 3)}
-    for m in ("inline", "background"):
+                  "mean_ms": round(statistics.fmean(times[m]), 3), "walks_per_search": round(walks[m] / n, 3)}
+    for m in LOGGED:
         out[m]["p50_ratio"] = round(out[m]["p50_ms"] / out["off"]["p50_ms"], 3)
         out[m]["p95_ratio"] = round(out[m]["p95_ms"] / out["off"]["p95_ms"], 3)
     return out
@@ -416,7 +445,7 @@ def load_avg() -> Optional[float]:
 
 def run(datasets: Sequence[Dataset], choice: EmbedderChoice, work: Path, *, weeks: int, repeats: int, seed: int,
         limit_per_run: int, scales: Sequence[int], latency_queries: int, latency_rounds: int,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        synth_chunks: int = 0, log: Callable[[str], None] = print) -> dict[str, Any]:
     res: dict[str, Any] = {"embedder": choice.label, "weeks": weeks, "repeats": repeats, "seed": seed,
                            "limit_per_run": limit_per_run, "load_before": load_avg(), "datasets": {}}
     for ds in datasets:
@@ -437,9 +466,19 @@ def run(datasets: Sequence[Dataset], choice: EmbedderChoice, work: Path, *, week
                              "runs": [promotion_time(src, qs, choice, work / "scale", s, seed) for s in scales]}
     for r in res["promotion_time"]["runs"]:
         log(f"  promotion at {r['events']:,} events: preview {r['preview_s']} s, apply {r['apply_s']} s")
-    res["latency"] = {"workspace": f"{first.name}/{src.name}",
-                      **latency(src, [q for q in first.queries if q.workspace == src][:latency_queries], choice,
-                                work / "latency", latency_rounds, seed)}
+    lat_queries = [q.text for q in first.queries if q.workspace == src][:latency_queries]
+    res["latency"] = [latency(src, lat_queries, choice, work / "latency", latency_rounds, f"{first.name}/{src.name}")]
+    if synth_chunks:
+        from . import synth
+
+        gen = work / "synth" / f"generated-{synth_chunks}"
+        man = synth.generate(gen, synth_chunks, seed=seed)
+        qs = (man.queries_en + man.queries_zh)[:latency_queries]
+        res["latency"].append(latency(gen, qs, choice, work / "latency-synth", latency_rounds,
+                                      f"generated, {man.files:,} files"))
+    for lat in res["latency"]:
+        log(f"  latency on {lat['workspace']}: p50 off {lat['off']['p50_ms']} ms, "
+            + ", ".join(f"{m} {lat[m]['p50_ratio']}x" for m in LOGGED))
     res["load_after"] = load_avg()
     return res
 
@@ -522,16 +561,23 @@ def markdown(res: dict[str, Any]) -> str:
     for r in res["promotion_time"]["runs"]:
         lines.append(f"| {r['events']:,} | {r['distinct_recalled']} of {r['ranges']} | {r['insert_s']} "
                      f"| {r['candidates']} | {r['preview_s']} | {r['apply_s']} | {r['added']} |")
-    lat = res["latency"]
     lines += ["", "## Search latency with the recall log", "",
-              f"{lat['workspace']}, {lat['searches_per_mode']} searches per mode, interleaved query by query "
-              "(rotating order); each time is `search` plus `RecallLog.record` (batch 64).", "",
-              "| mode | p50 (ms) | p95 (ms) | p50 ratio to off | p95 ratio to off | events written |",
-              "|---|---|---|---|---|---|",
-              f"| off | {lat['off']['p50_ms']} | {lat['off']['p95_ms']} | 1 | 1 | 0 |"]
-    for m in ("inline", "background"):
-        lines.append(f"| {m} | {lat[m]['p50_ms']} | {lat[m]['p95_ms']} | {lat[m]['p50_ratio']} "
-                     f"| {lat[m]['p95_ratio']} | {lat['events_written'][m]} |")
+              "One copy of the workspace and one index (its own SQLite file) per mode; the queries interleaved "
+              "across the modes query by query, their order rotating. Each time is `search` plus "
+              "`RecallLog.record` (batch 64, the log's own connection to the index file); `buffered`: the call "
+              "alone (nothing written until the timing ends); `inline`: the call "
+              "that fills a batch writes it; `background`: the log's thread writes. Walks: the freshness walks "
+              "per search (a commit to the index file by another connection makes the next search walk).", ""]
+    for lat in res["latency"]:
+        lines += [f"{lat['workspace']}, {lat['searches_per_mode']} searches per mode:", "",
+                  "| mode | p50 (ms) | p95 (ms) | p50 ratio to off | p95 ratio to off | walks per search "
+                  "| events written |", "|---|---|---|---|---|---|---|",
+                  f"| off | {lat['off']['p50_ms']} | {lat['off']['p95_ms']} | 1 | 1 "
+                  f"| {lat['off']['walks_per_search']} | 0 |"]
+        for m in LOGGED:
+            lines.append(f"| {m} | {lat[m]['p50_ms']} | {lat[m]['p95_ms']} | {lat[m]['p50_ratio']} "
+                         f"| {lat[m]['p95_ratio']} | {lat[m]['walks_per_search']} | {lat['events_written'][m]} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -546,6 +592,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--scales", default="10000,100000")
     ap.add_argument("--latency-queries", type=int, default=150)
     ap.add_argument("--latency-rounds", type=int, default=4)
+    ap.add_argument("--synth-chunks", type=int, default=0,
+                    help="also time the recall log on a generated workspace of about this many chunks (0: not)")
     ap.add_argument("--workspaces", default="", help="only these conversations (comma separated)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -563,7 +611,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         res = run(datasets, choice, scratch, weeks=a.weeks, repeats=a.repeats, seed=a.seed,
                   limit_per_run=a.limit_per_run, scales=[int(s) for s in a.scales.split(",") if s],
-                  latency_queries=a.latency_queries, latency_rounds=a.latency_rounds,
+                  latency_queries=a.latency_queries, latency_rounds=a.latency_rounds, synth_chunks=a.synth_chunks,
                   log=lambda m: print(m, file=sys.stderr, flush=True))
     finally:
         if a.work is None:
