@@ -270,6 +270,16 @@ def replay_workspace(src: Path, queries: Sequence[Query], all_gold: set[tuple[st
                   "other": [q.qid for q in split.other]}
         out["before"] = {g: aggregate(before, ids) for g, ids in groups.items()}
         out["after"] = {g: aggregate(after, ids) for g, ids in groups.items()}
+        # the same searches with MEMORY.md's keyword prior off (docs/decisions.md, CURATED_PRIOR): a diagnosis
+        import clawmem_core.search as core_search
+
+        prior = core_search.CURATED_PRIOR
+        core_search.CURATED_PRIOR = 1.0
+        try:
+            no_prior = search_rows(mem, scored, entries, gold)
+        finally:
+            core_search.CURATED_PRIOR = prior
+        out["after_no_prior"] = {g: aggregate(no_prior, ids) for g, ids in groups.items()}
         store.close()
     return out
 
@@ -358,7 +368,7 @@ def promotion_time(src: Path, queries: Sequence[Query], choice: EmbedderChoice, 
 # ---------------------------------------------------------------- latency
 
 
-LATENCY_MODES = ("off", "buffered", "inline", "background")
+LATENCY_MODES = ("off", "buffered", "inline", "background", "inline, own file", "background, own file")
 LOGGED = LATENCY_MODES[1:]
 
 
@@ -367,7 +377,8 @@ def latency(src: Path, queries: Sequence[str], choice: EmbedderChoice, work: Pat
     """One copy of ``src`` and one index per mode, the queries interleaved across them query by query (the order
     of the modes rotating): ``off`` (search only), ``buffered`` (search, then ``RecallLog.record`` into a log
     that writes nothing until the timing ends: the cost of the call alone), ``inline`` (the call that fills a
-    batch writes it) and ``background`` (the log's own thread writes). Each time is the search plus the
+    batch writes it), ``background`` (the log's own thread writes), and both again writing into a SQLite file of
+    their own beside the index's instead of the index's file (``..., own file``). Each time is the search plus the
     record call. A mode's index is its own SQLite file, so one mode's writes never land on another's searches;
     the freshness walks each index makes are counted (a commit by the recall log's connection is another
     connection's write to the index file)."""
@@ -399,8 +410,9 @@ def latency(src: Path, queries: Sequence[str], choice: EmbedderChoice, work: Pat
             mem._syncer.scan = counting
             mems[m] = mem
             if m != "off":
-                stores[m] = SqliteDreamStore(mem.store_path)
-                logs[m] = RecallLog(stores[m], background=(m == "background"), flush_interval_s=1.0,
+                own = work / f"{src.name}-latency-{m.split(',')[0]}-recall.sqlite"
+                stores[m] = SqliteDreamStore(own if m.endswith("own file") else mem.store_path)
+                logs[m] = RecallLog(stores[m], background=m.startswith("background"), flush_interval_s=1.0,
                                     batch_size=10**9 if m == "buffered" else 64)
         order = list(LATENCY_MODES)
         for _ in range(rounds):
@@ -487,7 +499,7 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     keys = ("questions", "traffic", "later_same_facts", "later_other_facts", "promoted", "grounded",
             "grounded_traffic", "holds_gold_text", "same_questions_with_gold_promoted", "searches")
     out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
-    for when in ("before", "after"):
+    for when in ("before", "after", "after_no_prior"):
         out[when] = {}
         for group in GROUPS:
             n = sum(r[when][group]["n"] for r in rows)
@@ -525,20 +537,23 @@ def markdown(res: dict[str, Any]) -> str:
             f"| {t['same_questions_with_gold_promoted']} of {t['later_same_facts']} |")
     lines += ["", "## Later questions, before and after promotion", "",
               "\"same facts, promoted\" are the same-facts questions whose gold line a promoted entry holds (chosen "
-              "after the run); \"not promoted\" the rest of the same-facts questions.", "",
+              "after the run); \"not promoted\" the rest of the same-facts questions. The last column repeats the "
+              "after searches with `MEMORY.md`'s keyword prior off (`search.CURATED_PRIOR` = 1 instead of 2, "
+              "docs/decisions.md): a diagnosis, not a setting.", "",
               "| data set | questions | n | hit@1 before | hit@1 after | change | hit@5 before | hit@5 after | change "
-              "| top result from MEMORY.md after |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "| top result from MEMORY.md after | hit@1 / hit@5 after, MEMORY.md prior off |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     labels = {"same": "same facts", "same_promoted": "same facts, promoted", "same_not_promoted":
               "same facts, not promoted", "other": "other facts (control)"}
     for name, d in res["datasets"].items():
         t = d["total"]
         for g in GROUPS:
-            b, a = t["before"][g], t["after"][g]
+            b, a, np_ = t["before"][g], t["after"][g], t["after_no_prior"][g]
             row = [name, labels[g], str(b["n"])]
             for m in ("hit@1", "hit@5"):
                 delta = None if b[m] is None else a[m] - b[m]
                 row += [_f(b[m]), _f(a[m]), "n/a" if delta is None else f"{delta:+.3f}"]
-            row.append(str(a["top1_memory_md"]))
+            row += [str(a["top1_memory_md"]), f"{_f(np_['hit@1'])} / {_f(np_['hit@5'])}"]
             lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Weekly runs (per conversation: candidates, promotable, added; why candidates were not promoted "
               "at the last run):", ""]
@@ -566,7 +581,8 @@ def markdown(res: dict[str, Any]) -> str:
               "across the modes query by query, their order rotating. Each time is `search` plus "
               "`RecallLog.record` (batch 64, the log's own connection to the index file); `buffered`: the call "
               "alone (nothing written until the timing ends); `inline`: the call "
-              "that fills a batch writes it; `background`: the log's thread writes. Walks: the freshness walks "
+              "that fills a batch writes it; `background`: the log's thread writes; `..., own file`: the same, "
+              "writing into a SQLite file of its own instead of the index's. Walks: the freshness walks "
               "per search (a commit to the index file by another connection makes the next search walk).", ""]
     for lat in res["latency"]:
         lines += [f"{lat['workspace']}, {lat['searches_per_mode']} searches per mode:", "",
@@ -592,7 +608,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--scales", default="10000,100000")
     ap.add_argument("--latency-queries", type=int, default=150)
     ap.add_argument("--latency-rounds", type=int, default=4)
-    ap.add_argument("--synth-chunks", type=int, default=0,
+    ap.add_argument("--synth-chunks", type=int, default=10000,
                     help="also time the recall log on a generated workspace of about this many chunks (0: not)")
     ap.add_argument("--workspaces", default="", help="only these conversations (comma separated)")
     ap.add_argument("--seed", type=int, default=7)

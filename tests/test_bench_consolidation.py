@@ -69,7 +69,7 @@ def _run(tmp_path: Path, name: str, repeats: int) -> tuple[dict, str]:
     data = _data(tmp_path / f"data-{name}")
     out = tmp_path / "out"
     consolidation.main(["--data", str(data), "--weeks", "2", "--repeats", str(repeats), "--scales", "300,1200",
-                        "--latency-queries", "6", "--latency-rounds", "2", "--out", str(out), "--name", name,
+                        "--latency-queries", "6", "--latency-rounds", "2", "--synth-chunks", "0", "--out", str(out), "--name", name,
                         "--work", str(tmp_path / f"work-{name}")])
     res = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     md = (out / f"{name}.md").read_text(encoding="utf-8")
