@@ -240,7 +240,8 @@ def replay_workspace(src: Path, queries: Sequence[Query], all_gold: set[tuple[st
                 if reason.startswith("append-only: "):  # gated and chosen, left out by the rewrite's checks
                     gates["left out: " + why_key(reason[len("append-only: "):])] += 1
             runs.append({"week": week, "searches": searches, "events": store.count_events(AGENT),
-                         "candidates": len(report.candidates), "promotable": sum(c.promotable for c in report.candidates),
+                         "candidates": len(report.candidates),
+                         "promotable": sum(c.promotable for c in report.candidates),
                          "added": len(report.added), "seconds": round(secs, 3), "not_promoted_because": dict(gates)})
             log(f"  {src.name} week {week}: {searches} searches, {runs[-1]['candidates']} candidates, "
                 f"{runs[-1]['promotable']} promotable, {len(report.added)} added ({secs:.2f} s)")
@@ -571,7 +572,8 @@ def markdown(res: dict[str, Any]) -> str:
               "real question texts, scores uniform in 0.3-0.95, over 4 weeks, inserted straight into the store "
               "(the time of that insert is shown; above the default "
               "retention of 50,000 events the 100k log exists only with `RetentionPolicy.max_events` raised).", "",
-              "| events | line ranges recalled (of those available) | insert (s) | candidates | preview (s) | apply (s) | added |",
+              "| events | line ranges recalled (of those available) | insert (s) | candidates | preview (s) "
+              "| apply (s) | added |",
               "|---|---|---|---|---|---|---|"]
     for r in res["promotion_time"]["runs"]:
         lines.append(f"| {r['events']:,} | {r['distinct_recalled']} of {r['ranges']} | {r['insert_s']} "

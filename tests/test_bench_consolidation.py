@@ -43,7 +43,8 @@ QUESTIONS_ZH = [
 def _data(root: Path) -> Path:
     """One conversation per language: each fact on its own daily note among filler, three questions per fact."""
     for folder, facts, questions, other in (
-            ("locomo", FACTS_EN, QUESTIONS_EN, ("Dan repairs vintage bicycles in his garage.", "What does Dan repair?")),
+            ("locomo", FACTS_EN, QUESTIONS_EN,
+             ("Dan repairs vintage bicycles in his garage.", "What does Dan repair?")),
             ("locomo-zh", FACTS_ZH, QUESTIONS_ZH, ("丹在车库里修理老式自行车。", "丹修理什么?"))):
         mem = root / folder / "conv-01" / "memory"
         mem.mkdir(parents=True)
@@ -69,8 +70,8 @@ def _run(tmp_path: Path, name: str, repeats: int) -> tuple[dict, str]:
     data = _data(tmp_path / f"data-{name}")
     out = tmp_path / "out"
     consolidation.main(["--data", str(data), "--weeks", "2", "--repeats", str(repeats), "--scales", "300,1200",
-                        "--latency-queries", "6", "--latency-rounds", "2", "--synth-chunks", "0", "--out", str(out), "--name", name,
-                        "--work", str(tmp_path / f"work-{name}")])
+                        "--latency-queries", "6", "--latency-rounds", "2", "--synth-chunks", "0", "--out", str(out),
+                        "--name", name, "--work", str(tmp_path / f"work-{name}")])
     res = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     md = (out / f"{name}.md").read_text(encoding="utf-8")
     return res, md
