@@ -1,0 +1,41 @@
+"""The parts of ``MemoryIndex`` built and used without the facade (real SQLite, real files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clawmem_core import MemoryConfig
+from clawmem_core.index_parts.embedder import EmbedderChoice
+from clawmem_core.index_parts.identity import index_identity
+from clawmem_core.index_parts.stores import StoreHandles
+from clawmem_core.index_parts.syncing import Changes, SyncRunner
+from clawmem_core.sessions import SessionDeltaTracker
+from clawmem_core.sync import Syncer
+from clawmem_core.testing import HashEmbedder
+
+from .conftest import WorkspaceFactory
+
+
+def _parts(ws: Path, state_dir: Path, config: MemoryConfig) -> tuple[StoreHandles, SyncRunner, Changes]:
+    stores = StoreHandles(config, "agent", ws, state_dir)
+    embedder = EmbedderChoice(config, HashEmbedder())
+    sessions = SessionDeltaTracker(config.sync.sessions.delta_bytes, config.sync.sessions.delta_messages)
+    syncer = Syncer(ws, config, state_dir / "sessions", sessions, 0.0)
+    changes = Changes()
+    runner = SyncRunner(config, stores, embedder, syncer, lambda emb: index_identity(ws, config, emb), changes)
+    return stores, runner, changes
+
+
+def test_a_sync_runner_indexes_both_phases_on_its_own(make_workspace: WorkspaceFactory, state_dir: Path) -> None:
+    ws = make_workspace({"MEMORY.md": "- tea, never coffee\n", "memory/2026-01-05.md": "- 记忆 测试\n"})
+    config = MemoryConfig()
+    stores, runner, changes = _parts(ws, state_dir, config)
+    try:
+        assert stores.store_path == state_dir / "memory" / "agent.sqlite"
+        report = runner.sync(False, None, "manual")
+        assert report.files_indexed == 2 and report.vectors_pending == 0
+        assert not changes.dirty and changes.synced_here
+        assert set(stores.store.file_states("memory")) == {"MEMORY.md", "memory/2026-01-05.md"}
+        assert runner.sync(False, None, "manual").files_unchanged == 2  # nothing to do: nothing written
+    finally:
+        stores.close()
