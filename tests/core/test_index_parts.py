@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clawmem_core import MemoryConfig
+from clawmem_core.index_parts.calibration_vectors import CalibrationVectors
 from clawmem_core.index_parts.embedder import EmbedderChoice
 from clawmem_core.index_parts.identity import index_identity
 from clawmem_core.index_parts.stores import StoreHandles
@@ -37,5 +38,24 @@ def test_a_sync_runner_indexes_both_phases_on_its_own(make_workspace: WorkspaceF
         assert not changes.dirty and changes.synced_here
         assert set(stores.store.file_states("memory")) == {"MEMORY.md", "memory/2026-01-05.md"}
         assert runner.sync(False, None, "manual").files_unchanged == 2  # nothing to do: nothing written
+    finally:
+        stores.close()
+
+
+def test_calibration_vectors_are_embedded_once_and_cached_by_a_sync(make_workspace: WorkspaceFactory,
+                                                                    state_dir: Path) -> None:
+    ws = make_workspace({"MEMORY.md": "- tea\n"})
+    stores, runner, _ = _parts(ws, state_dir, MemoryConfig())
+    emb = HashEmbedder()
+    calls: list[int] = []
+    real = emb.embed_documents
+    emb.embed_documents = lambda texts: (calls.append(len(texts)), real(texts))[1]  # type: ignore[method-assign]
+    vectors = CalibrationVectors(use_cache=True)
+    try:
+        first = vectors.get(emb, 60.0, stores.store)
+        assert first is not None and vectors.get(emb, 60.0, stores.store) == first and len(calls) == 1
+        vectors.save(stores.writer_store())  # what a sync does
+        again = CalibrationVectors(use_cache=True).get(emb, 60.0, stores.store)  # another process: from the cache
+        assert again is not None and len(calls) == 1
     finally:
         stores.close()
