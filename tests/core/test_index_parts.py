@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from clawmem_core import MemoryConfig
 from clawmem_core.index_parts.calibration_vectors import CalibrationVectors
 from clawmem_core.index_parts.embedder import EmbedderChoice
+from clawmem_core.index_parts.freshness import Freshness, FreshnessLimits
 from clawmem_core.index_parts.identity import index_identity
+from clawmem_core.index_parts.namespaces import SharedNamespaces
 from clawmem_core.index_parts.stores import StoreHandles
 from clawmem_core.index_parts.syncing import Changes, SyncRunner
 from clawmem_core.sessions import SessionDeltaTracker
@@ -39,6 +42,28 @@ def test_a_sync_runner_indexes_both_phases_on_its_own(make_workspace: WorkspaceF
         assert set(stores.store.file_states("memory")) == {"MEMORY.md", "memory/2026-01-05.md"}
         assert runner.sync(False, None, "manual").files_unchanged == 2  # nothing to do: nothing written
     finally:
+        stores.close()
+
+
+def test_freshness_syncs_a_small_change_before_a_search(make_workspace: WorkspaceFactory, state_dir: Path) -> None:
+    ws = make_workspace({"MEMORY.md": "- tea\n"})
+    config = MemoryConfig.from_dict({"sync": {"on_session_start": False}})
+    stores, runner, changes = _parts(ws, state_dir, config)
+    started: list[dict[str, Any]] = []
+    limits = FreshnessLimits()
+    limits.fresh_budget = 60.0  # a loaded machine must not turn this into a test of speed
+    fresh = Freshness(config, ws, limits, stores, runner, changes, SharedNamespaces(config, "agent", stores),
+                      sync=lambda **kw: runner.sync(False, None, kw["reason"], vectors=kw.get("vectors", True)),
+                      background=lambda **kw: started.append(kw))
+    try:
+        assert fresh.prepare_search() == (True, False)  # a new index: its keyword phase first
+        (ws / "memory").mkdir()
+        (ws / "memory" / "2026-01-06.md").write_text("- 咖啡 coffee after all\n", encoding="utf-8")
+        assert fresh.prepare_search() == (True, False)  # synced before answering, not stale
+        assert "memory/2026-01-06.md" in stores.store.file_states("memory")
+        assert started  # a background sync was asked for
+    finally:
+        fresh.close()
         stores.close()
 
 
