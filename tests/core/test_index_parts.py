@@ -13,6 +13,7 @@ from clawmem_core.index_parts.identity import index_identity
 from clawmem_core.index_parts.namespaces import SharedNamespaces
 from clawmem_core.index_parts.stores import StoreHandles
 from clawmem_core.index_parts.syncing import Changes, SyncRunner
+from clawmem_core.index_parts.writes import Writer
 from clawmem_core.sessions import SessionDeltaTracker
 from clawmem_core.sync import Syncer
 from clawmem_core.testing import HashEmbedder
@@ -84,3 +85,16 @@ def test_calibration_vectors_are_embedded_once_and_cached_by_a_sync(make_workspa
         assert again is not None and len(calls) == 1
     finally:
         stores.close()
+
+
+def test_a_writer_reports_an_indexing_failure_instead_of_raising(make_workspace: WorkspaceFactory) -> None:
+    ws = make_workspace({"MEMORY.md": "- tea\n"})
+    marked: list[bool] = []
+
+    def failing_sync(**kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    writes = Writer(MemoryConfig(), ws, lambda: marked.append(True), sync=failing_sync)
+    result = writes.write("- 新笔记 a new note", "long_term")
+    assert not result.indexed and "disk full" in (result.index_error or "") and marked == [True]
+    assert "新笔记" in (ws / "MEMORY.md").read_text(encoding="utf-8")  # the note was written
