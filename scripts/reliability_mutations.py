@@ -41,8 +41,8 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/reliability/test_crash.py::test_sigkill_during_the_keyword_phase_of_a_full_reindex"],
     ),
     "corrupt-recovery": (
-        "clawmem_core/index.py",
-        "                except CorruptIndexError:\n                    self._set_aside(exc)",
+        "clawmem_core/index_parts/stores.py",
+        "                except CorruptIndexError:\n                    self.set_aside(exc)",
         "                except CorruptIndexError:\n                    raise",
         ["tests/reliability/test_corrupt_state.py"],
     ),
@@ -113,7 +113,7 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/reliability/test_transcripts.py::test_sync_survives_a_deeply_nested_line"],
     ),
     "write-outcome": (  # an indexing failure after the append raised from write()
-        "clawmem_core/index.py",
+        "clawmem_core/index_parts/writes.py",
         "        except Exception as exc:  # noqa: BLE001 - the write succeeded; its indexing is what failed",
         "        except ZeroDivisionError as exc:",
         ["tests/reliability/test_write_outcome.py"],
@@ -155,8 +155,8 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/core/test_change_journal.py::test_created_deleted_renamed_files_and_directories_are_seen"],
     ),
     "journal-other-writer": (  # the journal trusted after another instance or process wrote the index
-        "clawmem_core/index.py",
-        "        return at is not None and at[0] is self._store and at[1] == self._store.data_version()",
+        "clawmem_core/index_parts/freshness.py",
+        "        return at[2] is not None and at[2] is self.stores.vector_store and self.vector_mark()[1] == at[3]",
         "        return True",
         ["tests/core/test_change_journal.py::test_a_write_by_another_index_on_the_same_store_is_not_trusted_away"],
     ),
@@ -263,7 +263,7 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/core/test_bad_input.py::test_huge_query_is_answered_from_a_bounded_head"],
     ),
     "query-embed-cap": (  # a huge query embedded whole
-        "clawmem_core/index.py",
+        "clawmem_core/index_parts/searching.py",
         "emb.embed_query(q[:MAX_QUERY_EMBED_CHARS])",
         "emb.embed_query(q)",
         ["tests/core/test_bad_input.py::test_huge_query_is_answered_from_a_bounded_head"],
