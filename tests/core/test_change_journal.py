@@ -47,14 +47,14 @@ def trusting(ws: Path, open_index: IndexFactory, **kw: Any) -> tuple[MemoryIndex
     walks = Walks(mem)
     mem.search("espresso")
     mem.search("espresso")  # the second search starts the journal, then walks once
-    if mem._journal is None:
+    if mem._freshness.journal is None:
         from inotify_simple import INotify
 
         try:
             INotify().close()
         except OSError as exc:  # fs.inotify.max_user_instances used up by other processes
             pytest.skip(f"no inotify instance available: {exc}")
-    assert mem._journal is not None and mem._journal.healthy
+    assert mem._freshness.journal is not None and mem._freshness.journal.healthy
     before = walks.count
     assert paths(mem, "espresso") == {"MEMORY.md"}
     assert walks.count == before  # trusted: no file checked
@@ -159,7 +159,7 @@ def test_an_overflowed_journal_falls_back_to_a_walk(make_workspace: WorkspaceFac
     n = walks.count
     assert paths(mem, "quokka") == {"memory/2026-01-05.md"}
     assert walks.count > n
-    assert mem._journal is not None and mem._journal.healthy  # the watches survive an overflow
+    assert mem._freshness.journal is not None and mem._freshness.journal.healthy  # the watches survive an overflow
     n = walks.count
     assert paths(mem, "quokka") == {"memory/2026-01-05.md"} and walks.count == n
 
@@ -167,12 +167,12 @@ def test_an_overflowed_journal_falls_back_to_a_walk(make_workspace: WorkspaceFac
 def test_a_dead_journal_falls_back_to_a_walk(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
     ws = make_workspace(SAMPLE_FILES)
     mem, walks = trusting(ws, open_index)
-    assert mem._journal is not None
-    mem._journal._inotify.close()  # the notifications stop (closed under the index)
+    assert mem._freshness.journal is not None
+    mem._freshness.journal._inotify.close()  # the notifications stop (closed under the index)
     with open(ws / "memory" / "2026-01-05.md", "a", encoding="utf-8") as fh:
         fh.write("Quokka day.\n")
     assert paths(mem, "quokka") == {"memory/2026-01-05.md"}
-    assert not mem._journal.healthy
+    assert not mem._freshness.journal.healthy
     n = walks.count
     (ws / "MEMORY.md").write_text("# Preferences\n\nbebop\n", encoding="utf-8")
     assert paths(mem, "bebop") == {"MEMORY.md"} and walks.count > n  # every search walks now
@@ -192,7 +192,7 @@ def test_a_watch_set_missing_a_parent_directory_is_reported_incomplete(make_work
     walks = Walks(mem)
     for _ in range(3):  # the second search starts the journal
         assert paths(mem, "espresso") == {"MEMORY.md"}
-    journal = mem._journal
+    journal = mem._freshness.journal
     if journal is None:
         pytest.skip("no change journal here (no inotify instance left?)")
     assert not journal.healthy
@@ -232,7 +232,7 @@ def test_a_write_by_another_index_on_the_same_store_is_not_trusted_away(make_wor
     assert other.store_path == mem.store_path
     # Another instance (or process) writes the index without any change to the Markdown: the
     # journal saw nothing, but what this index knew about the files no longer holds.
-    other._writer_store().delete_files("memory", ["MEMORY.md"])
+    other._stores.writer_store().delete_files("memory", ["MEMORY.md"])
     n = walks.count
     assert paths(mem, "espresso") == {"MEMORY.md"}  # walked, found it missing, synced it back
     assert walks.count > n
@@ -262,7 +262,7 @@ def test_cached_file_states_follow_a_sync_by_another_index(make_workspace: Works
 def test_closing_the_index_closes_the_journal(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
     ws = make_workspace(SAMPLE_FILES)
     mem, _ = trusting(ws, open_index)
-    journal = mem._journal
+    journal = mem._freshness.journal
     assert journal is not None
     mem.close()
     assert not journal.healthy and journal._inotify.closed
@@ -293,7 +293,7 @@ def test_no_journal_on_a_shared_file_system(make_workspace: WorkspaceFactory, op
     walks = Walks(mem)
     for _ in range(3):
         assert paths(mem, "espresso") == {"MEMORY.md"}
-    assert mem._journal is None and walks.count == 3
+    assert mem._freshness.journal is None and walks.count == 3
 
 
 def _age(ws: Path, seconds: float = 3600.0) -> None:
@@ -406,7 +406,7 @@ def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(store_conf
         walks = Walks(mem)
         for _ in range(3):  # starts the journal and the (held) background vector phase
             assert paths(mem, "espresso") == {"MEMORY.md"}
-        if mem._journal is None:
+        if mem._freshness.journal is None:
             pytest.skip("no inotify instance available")
         total = mem._store.vector_counts().total
         stepped.step()
@@ -420,14 +420,14 @@ def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(store_conf
         # someone else writes the index (no change to the Markdown): seen, walked for, repaired
         if writer == "another index":
             other = open_index(ws, config=config)
-            other._writer_store().delete_files("memory", ["MEMORY.md"])
+            other._stores.writer_store().delete_files("memory", ["MEMORY.md"])
         else:
             import json
             import subprocess
 
             code = ("import json, sys; from clawmem_core import MemoryIndex; from clawmem_core.testing import HashEmbedder; "
                     "m = MemoryIndex(sys.argv[1], agent_id='main', embedder=HashEmbedder(), state_dir=sys.argv[2], "
-                    "config=json.loads(sys.argv[3])); m._writer_store().delete_files('memory', ['MEMORY.md']); m.close()")
+                    "config=json.loads(sys.argv[3])); m._stores.writer_store().delete_files('memory', ['MEMORY.md']); m.close()")
             subprocess.run([sys.executable, "-c", code, str(ws), str(state_dir), json.dumps({"store": store_config})],
                            check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         stepped.step()  # the vector phase goes on meanwhile

@@ -61,7 +61,7 @@ def test_empty_index_returns_nothing_without_creating_the_embedder(make_workspac
     ws = make_workspace({"README.md": "not memory"})
     mem = open_index(ws, embedder=ExplodingEmbedder())
     assert mem.search("anything at all") == []
-    assert mem._selection is None
+    assert mem._embedding.selection is None
 
 
 def test_empty_index_does_not_create_a_configured_provider(make_workspace: WorkspaceFactory,
@@ -70,7 +70,7 @@ def test_empty_index_does_not_create_a_configured_provider(make_workspace: Works
     ws = make_workspace({})
     mem = open_index(ws, embedder=None, config=MemoryConfig(provider="openai"))
     assert mem.search("anything") == []
-    assert mem._selection is None
+    assert mem._embedding.selection is None
 
 
 def test_first_search_indexes_then_answers(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
@@ -99,7 +99,7 @@ def test_status_counts_and_no_provider_calls(make_workspace: WorkspaceFactory, o
     st2 = other.status()
     assert (st2.files, st2.chunks, st2.provider) == (3, expected_chunks, "hash")
     assert st2.dirty is False
-    assert other._selection is None
+    assert other._embedding.selection is None
 
 
 def test_status_reports_issues(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:

@@ -244,4 +244,4 @@ def test_index_read_uses_the_same_rules(ws: Path, open_index: IndexFactory) -> N
     assert mem.read("MEMORY.md", from_line=3, lines=1).text == "line 3"
     with pytest.raises(PathNotAllowedError):
         mem.read("NOTES.md")
-    assert mem._selection is None  # reading never creates the embedder
+    assert mem._embedding.selection is None  # reading never creates the embedder

@@ -88,7 +88,7 @@ def test_identity_changes_force_a_full_reindex(make_workspace: WorkspaceFactory,
     elif change == "provider":
         embedder, config = None, keyword_only()
     elif change == "format":  # written by a clawmem whose chunking or FTS text differed
-        monkeypatch.setattr("clawmem_core.index.INDEX_FORMAT", INDEX_FORMAT + 1)
+        monkeypatch.setattr("clawmem_core.index_parts.identity.INDEX_FORMAT", INDEX_FORMAT + 1)
     second = open_index(ws, embedder=embedder, config=config)
     assert second.needs_full_reindex()
     report = second.sync()

@@ -92,7 +92,7 @@ def test_a_search_does_not_wait_for_a_long_sync(make_workspace: WorkspaceFactory
     done = threading.Event()
 
     def long_sync() -> None:
-        with mem._sync_lock:  # a sync of another thread holds the index (a watcher's, a write's)
+        with mem._syncing.lock:  # a sync of another thread holds the index (a watcher's, a write's)
             held.set()
             done.wait(10)
 

@@ -77,7 +77,7 @@ def test_index_written_without_the_vector_table_is_searched_and_updated(make_wor
     state = tmp_path / "s"
     with monkeypatch.context() as m:
         if first == "no-extension":  # sqlite-vec cannot load in the first process
-            m.setattr("clawmem_core.store.sqlite._sqlite_vec_path", lambda: str(tmp_path / "missing" / "vec0"))
+            m.setattr("clawmem_core.store.sqlite.schema._sqlite_vec_path", lambda: str(tmp_path / "missing" / "vec0"))
         cfg = vec_config(first != "vectors-disabled")
         with MemoryIndex(ws, embedder=HashEmbedder(), state_dir=state, config=cfg) as mem:
             mem.sync()

@@ -38,3 +38,26 @@ def test_many_files_replaced_and_deleted_in_one_call(tmp_path: Path) -> None:
         assert store.keyword_search(["bravo"], 5000) == []
     finally:
         store.close()
+
+
+def test_a_write_that_sqlite_rolled_back_itself_keeps_its_real_error(tmp_path: Path) -> None:
+    """SQLITE_FULL inside a write rolls the transaction back by itself: the store must not issue a second
+    ROLLBACK (which fails with "no transaction is active" and hides the real error), and the data stays whole."""
+    import apsw
+
+    store = SQLiteStore(tmp_path / "i.sqlite", vector_enabled=False)
+    try:
+        store.replace_files([_file(i, "alpha") for i in range(20)])
+        pages = _count(store, "PRAGMA page_count")
+        store.conn.execute(f"PRAGMA max_page_count={pages + 2}")  # the database cannot grow: a real SQLITE_FULL
+        try:
+            store.replace_files([_file(i, "bravo 数据库 " * 400) for i in range(200)])
+        except apsw.Error as exc:  # the store's caller maps it to "disk full" (StoreError); it must stay FullError
+            assert isinstance(exc, apsw.FullError), repr(exc)
+        else:
+            raise AssertionError("a write past max_page_count must fail")
+        assert store.conn.getautocommit()  # no transaction left open
+        assert len(store.keyword_search(["alpha"], 500)) == 40  # the old rows are whole
+        assert store.keyword_search(["bravo"], 500) == []
+    finally:
+        store.close()

@@ -105,12 +105,18 @@ class _Hooked(MemoryIndex):
 
     after_scan: Callable[[], Any] | None = None
 
-    def _unlocked_scan(self) -> Any:
-        scan = super()._unlocked_scan()
-        if self.after_scan is not None:
-            hook, self.after_scan = self.after_scan, None
-            hook()
-        return scan
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        scan = self._syncing.unlocked_scan
+
+        def hooked() -> Any:
+            got = scan()
+            if self.after_scan is not None:
+                hook, self.after_scan = self.after_scan, None
+                hook()
+            return got
+
+        self._syncing.unlocked_scan = hooked  # type: ignore[method-assign]
 
 
 def test_scan_before_the_locks_is_redone_when_another_sync_wrote(make_workspace: WorkspaceFactory,

@@ -199,7 +199,7 @@ def test_get_payload_on_a_closed_index_is_disabled(make_workspace: WorkspaceFact
 def test_get_never_creates_the_embedder(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
     mem = open_index(make_workspace({"MEMORY.md": "m\n"}), embedder=QueryFailure("never"))
     assert get_payload(mem, "MEMORY.md")["text"] == "m\n"
-    assert mem._selection is None
+    assert mem._embedding.selection is None
 
 
 # -- prompt (test 75) -----------------------------------------------------------------------------------

@@ -234,7 +234,7 @@ def test_two_processes_sync_one_agent_while_a_third_searches(tmp_path: Path, sto
         mem.sync()
     with MemoryIndex(ws, config={"store": store_config, **QUIET}, embedder=HashEmbedder(), state_dir=state) as mem:
         mem.search("topic0xv1", min_score=0)  # opened and warm: the hook sees only the searches below
-        gate = SearchWindow(monkeypatch, type(mem._search_store()), window)
+        gate = SearchWindow(monkeypatch, type(mem._namespaces.search_store()), window)
         for rounds, tag in enumerate(("v2", "v1", "v2"), 1):
             i = rounds % n
 

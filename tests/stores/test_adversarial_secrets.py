@@ -83,7 +83,7 @@ def test_a_working_store_url_never_shows_its_password(tmp_path: Path, pg_url: st
         assert mem.search("Marlin")[0].path == "MEMORY.md"
         st = mem.status()
         seen += [repr(mem), repr(mem.config), json.dumps(mem.config.to_dict()), repr(st), repr(mem._store),
-                 repr(mem._backend), mem._backend.location, json.dumps(search_payload(mem, "Marlin"))]
+                 repr(mem._stores.backend), mem._stores.backend.location, json.dumps(search_payload(mem, "Marlin"))]
         seen.append(json.dumps(st.to_dict()) if hasattr(st, "to_dict") else "")
     with MemoryIndex(None, agent_id="a", config={"store": {"url": url}, "provider": "none"}) as rep:
         seen += [repr(rep), repr(rep.status()), json.dumps(search_payload(rep, "Marlin"))]
@@ -181,7 +181,7 @@ def test_a_password_from_the_environment_never_shows(tmp_path: Path, pg_url: str
     with MemoryIndex(ws, agent_id="a", config={"store": {"url": pg_url}, "provider": "none"},
                      state_dir=tmp_path / "s") as mem:
         mem.sync()
-        shown = [repr(mem._backend), repr(mem.status()), json.dumps(search_payload(mem, "Marlin"))]
+        shown = [repr(mem._stores.backend), repr(mem.status()), json.dumps(search_payload(mem, "Marlin"))]
     for url in (f"postgresql://u@127.0.0.1:1/db?connect_timeout=2&passfile={passfile}",
                 f"postgresql://u@[::1/db?x={PW}"):
         with pytest.raises(ClawmemError) as err:

@@ -191,7 +191,7 @@ def test_a_failed_build_does_not_fail_the_write_and_is_tried_again(pg_url: str, 
     _write(store, rows)  # within the retry delay: not tried again
     with store.backend.connection() as conn:
         assert postgres.hnsw_index(conn, 16) is None
-    monkeypatch.setattr(postgres, "_HNSW_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(postgres.vectors, "_HNSW_RETRY_SECONDS", 0.0)
     _write(store, rows)
     with store.backend.connection() as conn:
         assert postgres.hnsw_index(conn, 16) == "halfvec"

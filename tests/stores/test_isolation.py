@@ -91,7 +91,7 @@ def test_password_never_shows(tmp_path: Path, pg_url: str, caplog: pytest.LogCap
     with MemoryIndex(ws, config=cfg, state_dir=tmp_path / "s") as mem:
         mem.sync()
         shown = [repr(mem), repr(mem.config), str(mem.config.to_dict()), str(mem.status()), repr(mem._store),
-                 repr(mem._backend), str(mem.status().to_dict() if hasattr(mem.status(), "to_dict") else "")]
+                 repr(mem._stores.backend), str(mem.status().to_dict() if hasattr(mem.status(), "to_dict") else "")]
     for text in shown:
         assert password not in text
     # a server that cannot be reached: the error names the URL without its password

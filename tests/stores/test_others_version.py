@@ -89,7 +89,7 @@ def test_postgres_concurrent_writers_are_always_seen(pg: None, make_backend: Bac
     searches read the token): every write by another handle, once committed, has moved the token
     from every value read before it (also when the handle keeps few of its own versions)."""
     if kept is not None:
-        monkeypatch.setattr("clawmem_core.store.postgres._OWN_KEPT", kept)
+        monkeypatch.setattr("clawmem_core.store.postgres.writes._OWN_KEPT", kept)
     mine = make_backend("main").open()
     other = make_backend("main").open()
     _write(mine, 0)

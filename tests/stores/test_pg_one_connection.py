@@ -254,8 +254,8 @@ def test_connections_killed_while_the_vector_phase_and_searches_share_a_pool_of_
                 assert mem.search(q), q
         finally:
             emb.gate.release(1000)
-        if mem._bg_thread is not None:
-            mem._bg_thread.join(60)
+        if mem._background.thread is not None:
+            mem._background.thread.join(60)
         mem.sync()
         counts = mem._store.vector_counts()
         assert counts.pending == 0 and counts.total == total

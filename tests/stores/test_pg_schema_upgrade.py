@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from clawmem_core import MemoryIndex
+from clawmem_core.store.postgres.migrations import SCHEMA_DDL
 from clawmem_core.testing import HashEmbedder
 from tests.conftest import drop_database, new_database
 
@@ -24,88 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT = "upgrade-agent"
 
 #: Schema version 2 as clawmem wrote it (vectors stored as the type says: out of line in a wide row).
-V2_DDL = """
-CREATE EXTENSION IF NOT EXISTS vector;
-CREATE TABLE IF NOT EXISTS clawmem_schema (version integer NOT NULL);
-CREATE SEQUENCE IF NOT EXISTS clawmem_generation_seq;
-CREATE TABLE IF NOT EXISTS clawmem_agents (
-    agent text PRIMARY KEY,
-    generation bigint NOT NULL,
-    data_version bigint NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS clawmem_meta (
-    agent text NOT NULL, generation bigint NOT NULL, key text NOT NULL, value text NOT NULL,
-    PRIMARY KEY (agent, generation, key));
-CREATE TABLE IF NOT EXISTS clawmem_files (
-    agent text NOT NULL, generation bigint NOT NULL, source text NOT NULL, path text NOT NULL,
-    hash text NOT NULL, mtime bigint NOT NULL, size bigint NOT NULL, content text,
-    ctime bigint NOT NULL DEFAULT 0, ino bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (agent, generation, source, path));
-CREATE TABLE IF NOT EXISTS clawmem_chunks (
-    rid bigserial PRIMARY KEY,
-    agent text NOT NULL, generation bigint NOT NULL, id text NOT NULL,
-    path text NOT NULL, source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL,
-    hash text NOT NULL, model text NOT NULL, text text NOT NULL,
-    part smallint NOT NULL DEFAULT 0,
-    pending smallint NOT NULL DEFAULT 0,
-    terms tsvector, doc_len integer NOT NULL DEFAULT 0,
-    dims integer, embedding vector,
-    updated_at bigint NOT NULL);
-CREATE UNIQUE INDEX IF NOT EXISTS clawmem_chunks_id ON clawmem_chunks (agent, generation, id);
-CREATE INDEX IF NOT EXISTS clawmem_chunks_path ON clawmem_chunks (agent, generation, source, path);
-CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
-ALTER TABLE clawmem_chunks ADD COLUMN IF NOT EXISTS pending smallint NOT NULL DEFAULT 0;
-CREATE INDEX IF NOT EXISTS clawmem_chunks_pending ON clawmem_chunks (agent, generation, rid) WHERE pending = 1;
-CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
-    provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
-    dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
-    PRIMARY KEY (provider, model, provider_key, hash));
-CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_cache (updated_at);
-"""
+V2_DDL = SCHEMA_DDL[2]
 
 #: Schema version 3 as clawmem wrote it (upgraded in place from version 2 by running it over it).
-V3_DDL = """
-CREATE EXTENSION IF NOT EXISTS vector;
-CREATE TABLE IF NOT EXISTS clawmem_schema (version integer NOT NULL);
-CREATE SEQUENCE IF NOT EXISTS clawmem_generation_seq;
-CREATE TABLE IF NOT EXISTS clawmem_agents (
-    agent text PRIMARY KEY,
-    generation bigint NOT NULL,
-    data_version bigint NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS clawmem_meta (
-    agent text NOT NULL, generation bigint NOT NULL, key text NOT NULL, value text NOT NULL,
-    PRIMARY KEY (agent, generation, key));
-CREATE TABLE IF NOT EXISTS clawmem_files (
-    agent text NOT NULL, generation bigint NOT NULL, source text NOT NULL, path text NOT NULL,
-    hash text NOT NULL, mtime bigint NOT NULL, size bigint NOT NULL, content text,
-    ctime bigint NOT NULL DEFAULT 0, ino bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (agent, generation, source, path));
-CREATE TABLE IF NOT EXISTS clawmem_chunks (
-    rid bigserial PRIMARY KEY,
-    agent text NOT NULL, generation bigint NOT NULL, id text NOT NULL,
-    path text NOT NULL, source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL,
-    hash text NOT NULL, model text NOT NULL, text text NOT NULL,
-    part smallint NOT NULL DEFAULT 0,
-    pending smallint NOT NULL DEFAULT 0,
-    terms tsvector, doc_len integer NOT NULL DEFAULT 0,
-    dims integer, embedding vector,
-    updated_at bigint NOT NULL);
-CREATE UNIQUE INDEX IF NOT EXISTS clawmem_chunks_id ON clawmem_chunks (agent, generation, id);
-CREATE INDEX IF NOT EXISTS clawmem_chunks_path ON clawmem_chunks (agent, generation, source, path);
-CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
-ALTER TABLE clawmem_chunks ADD COLUMN IF NOT EXISTS pending smallint NOT NULL DEFAULT 0;
-CREATE INDEX IF NOT EXISTS clawmem_chunks_pending ON clawmem_chunks (agent, generation, rid) WHERE pending = 1;
--- the keyword rows of an agent in rid order with their lengths, read without the table (version 3)
-CREATE INDEX IF NOT EXISTS clawmem_chunks_keyword ON clawmem_chunks (agent, generation, rid) INCLUDE (doc_len)
-    WHERE part = 0;
--- vectors inside the row (the text and the terms go out of line instead): an exact search reads
--- one page per few rows, not a TOAST lookup per row (version 3)
-ALTER TABLE clawmem_chunks ALTER COLUMN embedding SET STORAGE MAIN;
-CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
-    provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
-    dims integer NOT NULL, embedding vector NOT NULL, updated_at bigint NOT NULL,
-    PRIMARY KEY (provider, model, provider_key, hash));
-CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_cache (updated_at);
-"""
+V3_DDL = SCHEMA_DDL[3]
 
 #: Columns every version has, by table (what is copied into the old schema).
 COLUMNS = {

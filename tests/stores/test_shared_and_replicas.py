@@ -453,7 +453,7 @@ def test_a_shared_index_its_owner_writes_is_followed_without_piling_up_handles(t
     index = tmp_path / "s" / "memory" / "team.sqlite"
     with _alice(alice_ws, tmp_path, store) as alice:
         assert alice.search("deploy freeze Fridays")[0].path == "@team/MEMORY.md"
-        handle = alice._shared["team"]  # type: ignore[index]
+        handle = alice._namespaces.handles["team"]  # type: ignore[index]
         opens = handle._opens  # type: ignore[attr-defined]
         for day in ("Mondays", "Tuesdays", "Wednesdays"):
             (team / "MEMORY.md").write_text(f"# Team\n\nThe deploy freeze moved to {day}.\n", encoding="utf-8")
@@ -468,5 +468,5 @@ def test_a_shared_index_its_owner_writes_is_followed_without_piling_up_handles(t
             assert payload["results"][0]["path"] == "@team/MEMORY.md"
             assert day in payload["results"][0]["snippet"]
             assert "sharedUnavailable" not in payload
-        assert alice._shared["team"] is handle and handle._opens == opens + 3  # type: ignore[index,attr-defined]
-        assert len(alice._retired) == 0
+        assert alice._namespaces.handles["team"] is handle and handle._opens == opens + 3  # type: ignore[index,attr-defined]
+        assert len(alice._stores.retired) == 0

@@ -1,0 +1,200 @@
+"""What a search syncs before it answers: a new index gets its keyword phase; an index in use gets
+the changes made on disk when they are few (a small sync within a budget), else it answers stale
+while a background sync catches up. From the second search on, a kernel change journal
+(:mod:`clawmem_core.journal`) vouches for the files, so a search with no change checks none."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import MemoryConfig
+from ..discovery import list_memory_files
+from ..errors import EmbeddingError, StoreError
+from ..journal import ChangeJournal
+from ..store.base import Store, StoreBusyError
+from ..sync import Scan
+from .namespaces import SharedNamespaces
+from .stores import StoreHandles
+from .syncing import Changes, SyncRunner
+
+log = logging.getLogger("clawmem")
+
+
+def changed_files(scan: Scan) -> int:
+    """Files a scan found added, changed (by size, mtime, ctime or inode) or gone; files re-read
+    only because they were modified close to the last scan (most likely unchanged) do not count."""
+    n = sum(map(len, scan.gone.values()))
+    for item, key in scan.todo:
+        prev = scan.known[item.source].get(item.path)
+        if prev is None or prev[2:] != key:
+            n += 1
+    return n
+
+
+class FreshnessLimits:
+    """The limits of a search's small sync, read when a search runs (the index's attributes of
+    the same names: :attr:`~clawmem_core.index.MemoryIndex.fresh_max_files` and the others)."""
+
+    fresh_max_files = 20
+    fresh_max_bytes = 2_000_000
+    fresh_budget = 2.0
+    change_journal = True
+
+
+class Freshness:
+    """The freshness checks of one index's searches. ``limits``: an object with the attributes of
+    :class:`FreshnessLimits`; ``sync``: a full sync (``sync(reason=..., vectors=...)``) for a new
+    index; ``background``: starts a background sync (``background(vectors_only=...)``)."""
+
+    def __init__(self, config: MemoryConfig, workspace: Path | None, limits: Any, stores: StoreHandles,
+                 runner: SyncRunner, changes: Changes, namespaces: SharedNamespaces,
+                 sync: Callable[..., Any], background: Callable[..., None]) -> None:
+        self.config = config
+        self.workspace = workspace
+        self.limits = limits
+        self.stores = stores
+        self.runner = runner
+        self.changes = changes
+        self.namespaces = namespaces
+        self._sync = sync
+        self._background = background
+        #: Kernel change notifications trusted by searches (started by the second search; see
+        #: ``change_journal``).
+        self.journal: ChangeJournal | None = None
+        self._journal_tried = False
+        self._checks = 0
+        #: When a walk last found the index matching the Markdown: ``(search handle, its data
+        #: version, the vector phase's handle, what that handle had seen of other writers)``.
+        self.fresh_at: tuple[Store, Any, Store | None, Any] | None = None
+
+    def prepare_search(self) -> tuple[bool, bool]:
+        """Sync what a search needs first; returns whether there is anything to search and whether
+        the answer will be stale. A new index gets its keyword phase now (seconds), its vectors
+        in the background. An index in use gets the changes made on disk when they are few
+        (``fresh_max_files``, ``fresh_max_bytes``, within ``fresh_budget`` seconds);
+        more, and the search answers from the index as it is (stale) while a background sync
+        catches up."""
+        if self.workspace is None:  # a replica: the index as the syncing host left it
+            return self.namespaces.search_store().has_content(), False
+        if not self.stores.store.has_content():
+            if list_memory_files(self.workspace, self.config.extra_paths).files:
+                self._sync(reason="search", vectors=False)  # first use: keywords before answering
+            if not self.stores.store.has_content():
+                return bool(self.config.shared) and self.namespaces.search_store().has_content(), False
+            self._background(vectors_only=True)
+            return True, False
+        stale = self.freshen()
+        self._background()
+        return True, stale
+
+    def trust_journal(self) -> bool:
+        """Whether the index is known to match the Markdown without checking any file: the
+        journal saw no change since it last did, nothing marked the index dirty, and no
+        connection wrote to the index since (another process or instance may have written files'
+        states older than the Markdown) but this index's own vector phase (which writes vectors,
+        never a file's state). Call with the sync lock held."""
+        journal = self.journal
+        if journal is None:
+            if self.limits.change_journal and not self._journal_tried and self._checks >= 2 and self.workspace:
+                self._journal_tried = True  # once: unavailable stays unavailable
+                self.journal = ChangeJournal.start(self.workspace, self.config.extra_paths)
+            return False
+        if journal.changed() or self.changes.dirty:
+            return False
+        at = self.fresh_at
+        store = self.stores.store
+        if at is None or at[0] is not store:
+            return False
+        if at[1] == store.data_version():
+            return True
+        # Written since: by nobody but the vector phase's handle, if that handle saw no other
+        # connection commit since the walk.
+        return at[2] is not None and at[2] is self.stores.vector_store and self.vector_mark()[1] == at[3]
+
+    def vector_mark(self) -> tuple[Store | None, Any]:
+        """The vector phase's handle and its token of other connections' commits (``(None,
+        None)`` before the first vector phase). Read before the walk whose result it marks: a
+        commit by anyone else after that moves it."""
+        vstore = self.stores.vector_store
+        if vstore is None:
+            return None, None
+        try:
+            return vstore, vstore.others_version()
+        except (StoreError, *vstore.driver_errors):  # closed or replaced meanwhile: not trusted
+            return None, None
+
+    def confirm_fresh(self, store: Store, version: Any, mark: tuple[Store | None, Any]) -> None:
+        """The index (``store`` at ``version``) was found to match the Markdown by a walk started
+        after the journal was last read, and after ``mark`` (:meth:`vector_mark`) was taken."""
+        self.fresh_at = (store, version, *mark)
+        if self.journal is not None:
+            self.journal.confirm()
+
+    def freshen(self) -> bool:
+        """Sync the changes a search must see when they are small; True when the search will
+        answer without some of them (stale)."""
+        if not self.config.sync.on_search or self.config.sessions_enabled:
+            return self.changes.dirty  # syncs on search are off, or transcripts wait for their deltas
+        budget = self.limits.fresh_budget
+        deadline = time.monotonic() + budget
+        runner = self.runner
+        if not runner.lock.acquire(timeout=budget):
+            return True  # a long sync holds the index: answer from it as it is
+        try:
+            self._checks += 1
+            if self.trust_journal():
+                return False
+            gen = self.changes.gen
+            mark = self.vector_mark()
+            scan = runner.unlocked_scan()
+            if scan is not None and scan.clean:
+                runner.nothing_changed(scan, "search", gen, time.perf_counter())
+                self.confirm_fresh(scan.store, scan.version, mark)
+                return False
+            changed = changed_files(scan) if scan is not None else -1
+            if changed == 0:
+                # only files written just before the last scan, each with the size, mtime, ctime
+                # and inode it was indexed with: nothing to write (a sync re-reads them later)
+                self.confirm_fresh(scan.store, scan.version, mark)  # type: ignore[union-attr]
+                return False
+            small = (
+                scan is not None
+                and changed <= self.limits.fresh_max_files
+                and sum(key[0] for _, key in scan.todo) <= self.limits.fresh_max_bytes
+                and time.monotonic() < deadline
+            )
+            if not small:
+                self.changes.mark_dirty()
+                return True
+            try:
+                with self.stores.process_lock(blocking=False):
+                    report = runner.guarded(False, None, "search", scan=scan)
+            except StoreBusyError:
+                self.changes.mark_dirty()
+                return True  # another process is syncing: it will bring these changes
+            except (StoreError, *self.stores.store.driver_errors) as exc:  # e.g. another writer holds the file
+                log.warning("memory sync before a search failed; answering from the index: %s", exc)
+                self.changes.mark_dirty()
+                return True
+            # The changed files' vectors too, if they come within the budget (the others are
+            # the background sync's).
+            paths = [item.path for item, _ in scan.todo]
+            if paths and report.files_indexed:
+                try:
+                    runner.vectors(report, deadline=deadline, paths=paths, store=self.stores.writer_store())
+                except EmbeddingError as exc:
+                    log.warning("embedding the changed files failed: %s", exc)
+            # (files skipped as unreadable are the state of the disk: a change to them is an event)
+            store = self.stores.store
+            self.confirm_fresh(store, store.data_version(), self.vector_mark())
+            return False
+        finally:
+            runner.lock.release()
+
+    def close(self) -> None:
+        """Stop the change journal."""
+        if self.journal is not None:
+            self.journal.close()

@@ -1,0 +1,461 @@
+"""Keyword search in the PostgreSQL store: BM25 (FTS5's ``bm25()``) over an agent's keyword rows.
+
+The agent's row lengths and the postings of the terms searched so far are kept in process
+(:data:`KEYWORD_CACHE`), per data version of the agent; the server answers what the cache cannot
+(:meth:`_Keywords._keyword_search_sql`: the same scores, computed in SQL)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from .values import _tsquery
+
+if TYPE_CHECKING:
+    import numpy as np
+    import psycopg
+
+log = logging.getLogger("clawmem")
+
+#: FTS5's ``bm25()`` constants.
+_K1, _B = 1.2, 0.75
+
+
+#: Postings (rows) the in-process keyword statistics keep, over every agent of the process.
+MAX_CACHED_POSTINGS = 8_000_000
+#: Attempts to read statistics of one data version while other processes write.
+_KEYWORD_ATTEMPTS = 3
+#: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
+_STALE = object()
+
+
+class _StaleKeywords(Exception):
+    """The agent's keyword rows changed while their statistics were being read."""
+
+
+class _KeywordStats:
+    """BM25 statistics of one agent's keyword rows at one data version, kept in process: the rows
+    (ascending ``rid``), their lengths, and the postings of the terms searched so far. Scores are
+    FTS5's ``bm25()`` (same formula, constants and order of additions as :mod:`.bm25`)."""
+
+    def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray") -> None:
+        self.token = token
+        self.rids = rids
+        self.doc_len = doc_len
+        self.rows = len(rids)
+        avgdl = float(doc_len.sum()) / self.rows if self.rows else 1.0
+        #: Per row: ``k1 * (1 - b + b * D / avgdl)``, evaluated as fts5Bm25Function does.
+        self.length_norm = _K1 * (1 - _B + _B * doc_len / avgdl)
+        #: token -> (row positions ascending, the token's count in each)
+        self.terms: dict[str, tuple[Any, Any]] = {}
+        self.postings = 0
+        self.used = time.monotonic()
+
+    @property
+    def size(self) -> int:
+        return self.rows + self.postings
+
+    def add(self, token: str, rids: "np.ndarray", tf: "np.ndarray") -> tuple[Any, Any]:
+        """Keep the postings of ``token``: its rows (ascending) and its count in each."""
+        import numpy as np
+
+        pos = np.searchsorted(self.rids, rids)
+        if len(rids) and (pos.max() >= self.rows or not np.array_equal(self.rids[pos], rids)):
+            raise _StaleKeywords(f"postings of {token!r} name rows the statistics do not hold")
+        entry = (pos.astype(np.int32), tf.astype(np.uint16))  # 6 bytes a posting (tf <= 256)
+        self.terms[token] = entry
+        self.postings += len(pos)
+        return entry
+
+    def advance(self, token: Any, live: "np.ndarray | None", rids: "np.ndarray", doc_len: "np.ndarray",
+                postings: dict[str, tuple["np.ndarray", "np.ndarray"]]) -> "_KeywordStats":
+        """These statistics carried to a later data version of the same generation: of the rows
+        held, those in ``live`` stay (all when ``None``); ``rids`` (all above the ones held) come
+        with their lengths and, for each term held, its ``postings`` among them."""
+        import numpy as np
+
+        if live is None:
+            keep = np.ones(self.rows, dtype=bool)
+        else:
+            keep = np.isin(self.rids, live, assume_unique=True)
+        kept = int(keep.sum())
+        moved = np.cumsum(keep) - 1  # old position -> new position (where kept)
+        out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
+                            np.concatenate([self.doc_len[keep], doc_len]))
+        for term, (pos, tf) in list(self.terms.items()):
+            alive = keep[pos]
+            new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
+            new_pos = kept + np.searchsorted(rids, new_rids)
+            out.terms[term] = (np.concatenate([moved[pos[alive]], new_pos]).astype(np.int32),
+                               np.concatenate([tf[alive], new_tf]).astype(np.uint16))
+            out.postings += len(out.terms[term][0])
+        return out
+
+    def idf(self, hits: int) -> float:
+        # fts5_aux.c: IDF = log((N - nHit + 0.5) / (nHit + 0.5)), at least 1e-6.
+        idf = math.log((self.rows - hits + 0.5) / (hits + 0.5)) if self.rows else 1e-6
+        return 1e-6 if idf <= 0.0 else idf
+
+    def search(self, postings: Sequence[tuple[Any, Any]], limit: int) -> list[tuple[int, float]]:
+        """``(rid, bm25 rank)`` of the best ``limit`` rows holding any of the query's tokens (their
+        ``postings``, in query order); ties by rid."""
+        import numpy as np
+
+        if not self.rows or limit <= 0:
+            return []
+        scores = np.zeros(self.rows, dtype=np.float64)
+        norm = self.length_norm
+        hit = False
+        for pos, tf in postings:  # one addition per row and term, in term order, as FTS5
+            freq = tf.astype(np.float64)
+            if len(pos):
+                hit = True
+                # fts5Bm25Function: score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * D / avgdl)))
+                scores[pos] += self.idf(len(pos)) * ((freq * (_K1 + 1.0)) / (freq + norm[pos]))
+        if not hit:
+            return []
+        # Every matching row scores above 0 (IDF >= 1e-6): the rows at least as good as the
+        # limit-th score, then ordered by score and row.
+        cut = len(scores) - limit
+        kth = np.partition(scores, cut)[cut] if cut > 0 else 0.0
+        found = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores)
+        best = found[np.lexsort((found, -scores[found]))[:limit]]
+        return [(int(self.rids[i]), -float(scores[i])) for i in best]
+
+    @staticmethod
+    def rows_with_all(postings: Sequence[tuple[Any, Any]]) -> int:
+        """Rows holding every token of ``postings``."""
+        import numpy as np
+
+        pos = postings[0][0]
+        for other, _ in postings[1:]:
+            pos = np.intersect1d(pos, other, assume_unique=True)
+        return len(pos)
+
+
+class _KeywordCache:
+    """The in-process keyword statistics of every agent this process searches, by database and
+    agent, each valid for one data version of its agent (bumped by every write transaction, in
+    any process): a search checks the version in the same statement that fetches its results."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats: dict[tuple[str, str], _KeywordStats] = {}
+
+    def get(self, key: tuple[str, str]) -> _KeywordStats | None:
+        with self._lock:
+            stats = self._stats.get(key)
+            if stats is not None:
+                stats.used = time.monotonic()
+            return stats
+
+    def put(self, key: tuple[str, str], stats: _KeywordStats) -> None:
+        with self._lock:
+            self._stats[key] = stats
+            self._trim(keep=key)
+
+    def grew(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._trim(keep=key)
+
+    def drop(self, key: tuple[str, str], stats: _KeywordStats | None = None) -> None:
+        with self._lock:
+            if stats is None or self._stats.get(key) is stats:
+                self._stats.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._stats.clear()
+
+    def _trim(self, keep: tuple[str, str]) -> None:
+        """Forget the least recently used agents, then the kept agent's postings, over the budget."""
+        total = sum(s.size for s in self._stats.values())
+        for key, s in sorted(self._stats.items(), key=lambda kv: kv[1].used):
+            if total <= MAX_CACHED_POSTINGS:
+                return
+            if key != keep:
+                total -= s.size
+                del self._stats[key]
+        s = self._stats.get(keep)
+        if s is not None and total > MAX_CACHED_POSTINGS:
+            s.terms.clear()  # the kept agent alone is over the budget: its row lengths stay
+            s.postings = 0
+
+
+KEYWORD_CACHE = _KeywordCache()
+
+
+class _Keywords:
+    """The keyword side of :class:`~clawmem_core.store.postgres.PostgresStore`."""
+
+    def _corpus_stats(self, conn: "psycopg.Connection") -> tuple[int, float]:
+        """Rows and average length of the keyword index (FTS5's N and avgdl), kept per data version."""
+        token = conn.execute("SELECT generation, data_version FROM clawmem_agents WHERE agent = %s", (self.agent,)).fetchone()
+        token = (self._gen, token)
+        if token != self._cache_token:
+            row = conn.execute(
+                f"SELECT count(*), coalesce(sum(doc_len), 0) FROM clawmem_chunks WHERE agent = %(agent)s "
+                f"AND generation = {self._g()} AND part = 0",
+                {"agent": self.agent},
+            ).fetchone()
+            n, total = int(row[0]), float(row[1])  # type: ignore[index]
+            self._stats = (n, total / n if n else 1.0)
+            self._cache_token = token
+        return self._stats
+
+    # The keyword side in process: the agent's row lengths and the postings of the terms searched
+    # so far are kept (KEYWORD_CACHE) for one data version of the agent. Every statement that
+    # reads them or answers from them also reads the version, in the same snapshot: a write by any
+    # process (each write transaction bumps the version) is seen by the next search.
+
+    _VERSION = "SELECT a.generation, a.data_version{cols} FROM clawmem_agents AS a {join} WHERE a.agent = %(agent)s"
+
+    def _kw_key(self) -> tuple[str, str]:
+        return (self.backend._url, self.agent)
+
+    def _load_keyword_stats(self, conn: "psycopg.Connection") -> _KeywordStats:
+        import numpy as np
+
+        row = conn.execute(
+            self._VERSION.format(
+                cols=", s.rids, s.lens",
+                join="CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0) AS s",
+            ),
+            {"agent": self.agent},
+        ).fetchone()
+        if row is None:
+            return _KeywordStats(None, self._ints(None), self._ints(None, "float64"))
+        return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"))
+
+    #: Per lexeme of ``%(tokens)s``: the agent's keyword rows holding it (``{where}``) and its count in
+    #: each (a row's tsvector cut down to the tokens: a lexeme's positions count its occurrences).
+    _POSTINGS = (
+        "SELECT x.lexeme, string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+        "string_agg(array_length(x.positions, 1)::text, ',' ORDER BY c.rid) AS tfs "
+        "FROM clawmem_chunks AS c CROSS JOIN LATERAL "
+        "unnest(ts_filter(setweight(c.terms, 'A', %(tokens)s::text[]), '{{a}}')) AS x "
+        "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND {where} GROUP BY x.lexeme"
+    )
+
+    @staticmethod
+    def _ints(text: str | None, dtype: str = "int64") -> "np.ndarray":
+        import numpy as np
+
+        return np.array(text.split(","), dtype=dtype) if text else np.zeros(0, dtype=dtype)
+
+    def _refresh_keyword_stats(self, conn: "psycopg.Connection", stats: _KeywordStats) -> _KeywordStats | None:
+        """``stats`` carried to the agent's current data version without reading again what did
+        not change: the rows added since (all above the rows held: an agent's writes are serialised
+        by its row in ``clawmem_agents``), and the rows deleted. ``None`` when the generation changed."""
+        top = int(stats.rids[-1]) if stats.rows else 0
+        tokens = list(stats.terms)
+        snapshot = self._in_snapshot()
+        with (contextlib.nullcontext() if snapshot else conn.transaction()):
+            if not snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+            rows = conn.execute(
+                self._VERSION.format(
+                    cols=", o.kept, n.rids, n.lens, p.lexeme, p.rids, p.tfs",
+                    join="CROSS JOIN LATERAL (SELECT count(*) AS kept FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+                    "AND c.generation = a.generation AND c.part = 0 AND c.rid <= %(top)s) AS o "
+                    "CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                    "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                    "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND c.rid > %(top)s) AS n "
+                    f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.rid > %(top)s')}) AS p ON true",
+                ),
+                {"agent": self.agent, "top": top, "tokens": tokens},
+            ).fetchall()
+            if not rows or stats.token is None or rows[0][0] != stats.token[0]:
+                return None
+            if rows[0][1] < stats.token[1]:
+                # a search's snapshot older than the statistics (another thread brought them up to
+                # date meanwhile): they cannot be carried back; that search asks the server
+                raise _StaleKeywords("the statistics are newer than the search's snapshot")
+            live = None
+            if int(rows[0][2]) != stats.rows:  # rows were deleted: which ones
+                row = conn.execute(
+                    "SELECT string_agg(rid::text, ',' ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
+                    "AND generation = %(gen)s AND part = 0 AND rid <= %(top)s",
+                    {"agent": self.agent, "gen": rows[0][0], "top": top},
+                ).fetchone()
+                live = self._ints(row[0] if row else None)
+        postings = {r[5]: (self._ints(r[6]), self._ints(r[7])) for r in rows if r[5] is not None}
+        return stats.advance((rows[0][0], rows[0][1]), live, self._ints(rows[0][3]), self._ints(rows[0][4], "float64"),
+                             postings)
+
+    def _load_postings(self, conn: "psycopg.Connection", stats: _KeywordStats, tokens: list[str]) -> dict[str, tuple[Any, Any]]:
+        """Read the postings of ``tokens`` into ``stats``; :class:`_StaleKeywords` when the agent's
+        data version is no longer that of ``stats``."""
+        import numpy as np
+
+        rows = conn.execute(
+            self._VERSION.format(
+                cols=", p.lexeme, p.rids, p.tfs",
+                join=f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.terms @@ %(query)s::tsquery')}) AS p ON true",
+            ),
+            {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens)},
+        ).fetchall()
+        token = (rows[0][0], rows[0][1]) if rows else None
+        if token != stats.token:
+            raise _StaleKeywords("the agent's keyword rows changed")
+        got = {r[2]: r for r in rows if r[2] is not None}
+        out = {}
+        for t in tokens:
+            r = got.get(t)
+            out[t] = stats.add(t, self._ints(r[3] if r else None), self._ints(r[4] if r else None))
+        return out
+
+    def _keyword_postings(self, conn: "psycopg.Connection", tokens: list[str], stale: _KeywordStats | None = None,
+                          ) -> tuple[_KeywordStats, dict[str, tuple[Any, Any]], bool]:
+        """The agent's keyword statistics with the postings of ``tokens`` (read where missing), and
+        whether their data version was just checked (else the caller checks it). ``stale``:
+        statistics found out of date (they are brought up to date)."""
+        key = self._kw_key()
+        for _ in range(_KEYWORD_ATTEMPTS):
+            stats = KEYWORD_CACHE.get(key)
+            checked = False
+            if stats is None or stats is stale:
+                fresh = self._refresh_keyword_stats(conn, stats) if stats is not None else None
+                stats = fresh if fresh is not None else self._load_keyword_stats(conn)
+                KEYWORD_CACHE.put(key, stats)
+                checked = True
+            entries = {t: stats.terms.get(t) for t in tokens}
+            missing = [t for t, e in entries.items() if e is None]
+            if missing:
+                try:
+                    entries.update(self._load_postings(conn, stats, missing))
+                except _StaleKeywords:
+                    stale = stats
+                    continue
+                KEYWORD_CACHE.grew(key)
+                checked = True
+            return stats, entries, checked  # type: ignore[return-value]
+        raise _StaleKeywords("the agent's keyword rows kept changing")
+
+    def _from_keyword_cache(self, tokens: list[str], answer: Callable[..., Any]) -> Any:
+        """``answer(conn, memo, stats, entries, checked)`` on the agent's cached keyword statistics
+        (the postings of ``tokens`` in ``entries``; ``checked``: their data version was just read),
+        asked again on refreshed statistics while it returns :data:`_STALE`. None while a
+        generation is being built or when the rows kept changing: the caller asks the server."""
+        if self._gen is not None:  # a generation being built: straight from the tables
+            return None
+
+        def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> Any:
+            stale = None
+            for _ in range(_KEYWORD_ATTEMPTS):
+                try:
+                    stats, entries, checked = self._keyword_postings(conn, tokens, stale)
+                except _StaleKeywords:
+                    break
+                result = answer(conn, memo, stats, entries, checked)
+                if result is not _STALE:
+                    return result
+                stale = stats
+            return None
+
+        found = self._read(run)
+        if found is None:
+            log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
+        return found
+
+    def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+        tokens = self.backend.terms.query(terms)
+        if not tokens or limit <= 0:
+            return []
+
+        def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
+                   entries: dict[str, Any], _: bool) -> Any:
+            best = stats.search([entries[t] for t in tokens], int(limit))
+            # the ids of the best rows (and what search asks next about them), and the version they
+            # were scored at (one statement)
+            rows = conn.execute(
+                self._VERSION.format(
+                    cols=", c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.pending",
+                    join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
+                    "AND c.generation = a.generation",
+                ),
+                {"agent": self.agent, "rids": [rid for rid, _ in best]},
+            ).fetchall()
+            token = (rows[0][0], rows[0][1]) if rows else None
+            if token != stats.token:
+                return _STALE
+            if memo is not None:
+                memo.setdefault("token", token)
+                self._remember(memo, (r[3:] for r in rows))
+            ids = {r[2]: r[3] for r in rows}
+            return [(ids[rid], rank) for rid, rank in best if rid in ids]
+
+        found = self._from_keyword_cache(tokens, answer)
+        return found if found is not None else self._keyword_search_sql(tokens, limit)
+
+    def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
+        """The keyword query scored by the server (every matching row; same scores)."""
+        return self._read(lambda conn, memo: self._keyword_rows_sql(conn, tokens, limit))
+
+    def _keyword_rows_sql(self, conn: "psycopg.Connection", tokens: list[str], limit: int) -> list[tuple[str, float]]:
+        n, avgdl = self._corpus_stats(conn)
+        if not n:
+            return []
+        # FTS5's bm25(): idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6; each term adds
+        # idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)); the rank is minus the sum.
+        # Each matching row's tsvector is cut down to the query's lexemes once; a lexeme's
+        # positions count its occurrences (tf); the rows per lexeme give its document frequency.
+        rows = conn.execute(
+            f"""
+            WITH m AS MATERIALIZED (
+                SELECT rid, id, doc_len, ts_filter(setweight(terms, 'A', %(tokens)s::text[]), '{{a}}') AS hit
+                FROM clawmem_chunks
+                WHERE agent = %(agent)s AND generation = {self._g()} AND part = 0
+                  AND terms @@ %(query)s::tsquery),
+            u AS MATERIALIZED (
+                SELECT m.rid, m.id, m.doc_len, x.lexeme, array_length(x.positions, 1)::float8 AS f
+                FROM m CROSS JOIN LATERAL unnest(m.hit) AS x),
+            d AS (
+                SELECT lexeme, ln((%(n)s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM u GROUP BY lexeme)
+            SELECT u.id, -sum(CASE WHEN d.idf <= 0 THEN 1e-6 ELSE d.idf END
+                              * (u.f * %(k1p)s) / (u.f + %(k1)s * (1 - %(b)s + %(b)s * u.doc_len / %(avgdl)s))) AS r
+            FROM u JOIN d USING (lexeme)
+            GROUP BY u.rid, u.id ORDER BY r, u.rid LIMIT %(limit)s
+            """,
+            {"tokens": tokens, "agent": self.agent, "query": _tsquery(tokens), "n": float(n), "k1p": _K1 + 1.0,
+             "k1": _K1, "b": _B, "avgdl": avgdl, "limit": int(limit)},
+        ).fetchall()
+        return [(r[0], float(r[1])) for r in rows]
+
+    def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        per_term = [self.backend.terms.query([term]) for term in terms]
+        tokens = list(dict.fromkeys(t for toks in per_term for t in toks))
+
+        def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
+                   entries: dict[str, Any], checked: bool) -> Any:
+            if not checked and self._token(conn, memo) != stats.token:  # no round trip in a snapshot that read it
+                return _STALE
+            # a term of several tokens: the rows holding all of them
+            return stats.rows, [stats.rows_with_all([entries[t] for t in toks]) if toks else 0 for toks in per_term]
+
+        found = self._from_keyword_cache(tokens, answer)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+        return self._read(lambda conn, memo: self._term_hits_sql(conn, per_term))
+
+    def _term_hits_sql(self, conn: "psycopg.Connection", per_term: list[list[str]]) -> tuple[int, list[int]]:
+        n, _ = self._corpus_stats(conn)
+        out = []
+        for toks in per_term:
+            if not toks:
+                out.append(0)
+                continue
+            q = " & ".join(_tsquery([t]) for t in toks)  # a term of several tokens: all of them
+            row = conn.execute(
+                f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
+                "AND part = 0 AND terms @@ %(q)s::tsquery",
+                {"agent": self.agent, "q": q},
+            ).fetchone()
+            out.append(int(row[0]))  # type: ignore[index]
+        return int(n), out

@@ -1,0 +1,304 @@
+"""Reads and searches of the SQLite store: pending chunks and vector counts, chunk metadata (kept
+for a search's candidates), keyword search (FTS5's ``bm25()``, or the same scores computed in
+process once the index stops changing) and vector search (sqlite-vec, or a NumPy matrix)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterable, Sequence
+
+import apsw
+
+from ...text import quote_fts
+from ..base import ChunkRow, VectorCounts
+from ..bm25 import Bm25Index, StaleStatistics, read_varint
+from .common import _batches, _blob, _locked, _vec_errors
+from .schema import FTS_TOKENIZERS
+
+log = logging.getLogger("clawmem")
+
+#: Queries served by sqlite-vec before the process keeps a NumPy matrix of the vectors.
+_MATRIX_AFTER_QUERIES = 2
+#: Keyword queries served by FTS5's bm25() on an unchanged index before the process scores them
+#: itself (:class:`~.bm25.Bm25Index`, same scores): a short-lived process or an index that changes
+#: between searches never pays for reading the statistics.
+_BM25_AFTER_QUERIES = 2
+#: Candidate metadata kept between the candidate lists and :meth:`SQLiteStore.get_chunk_meta`.
+_META_MEMO_MAX = 20_000
+
+
+class _Search:
+    """The reads and searches of :class:`~clawmem_core.store.sqlite.SQLiteStore`."""
+
+    @_locked
+    def pending_chunks(self, limit: int, after: int = 0, paths: Sequence[str] | None = None) -> list[tuple[int, ChunkRow]]:
+        """Up to ``limit`` chunks whose vectors are still to compute (of ``paths`` only, when
+        given), in index order, with the position to pass as ``after`` for the next ones."""
+        sql = ("SELECT rid, id, path, source, start_line, end_line, hash, model, text FROM chunks "
+               "WHERE pending = 1 AND rid > ?")
+        args: list[Any] = [int(after)]
+        if paths is not None:
+            if not paths:
+                return []
+            part = list(paths)[:500]
+            sql += f" AND path IN ({','.join('?' * len(part))})"
+            args += part
+        rows = self.conn.execute(sql + " ORDER BY rid LIMIT ?", (*args, int(limit))).fetchall()
+        return [(r[0], ChunkRow(*r[1:], pending=True)) for r in rows]
+
+    @_locked
+    def pending_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        out: set[str] = set()
+        for part, marks in _batches(ids):
+            out.update(r[0] for r in self.conn.execute(f"SELECT id FROM chunks WHERE pending = 1 AND id IN ({marks})", part))
+        return out
+
+    @_locked
+    def vector_counts(self) -> VectorCounts:
+        """How many chunks have their vectors, of how many, and the characters still to embed
+        (counted once per state of the index)."""
+        token = self._data_token()
+        if self._vector_counts is not None and self._vector_counts[0] == token:
+            return self._vector_counts[1]
+        total, pending, chars = self.conn.execute(
+            "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
+            "FROM chunks WHERE part = 0"
+        ).fetchall()[0]
+        counts = VectorCounts(int(total) - int(pending), int(total), int(chars))
+        self._vector_counts = (token, counts)
+        return counts
+
+    @_locked
+    def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
+        """``id -> (path, source, start_line, end_line)``, without reading any text."""
+        ids = list(ids)
+        out: dict[str, tuple[str, str, int, int]] = {}
+        token, memo = self._meta_memo
+        if memo and token == self._data_token():  # read with this search's candidates
+            out = {i: memo[i] for i in ids if i in memo}
+            ids = [i for i in ids if i not in out]
+        for part, marks in _batches(ids):
+            for row in self.conn.execute(
+                f"SELECT id, path, source, start_line, end_line FROM chunks WHERE id IN ({marks})", part
+            ):
+                out[row[0]] = (row[1], row[2], row[3], row[4])
+        return out
+
+    def _read_meta(self, rids: Iterable[int]) -> dict[int, str]:
+        """``rid -> id`` of search candidates; their metadata is kept for :meth:`get_chunk_meta`
+        while the index is unchanged (looked up by rid, which is cheaper than by id)."""
+        token = self._data_token()
+        memo_token, memo = self._meta_memo
+        if memo_token != token or len(memo) > _META_MEMO_MAX:
+            memo = {}
+            self._meta_memo = (token, memo)
+        rids = [int(r) for r in rids]
+        out: dict[int, str] = {}
+        for part, marks in _batches(rids):
+            for rid, cid, path, source, start, end in self.conn.execute(
+                f"SELECT rid, id, path, source, start_line, end_line FROM chunks WHERE rid IN ({marks})", part
+            ):
+                out[rid] = cid
+                memo[cid] = (path, source, start, end)
+        return out
+
+    @_locked
+    def get_chunks(self, ids: Iterable[str]) -> dict[str, ChunkRow]:
+        ids = list(ids)
+        out: dict[str, ChunkRow] = {}
+        for part, marks in _batches(ids):
+            for row in self.conn.execute(
+                f"SELECT id, path, source, start_line, end_line, hash, model, text FROM chunks WHERE id IN ({marks})",
+                part,
+            ):
+                out[row[0]] = ChunkRow(*row)
+        return out
+
+    # -- search -------------------------------------------------------------------------------
+
+    @_locked
+    def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+        if not self.fts_available or not terms:
+            return []
+        if self.fts_tokenizer == "trigram":
+            terms = [t for t in terms if len(t) >= 3]
+            if not terms:
+                return []
+        hits = self._bm25_search(terms, limit)
+        if hits is not None:
+            return hits
+        match = " OR ".join(quote_fts(t) for t in terms)
+        try:
+            return [
+                (row[0], float(row[1]))
+                for row in self.conn.execute(
+                    # bm25() spelled out is faster than the ``rank`` column alias (same values).
+                    "SELECT c.id, f.r FROM (SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts "
+                    "MATCH ? ORDER BY r, rowid LIMIT ?) AS f JOIN chunks AS c ON c.rid = f.rowid ORDER BY f.r, f.rowid",
+                    (match, int(limit)),
+                )
+            ]
+        except apsw.SQLError as exc:  # never expected: every term is quoted
+            log.warning("keyword search failed: %s", exc)
+            return []
+
+    def _bm25_search(self, terms: list[str], limit: int) -> list[tuple[str, float]] | None:
+        """The keyword query scored in process once the index has stayed unchanged for a few
+        queries; ``None``: use FTS5 (not warm yet, a term that is not one token, or the index
+        changed meanwhile)."""
+        token = self._data_token()
+        if token != self._kw_token:
+            self._kw_token, self._kw_queries, self._bm25 = token, 0, None
+        self._kw_queries += 1
+        if self._kw_queries <= _BM25_AFTER_QUERIES or self.fts_tokenizer == "trigram":
+            return None
+        tokens = self._fts_tokens(terms)
+        if tokens is None:
+            return None
+        try:
+            if self._bm25 is None or self._bm25[0] != token:
+                self._bm25 = (token, Bm25Index.load(self.conn, "chunks_fts"))
+            hits = self._bm25[1].search(tokens, int(limit))
+            ids = self._read_meta(rid for rid, _ in hits)
+        except (StaleStatistics, apsw.Error) as exc:
+            log.debug("in-process keyword scoring unavailable: %s", exc)
+            self._bm25 = None
+            return None
+        if self._data_token() != token:  # written meanwhile: FTS5 reads one consistent state
+            self._bm25 = None
+            return None
+        return [(ids[rid], rank) for rid, rank in hits if rid in ids]
+
+    def term_hits(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        if not self.fts_available:
+            return None
+        token = self._data_token()
+        if self._hits_cache is None or self._hits_cache[0] != token:
+            rows = 0
+            for (block,) in self.conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
+                rows = read_varint(block)[0]
+            self._hits_cache = (token, rows, {})
+        _, rows, known = self._hits_cache
+        out = []
+        for term in terms:
+            n = known.get(term)
+            if n is None:
+                try:
+                    n = self._term_rows(term)
+                except apsw.SQLError as exc:  # never expected: the term is quoted
+                    log.debug("term frequency of %r unavailable: %s", term, exc)
+                    return None
+                if len(known) < 50_000:
+                    known[term] = n
+            out.append(n)
+        return rows, out
+
+    def _term_rows(self, term: str) -> int:
+        """Rows holding ``term``: the FTS5 vocabulary's row count for one token, else a count of
+        the rows matching it as a phrase."""
+        if self.fts_tokenizer == "trigram" and len(term) < 3:
+            return 0
+        tokens = self._fts_tokens([term])
+        if tokens is not None:
+            if self.read_only:  # query_only refuses temporary tables too (the file stays read-only)
+                self.conn.execute("PRAGMA query_only=0")
+            try:
+                self.conn.execute(
+                    'CREATE VIRTUAL TABLE IF NOT EXISTS temp."chunks_fts_rows" USING fts5vocab(main, "chunks_fts", row)'
+                )
+            finally:
+                if self.read_only:
+                    self.conn.execute("PRAGMA query_only=1")
+            got = self.conn.execute('SELECT doc FROM temp."chunks_fts_rows" WHERE term = ?', (tokens[0],)).fetchall()
+            return int(got[0][0]) if got else 0
+        return int(self.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quote_fts(term),)).fetchall()[0][0])
+
+    def _fts_tokens(self, terms: list[str]) -> list[str] | None:
+        """The FTS5 token of each query term, or ``None`` when a term is not exactly one token."""
+        if self._query_tokenizer is None:
+            name, *args = [a.strip("'") for a in FTS_TOKENIZERS[self.fts_tokenizer].split()]
+            self._query_tokenizer = self.conn.fts5_tokenizer(name, args)
+        out = []
+        for term in terms:
+            got = self._query_tokenizer(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False)
+            if len(got) != 1 or len(got[0]) != 1:
+                return None
+            out.append(got[0][0])
+        return out
+
+    @_locked
+    def refresh(self) -> None:
+        """Re-read what another connection may have changed (vector dimensions after a rebuild)."""
+        token = self._data_token()
+        if token != self._seen_token:
+            self._seen_token = token
+            self._read_vector_state()
+
+    @_locked
+    def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        self.refresh()
+        if not self.vector_dims or len(query) != self.vector_dims:
+            return []
+        self._vec_queries += 1
+        use_extension = self.vector_extension and self.vector_table_ok and self._vec_queries <= _MATRIX_AFTER_QUERIES
+        if use_extension and not self._matrix_fresh():
+            with _vec_errors():
+                return self._vec_query(query, limit)
+        return self._matrix_search(query, limit)
+
+    def _vec_query(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        """sqlite-vec's nearest chunks (an all-zero stored vector has no distance: skipped)."""
+        return [
+            (row[0], 1.0 - float(row[1]))
+            for row in self.conn.execute(
+                "SELECT c.id, v.distance FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
+                "AND k = ?) AS v JOIN chunks AS c ON c.rid = v.rowid ORDER BY v.distance",
+                (_blob(query), int(limit)),
+            )
+            if row[1] is not None and math.isfinite(row[1])
+        ]
+
+    def _data_token(self) -> Any:
+        return (self.conn.execute("PRAGMA data_version").fetchall()[0][0], self._writes, self._opens)
+
+    def _matrix_fresh(self) -> bool:
+        return self._matrix is not None and self._matrix[0] == self._data_token()
+
+    def _matrix_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        """Exact cosine search over a float32 matrix kept in memory while the index is unchanged."""
+        import numpy as np
+
+        q = np.asarray(query, dtype=np.float32)
+        if not self._matrix_fresh():
+            token = self._data_token()
+            ids: list[str] = []
+            rids: list[int] = []
+            blobs: list[bytes] = []
+            for rid, cid, blob in self.conn.execute(
+                "SELECT rid, id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
+                (self.vector_dims * 4,),  # type: ignore[operator]
+            ):
+                rids.append(rid)
+                ids.append(cid)
+                blobs.append(blob)
+            if blobs:
+                m = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+                norms = np.linalg.norm(m, axis=1, keepdims=True)
+                np.divide(m, norms, out=m, where=norms > 0)
+            else:
+                m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
+            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64))
+        _, ids, m, rid_of = self._matrix  # type: ignore[misc]
+        if not ids:
+            return []
+        qn = float(np.linalg.norm(q))
+        if qn == 0:
+            return []
+        scores = m @ (q / qn)
+        k = min(int(limit), len(ids))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        self._read_meta(rid_of[top])
+        return [(ids[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
