@@ -29,7 +29,10 @@ def _index(tmp_path: Path, provider: str = "auto") -> MemoryIndex:
     (ws / "memory").mkdir(parents=True, exist_ok=True)
     (ws / "MEMORY.md").write_text("# Memory\n\n- Dana prefers tea.\n", encoding="utf-8")
     embedder = HashEmbedder() if provider == "auto" else None
-    index = MemoryIndex(ws, config=MemoryConfig(provider=provider), embedder=embedder, state_dir=tmp_path / "state")
+    # A generous query deadline: on a loaded machine the calibration of the embedder's cosines must not be given
+    # up on (raw cosines would give an unrelated item a small positive score).
+    config = MemoryConfig.from_dict({"provider": provider, "query": {"timeout_ms": 60_000}})
+    index = MemoryIndex(ws, config=config, embedder=embedder, state_dir=tmp_path / "state")
     index.sync()
     return index
 
