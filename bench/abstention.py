@@ -119,7 +119,7 @@ def run(setup: Any, ds: Any, work: Path, foreign: Any, capture: Capture | None) 
             real = [q for q in ds.queries if q.workspace == ws]
             items = [(q.text, q) for q in real] + [(t, None) for t in foreign(ws)]
             for text, q in items:
-                hits = mem.search(text, max_results=TOP, min_score=0.0)
+                hits = mem.search(text, max_results=TOP, min_score=0.0, record=False)
                 row: dict[str, Any] = {
                     "ws": ws.name, "text": text, "real": q is not None,
                     "spans": [(h.path, int(h.start_line), int(h.end_line)) for h in hits],

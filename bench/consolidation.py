@@ -162,7 +162,7 @@ def search_rows(mem: Any, queries: Sequence[Query], entries: Sequence[PromotedEn
     """Per question: (hit@1, hit@5, top result from ``MEMORY.md``)."""
     rows = {}
     for q in queries:
-        hits = list(mem.search(q.text, max_results=k, min_score=0.0))
+        hits = list(mem.search(q.text, max_results=k, min_score=0.0, record=False))
         # the spans of one MEMORY.md result sit at one rank: find the first result covering a gold line
         first = next((i for i, h in enumerate(hits)
                       if hit_at(covered_spans([h], entries, gold, q.gold_lines), q.gold_lines, k)), None)
@@ -198,7 +198,7 @@ def replay_workspace(src: Path, queries: Sequence[Query], all_gold: set[tuple[st
                      work: Path, *, weeks: int, repeats: int, seed: int, limit_per_run: int,
                      log: Callable[[str], None]) -> dict[str, Any]:
     """Copy ``src``, replay its traffic with weekly promotion, score before and after."""
-    from clawmem_core.dreaming import PromotionConfig, RecallLog, Workspace, promote
+    from clawmem_core.dreaming import PromotionConfig, RecallLog, Workspace, promote_workspace
     from clawmem_core.dreaming.sqlite_store import SqliteDreamStore
 
     root = work / src.name
@@ -223,12 +223,12 @@ def replay_workspace(src: Path, queries: Sequence[Query], all_gold: set[tuple[st
             end = T0 + week * 7 * DAY
             while i < len(plan) and plan[i][0] < end:
                 ts, q = plan[i]
-                rlog.record(AGENT, q.text, mem.search(q.text), session_key=f"agent:{AGENT}:main", when=ts)
+                rlog.record(AGENT, q.text, mem.search(q.text, record=False), session_key=f"agent:{AGENT}:main", when=ts)
                 searches += 1
                 i += 1
             rlog.flush()
             t0 = time.perf_counter()
-            report = promote(rlog, ws, AGENT, apply=True, config=config, now=end)
+            report = promote_workspace(rlog, ws, AGENT, apply=True, config=config, now=end)
             secs = time.perf_counter() - t0
             gates: dict[str, int] = defaultdict(int)
             for c in report.candidates:
@@ -287,7 +287,7 @@ def replay_workspace(src: Path, queries: Sequence[Query], all_gold: set[tuple[st
 
 def zero_traffic_promotes_nothing(src: Path, choice: EmbedderChoice, work: Path) -> dict[str, Any]:
     """A promotion run over an index that recorded nothing: what it adds (it must be nothing)."""
-    from clawmem_core.dreaming import RecallLog, Workspace, promote
+    from clawmem_core.dreaming import RecallLog, Workspace, promote_workspace
     from clawmem_core.dreaming.sqlite_store import SqliteDreamStore
 
     root = work / (src.name + "-zero")
@@ -295,7 +295,7 @@ def zero_traffic_promotes_nothing(src: Path, choice: EmbedderChoice, work: Path)
     with engine.open_index(root, work / (src.name + "-zero-state"), choice) as mem:
         mem.sync()
         store = SqliteDreamStore(mem.store_path)
-        report = promote(RecallLog(store), Workspace(root), AGENT, apply=True, now=T0 + 7 * DAY)
+        report = promote_workspace(RecallLog(store), Workspace(root), AGENT, apply=True, now=T0 + 7 * DAY)
         store.close()
     return {"added": len(report.added), "memory_md_written": (root / "MEMORY.md").exists()}
 
@@ -307,7 +307,7 @@ def promotion_time(src: Path, queries: Sequence[Query], choice: EmbedderChoice, 
                    seed: int) -> dict[str, Any]:
     """``scale`` synthetic recall events on the real lines of ``src`` (snippet-like ranges, Zipf-like popularity,
     real question texts, 4 weeks), then one preview and one applied promotion, timed."""
-    from clawmem_core.dreaming import PromotionConfig, RecallEvent, Workspace, promote
+    from clawmem_core.dreaming import PromotionConfig, RecallEvent, Workspace, promote_workspace
     from clawmem_core.dreaming.recall_log import QUERY_TEXT_MAX, content_hash, normalize_text, query_hash
     from clawmem_core.dreaming.sources import is_candidate_path
     from clawmem_core.dreaming.sqlite_store import SqliteDreamStore
@@ -354,10 +354,10 @@ def promotion_time(src: Path, queries: Sequence[Query], choice: EmbedderChoice, 
     now = T0 + 28 * DAY
     config = PromotionConfig()
     t0 = time.perf_counter()
-    preview = promote(store, ws, AGENT, apply=False, config=config, now=now)
+    preview = promote_workspace(store, ws, AGENT, apply=False, config=config, now=now)
     preview_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    applied = promote(store, ws, AGENT, apply=True, config=config, now=now)
+    applied = promote_workspace(store, ws, AGENT, apply=True, config=config, now=now)
     apply_s = time.perf_counter() - t0
     count = store.count_events(AGENT)
     store.close()
@@ -401,7 +401,7 @@ def latency(src: Path, queries: Sequence[str], choice: EmbedderChoice, work: Pat
             opened.append(ctx)
             mem.sync()
             for q in queries[:5]:  # warm caches; the change journal starts on the second search
-                mem.search(q)
+                mem.search(q, record=False)
             scan = mem._syncer.scan
 
             def counting(*a: Any, _scan: Any = scan, _m: str = m, **k: Any) -> Any:
@@ -420,7 +420,7 @@ def latency(src: Path, queries: Sequence[str], choice: EmbedderChoice, work: Pat
             for q in queries:
                 for m in order:
                     t0 = time.perf_counter()
-                    hits = mems[m].search(q)
+                    hits = mems[m].search(q, record=False)
                     if m != "off":
                         logs[m].record(AGENT, q, hits)
                     times[m].append((time.perf_counter() - t0) * 1000.0)

@@ -66,7 +66,7 @@ def open_index(workspace: Path, state_dir: Path, choice: EmbedderChoice, mode: s
 
 
 def search_spans(mem: Any, query: str, k: int) -> list[Span]:
-    hits = mem.search(query, max_results=k, min_score=0.0)
+    hits = mem.search(query, max_results=k, min_score=0.0, record=False)
     return [Span(h.path, int(h.start_line), int(h.end_line)) for h in hits]
 
 

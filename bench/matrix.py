@@ -273,8 +273,8 @@ def evaluate(setup: Setup, ds: Dataset, work: Path, fusion: str, reranker: Any, 
         with MemoryIndex(str(ws), agent_id="main", config=cfg, embedder=setup.embedder, reranker=reranker,
                          state_dir=str(state)) as mem:
             for q in (q for q in ds.queries if q.workspace == ws):
-                ranking = mem.search(q.text, max_results=k, min_score=0.0)
-                default = mem.search(q.text)
+                ranking = mem.search(q.text, max_results=k, min_score=0.0, record=False)
+                default = mem.search(q.text, record=False)
                 for r in (ranking, default):
                     degraded += bool(r.info.get("degraded"))
                     reranked += bool(r.info.get("reranked"))
@@ -332,7 +332,7 @@ def build_indexes(setup: Setup, ds: Dataset, work: Path) -> dict[str, Any]:
             mem.sync()
             st = mem.status()
             chunks += int(getattr(st, "chunks", 0) or 0)
-            vec = mem.search("index check", max_results=1, min_score=0.0).vectors
+            vec = mem.search("index check", max_results=1, min_score=0.0, record=False).vectors
             if setup.name != "none" and (not vec or vec["done"] < vec["total"]):
                 raise RuntimeError(f"{setup.name} {ds.name} {ws.name}: vectors incomplete after sync: {vec}")
     secs = time.perf_counter() - t0

@@ -165,7 +165,7 @@ def quality(server: Server, data_dir: Path, limit: int | None) -> dict[str, Any]
                     mem.sync()
                     t0 = time.perf_counter()
                     for q in queries:
-                        hits = mem.search(q.text, max_results=k, min_score=0.0)
+                        hits = mem.search(q.text, max_results=k, min_score=0.0, record=False)
                         by_store[kind][q.qid] = [Span(h.path, h.start_line, h.end_line) for h in hits]
                     seconds[kind] += time.perf_counter() - t0
         score = _score_beir if ds.kind == "beir" else _score_locomo
@@ -398,18 +398,18 @@ def speed(server: Server, scales: list[int], queries: int,
                     if i % 4 < 2:
                         t["kw1"].append(_timed(lambda: mems[kind]._store.keyword_search(terms, 200))[0])
                     else:
-                        t["hyb1"].append(_timed(lambda: mems[kind].search(q, max_results=6))[0])
+                        t["hyb1"].append(_timed(lambda: mems[kind].search(q, max_results=6, record=False))[0])
             for i, (q, terms, qv) in enumerate(prepared):
                 for kind in (kinds if i % 2 else kinds[::-1]):
                     t, store = timings[kind], mems[kind]._store
                     t["kw"].append(_timed(lambda: store.keyword_search(terms, 200))[0])
                     t["vec"].append(_timed(lambda: store.vector_search(qv, 200))[0])
-                    t["hyb"].append(_timed(lambda: mems[kind].search(q, max_results=6))[0])
+                    t["hyb"].append(_timed(lambda: mems[kind].search(q, max_results=6, record=False))[0])
             load["end"] = os.getloadavg()
             with _Statements() as counter:  # statements a warm search sends the server
                 counter.on = True
                 for q, _, _ in prepared[:20]:
-                    mems["postgres"].search(q, max_results=6)
+                    mems["postgres"].search(q, max_results=6, record=False)
                 row["postgres"]["statements_per_search"] = counter.count / min(20, len(prepared))
             for kind in kinds:
                 t = timings[kind]

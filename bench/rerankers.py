@@ -201,7 +201,7 @@ def latency(work: Path, data: Path, per_dataset: int, which: str, seed: int = 7)
                     for mem, sink in (pair if i % 2 == 0 else pair[::-1]):
                         before = len(scorer.seconds)
                         t0 = time.perf_counter()
-                        r = mem.search(q.text)
+                        r = mem.search(q.text, record=False)
                         sink.append(time.perf_counter() - t0)
                         if mem is m_on:
                             if not r.info.get("reranked"):

@@ -128,12 +128,12 @@ def task_index(t: dict[str, Any]) -> dict[str, Any]:
 def _timed_search(mem: Any, queries: list[str], emb: Any, k: int, min_score: float, warm: int = 10):
     mem.sync()  # a new instance's first search would start a background sync; settle it first
     for q in queries[:warm]:
-        mem.search(q, max_results=k, min_score=min_score)
+        mem.search(q, max_results=k, min_score=min_score, record=False)
     incl, excl = [], []
     for q in queries:
         e0 = getattr(emb, "query_seconds", 0.0)
         t0 = time.perf_counter()
-        mem.search(q, max_results=k, min_score=min_score)
+        mem.search(q, max_results=k, min_score=min_score, record=False)
         dt = time.perf_counter() - t0
         incl.append(dt)
         excl.append(dt - (getattr(emb, "query_seconds", 0.0) - e0))
@@ -179,7 +179,7 @@ def task_search(t: dict[str, Any]) -> dict[str, Any]:
         rec, unmatched = [], 0
         for q, ex in zip(queries, exact):
             got = []
-            for h in mem.search(q, max_results=10, min_score=0.0):
+            for h in mem.search(q, max_results=10, min_score=0.0, record=False):
                 i = key.get((h.path, int(h.start_line), int(h.end_line)))
                 if i is None:
                     unmatched += 1

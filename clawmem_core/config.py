@@ -422,6 +422,68 @@ class LocalConfig:
 
 
 @dataclass
+class DreamingConfig:
+    """``dreaming``: the recall log (which search results reached the model) and promotion of what is recalled
+    often into ``MEMORY.md``. Recording is on by default; promotion runs only when asked (``clawmem promote
+    --apply``, :func:`clawmem_core.dreaming.promote`) or scheduled by the application."""
+
+    #: Record the results of every search that answers the model (tools, MCP, retrievers) in the agent's recall
+    #: log: path, lines, content hash, score, rank, the masked query and its hash, the time and the session key.
+    record: bool = True
+    #: Recall events older than this many days are deleted.
+    max_age_days: float = 90.0
+    #: At most this many recall events are kept per agent (the oldest go first).
+    max_events: int = 50_000
+    #: A candidate promotes only when its mean recall score is at least this (0 to 1) ...
+    min_score: float = 0.5
+    #: ... it was recalled at least this many times ...
+    min_recall_count: int = 3
+    #: ... by at least this many distinct queries.
+    min_unique_queries: int = 2
+    #: Most entries promoted per run.
+    limit: int = 10
+    #: A rewrite of ``MEMORY.md`` may lose at most this fraction of its prior entries (0 to 1).
+    max_loss_fraction: float = 0.25
+    #: ``MEMORY.md`` stays within this many characters (a promotion that would pass it is cut short).
+    max_memory_chars: int = 20_000
+    #: Recency halves every this many days.
+    half_life_days: float = 14.0
+    #: Only recalls of the last this many days are read by a promotion (unset: the whole log).
+    window_days: float | None = None
+    #: Append a short report of each applied promotion to ``DREAMS.md``.
+    diary: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.record, bool):
+            raise ConfigError(f"dreaming.record must be true or false, got {self.record!r}")
+        if not isinstance(self.diary, bool):
+            raise ConfigError(f"dreaming.diary must be true or false, got {self.diary!r}")
+        for name in ("max_age_days", "half_life_days"):
+            value = _num(getattr(self, name), f"dreaming.{name}")
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"dreaming.{name} must be a positive number, got {getattr(self, name)!r}")
+            setattr(self, name, value)
+        for name in ("min_score", "max_loss_fraction"):
+            value = _num(getattr(self, name), f"dreaming.{name}")
+            if not 0.0 <= value <= 1.0:  # (NaN fails too)
+                raise ConfigError(f"dreaming.{name} must be a number from 0 to 1, got {getattr(self, name)!r}")
+            setattr(self, name, value)
+        for name, lo in (("max_events", 1), ("min_recall_count", 1), ("min_unique_queries", 1), ("limit", 0),
+                         ("max_memory_chars", 1)):
+            raw = getattr(self, name)
+            value = _num(raw, f"dreaming.{name}")
+            if not math.isfinite(value) or value != int(value) or value < lo:
+                kind = "a positive whole number" if lo == 1 else "a whole number, 0 or more"
+                raise ConfigError(f"dreaming.{name} must be {kind}, got {raw!r}")
+            setattr(self, name, int(value))
+        if self.window_days is not None:
+            value = _num(self.window_days, "dreaming.window_days")
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"dreaming.window_days must be a positive number, got {self.window_days!r}")
+            self.window_days = value
+
+
+@dataclass
 class ExperimentalConfig:
     #: Index session transcripts too, with ``sources`` including ``"sessions"`` (secrets masked).
     session_memory: bool = False
@@ -463,6 +525,8 @@ class MemoryConfig:
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
+    #: The recall log and promotion into ``MEMORY.md`` ("dreaming").
+    dreaming: DreamingConfig = field(default_factory=DreamingConfig)
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:

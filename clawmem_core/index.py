@@ -34,6 +34,7 @@ from .index_parts.freshness import Freshness, FreshnessLimits
 from .index_parts.identity import INDEX_FORMAT, index_identity  # noqa: F401  (INDEX_FORMAT: defined here before)
 from .index_parts.namespaces import SharedNamespaces
 from .index_parts.reads import Reader
+from .index_parts.recall import RecallRecorder
 from .index_parts.searching import Reranker, SearchRunner
 from .index_parts.status import StatusReport
 from .index_parts.stores import StoreHandles, store_url
@@ -166,6 +167,7 @@ class MemoryIndex:
         self._writes = Writer(config, ws, self.mark_dirty, sync=self._resync)  # type: ignore[arg-type]
         self._status_report = StatusReport(config, ws, self.agent_id, self._stores, self._embedding,
                                            self._namespaces, self._changes, self._identity)
+        self._recall = RecallRecorder(config, self.agent_id, self._stores)
         self._closed = False
 
     def _resync(self, **kwargs: Any) -> SyncReport:
@@ -271,24 +273,34 @@ class MemoryIndex:
     #: for the files (closed, overflowed, out of watches), a search stats every file.
     change_journal = FreshnessLimits.change_journal
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchHits:
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None, *,
+               session_key: str | None = None, record: bool = True) -> SearchHits:
         """Hybrid search (SPEC 6). Empty query or empty index -> ``[]`` without creating the
         embedder. Raises :class:`EmbeddingError` when the query cannot be embedded. A query
         embedding that takes longer than ``query.timeout_ms`` is abandoned: the results come from
         the keyword side and ``results.info["degraded"]`` says ``"embedding timeout"``. An explicit
-        ``min_score`` is a floor."""
-        self._check_open()
-        return self._answered(query, self._searching.search(query, max_results, min_score))
+        ``min_score`` is a floor.
 
-    async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchHits:
+        The hits returned are recorded in the agent's recall log (``dreaming.record``, on by
+        default), with ``session_key`` when given; a search that does not answer the model (a
+        duplicate check, a benchmark) passes ``record=False``. Recording never fails a search."""
+        self._check_open()
+        return self._answered(query, self._searching.search(query, max_results, min_score), session_key, record)
+
+    async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None, *,
+                      session_key: str | None = None, record: bool = True) -> SearchHits:
         """Async twin of :meth:`search`: the query embedding is awaited (``aembed_query``) within
         ``query.timeout_ms``."""
         self._check_open()
-        return self._answered(query, await self._searching.asearch(query, max_results, min_score))
+        hits = await self._searching.asearch(query, max_results, min_score)
+        return self._answered(query, hits, session_key, record)
 
-    def _answered(self, query: str, hits: SearchHits) -> SearchHits:
+    def _answered(self, query: str, hits: SearchHits, session_key: str | None = None,
+                  record: bool = True) -> SearchHits:
         """Every search's answer passes here (``search`` and ``asearch``), as returned: the place
-        for a part that observes what was recalled."""
+        for a part that observes what was recalled (the recall log)."""
+        if record and hits:
+            self._recall.record(query, hits, session_key)
         return hits
 
     # -- read and write -----------------------------------------------------------------------
@@ -378,6 +390,7 @@ class MemoryIndex:
         self._background.stop_watchers()
         self._freshness.close()
         self._background.stop()
+        self._recall.close()
         self._closed = True
         self._stores.close(others=self._namespaces.open_handles())
         self._embedding.close()

@@ -100,7 +100,8 @@ def search_payload(
     """Run a search and return the ``memory_search`` payload; failures become the
     ``disabled/unavailable`` payload the model can read (never an exception)."""
     try:
-        hits = mem.search(query, max_results=coerce_numeric(max_results), min_score=coerce_numeric(min_score))
+        hits = mem.search(query, max_results=coerce_numeric(max_results), min_score=coerce_numeric(min_score),
+                          session_key=session_key)
     except Exception as exc:  # the model must see the failure, not a crash
         return search_error_payload(exc)
     return format_search_payload(mem, hits, session_key=session_key)
@@ -116,7 +117,8 @@ async def asearch_payload(
 ) -> dict[str, Any]:
     """Async twin of :func:`search_payload`."""
     try:
-        hits = await mem.asearch(query, max_results=coerce_numeric(max_results), min_score=coerce_numeric(min_score))
+        hits = await mem.asearch(query, max_results=coerce_numeric(max_results), min_score=coerce_numeric(min_score),
+                                 session_key=session_key)
     except Exception as exc:
         return search_error_payload(exc)
     return format_search_payload(mem, hits, session_key=session_key)

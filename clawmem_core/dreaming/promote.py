@@ -2,7 +2,7 @@
 the rewrite, save the preimage, write ``MEMORY.md`` and append a run report to ``DREAMS.md``.
 
 A preview (``apply=False``) computes the same report and proposed text and writes nothing (not even the
-recall log's lock file is needed). :func:`rollback` restores the latest preimage byte for byte.
+recall log's lock file is needed). :func:`rollback_workspace` restores the latest preimage byte for byte.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from .validate import RewriteLimits, check_entry, check_rewrite
 from .writer import Composed, candidate_entry, compose, write_atomic
 from .decisions import Decision
 
-__all__ = ["PromotionConfig", "PromotionReport", "promote", "rollback", "explain_promotion", "candidates_for",
-           "dream_status"]
+__all__ = ["PromotionConfig", "PromotionReport", "promote_workspace", "rollback_workspace", "explain_promotion",
+           "candidates_for", "dream_status"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _append_only(prior: str, chosen: list[Candidate], ws: Workspace,
     return Composed(prior), left_out
 
 
-def promote(target: Any, ws: Workspace, agent: str = "main", *, model: ChatModel = None, apply: bool = False,
+def promote_workspace(target: Any, ws: Workspace, agent: str = "main", *, model: ChatModel = None, apply: bool = False,
             config: PromotionConfig = PromotionConfig(), now: Optional[float] = None) -> PromotionReport:
     """Promote ``agent``'s gated candidates into ``MEMORY.md`` (``apply``) or say what would be done (preview).
 
@@ -222,7 +222,7 @@ def _diary(ws: Workspace, report: PromotionReport, now: float, tz: timezone) -> 
     write_atomic(path, old + sep + ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-def rollback(target: Any, ws: Workspace, agent: str = "main") -> Preimage:
+def rollback_workspace(target: Any, ws: Workspace, agent: str = "main") -> Preimage:
     """Restore ``MEMORY.md`` to the latest saved preimage, byte for byte (removing it when it did not exist),
     and drop that preimage. Raises :class:`~.errors.NothingToRollBackError` when none is left."""
     store = _store_of(target)

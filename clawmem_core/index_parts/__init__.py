@@ -13,6 +13,7 @@
 :mod:`.reads`             ``memory_get``: the files, or the index's copies
 :mod:`.writes`            notes and archived sessions, indexed at once
 :mod:`.status`            the index's status report
+:mod:`.recall`            the recall log: what searches gave the model, for dreaming
 ========================  ==========================================================================
 
 Each part takes what it needs in its constructor (the configuration, the other parts) and can be

@@ -409,6 +409,11 @@ class StoreBackend(ABC):
         :class:`StoreBusyError`. A backend without such a lock takes none."""
         return contextlib.nullcontext()
 
+    def connection_pool(self) -> Any:
+        """The pool of database connections this backend draws from, for tables kept beside the
+        index in the same database (the recall log); ``None`` for a backend without one (SQLite)."""
+        return None
+
     def open_namespace(self, agent_id: str) -> Store:
         """A read-only handle on another agent's index in the same store (a shared namespace)."""
         from ..errors import ConfigError

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from clawmem_core import MemoryConfig, MemoryIndex
-from clawmem_core.dreaming import RecallLog, Workspace, explain_promotion, promote, rollback
+from clawmem_core.dreaming import RecallLog, Workspace, explain_promotion, promote_workspace, rollback_workspace
 from clawmem_core.dreaming.sqlite_store import SqliteDreamStore
 from clawmem_core.dreaming.validate import check_rewrite
 
@@ -25,7 +25,7 @@ def test_a_week_of_searches_becomes_memory(tmp_path: Path, ws: Workspace, clock:
             clock.advance(1)
         (why,) = explain_promotion(log, ws, "网关 回环地址", now=clock.t)
         assert why.would_promote, why.reasons
-        report = promote(log, ws, apply=True, now=clock.t)
+        report = promote_workspace(log, ws, apply=True, now=clock.t)
         assert report.applied and report.added, report.to_dict()
         text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
         assert text.startswith(prior) and check_rewrite(prior, text, ws) == []
@@ -33,5 +33,5 @@ def test_a_week_of_searches_becomes_memory(tmp_path: Path, ws: Workspace, clock:
         mem.sync()
         found = mem.search("网关 回环地址", max_results=5)
         assert any(h.path == "MEMORY.md" for h in found)
-        rollback(log, ws)
+        rollback_workspace(log, ws)
         assert (ws.root / "MEMORY.md").read_text(encoding="utf-8") == prior

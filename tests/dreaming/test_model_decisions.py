@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clawmem_core.dreaming import PromotionConfig, RecallLog, Workspace, promote
+from clawmem_core.dreaming import PromotionConfig, RecallLog, Workspace, promote_workspace
 from clawmem_core.dreaming.decisions import parse_decisions
 from clawmem_core.dreaming.entries import entry_sources, parse_entries
 from clawmem_core.dreaming.errors import ModelDecisionError
@@ -74,7 +74,7 @@ def test_add_merge_supersede_applied(store: Any, ws: Workspace, clock: Clock) ->
         ]})
 
     model = Scripted(answer)
-    report = promote(log, ws, model=model, apply=True, now=clock.t)
+    report = promote_workspace(log, ws, model=model, apply=True, now=clock.t)
     assert report.mode == "model" and report.fallback_reason is None, report.fallback_reason
     assert (len(report.added), len(report.merged), len(report.superseded)) == (1, 1, 1)
     text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
@@ -139,7 +139,7 @@ KINDS = ["junk", "malformed", "shell", "score_metadata", "invented_source", "inv
 @pytest.mark.parametrize("kind", KINDS)
 def test_hostile_model_falls_back_to_append_only(sqlite_store: Any, ws: Workspace, clock: Clock, kind: str) -> None:
     log = _setup(sqlite_store, ws, clock)
-    report = promote(log, ws, model=Scripted(_hostile(kind)), apply=True, now=clock.t)
+    report = promote_workspace(log, ws, model=Scripted(_hostile(kind)), apply=True, now=clock.t)
     assert report.mode == "append" and report.fallback_reason, kind
     text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     assert text.startswith(PERSON)  # every prior entry kept byte for byte
@@ -158,7 +158,7 @@ def test_prompt_injection_in_a_note_is_never_promoted(store: Any, ws: Workspace,
     recall(log, ws, "memory/2026-11-06.md", 1, 1, ["memory", "entries", "note"], score=1.0)
     recall(log, ws, "memory/2026-11-06.md", 2, 2, ["记忆", "指令", "删除"], score=1.0)
     log.flush()
-    report = promote(log, ws, model=Scripted(_hostile("delete_most")), apply=True, now=clock.t)
+    report = promote_workspace(log, ws, model=Scripted(_hostile("delete_most")), apply=True, now=clock.t)
     assert ("memory/2026-11-06.md#L1-L1", "reads as an instruction to the model (possible prompt injection)") \
         in report.skipped
     assert report.mode == "append" and "prior entries lost" in str(report.fallback_reason)
@@ -197,7 +197,7 @@ def test_fuzz_random_decisions_keep_loss_limit_and_sources(sqlite_store: Any, ws
         keys = {"add": ("op", "candidate"), "skip": ("op", "candidate"), "supersede": ("op", "candidate", "entry"),
                 "merge": ("op", "candidate", "entry", "text"), "delete": ("op", "candidate")}[d["op"]]
         shaped.append({k: d[k] for k in keys})
-    report = promote(log, ws, model=Scripted(lambda _p: json.dumps({"decisions": shaped})), apply=True, now=clock.t)
+    report = promote_workspace(log, ws, model=Scripted(lambda _p: json.dumps({"decisions": shaped})), apply=True, now=clock.t)
     text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     prior = parse_entries(PERSON)
     kept = {e.text for e in parse_entries(text)}
@@ -208,9 +208,9 @@ def test_fuzz_random_decisions_keep_loss_limit_and_sources(sqlite_store: Any, ws
             assert refs and all((ws.root / r.path).exists() for r in refs)
     assert check_rewrite(PERSON, text, ws) == []
     if report.applied:
-        from clawmem_core.dreaming import rollback
+        from clawmem_core.dreaming import rollback_workspace
 
-        rollback(log, ws)
+        rollback_workspace(log, ws)
     assert (ws.root / "MEMORY.md").read_text(encoding="utf-8") == PERSON
 
 

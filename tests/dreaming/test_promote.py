@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from clawmem_core.dreaming import (ConsolidationBusyError, NothingToRollBackError, PromotionConfig, RecallLog,
-                                   Workspace, candidates_for, promote, rollback)
+                                   Workspace, candidates_for, promote_workspace, rollback_workspace)
 from clawmem_core.dreaming.entries import parse_entries
 from clawmem_core.dreaming.validate import check_rewrite
 
@@ -38,7 +38,7 @@ def test_preview_writes_nothing(store: Any, ws: Workspace, clock: Clock) -> None
     log = RecallLog(store, now=clock)
     _traffic(log, ws)
     before = _tree(ws.root)
-    report = promote(log, ws, now=clock.t)
+    report = promote_workspace(log, ws, now=clock.t)
     assert not report.applied and report.mode == "append" and len(report.added) == 3
     assert report.proposed is not None and "Source: memory/2026-11-03.md#L3-L3" in report.proposed
     assert _tree(ws.root) == before
@@ -49,7 +49,7 @@ def test_append_only_format_and_person_entries_kept(store: Any, ws: Workspace, c
     log = RecallLog(store, now=clock)
     _traffic(log, ws)
     prior = (ws.root / "MEMORY.md").read_bytes()
-    report = promote(log, ws, apply=True, now=clock.t)
+    report = promote_workspace(log, ws, apply=True, now=clock.t)
     assert report.applied and report.preimage_id is not None
     text = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     assert text.encode("utf-8").startswith(prior)  # what the person wrote stays byte for byte
@@ -63,7 +63,7 @@ def test_append_only_format_and_person_entries_kept(store: Any, ws: Workspace, c
     diary = (ws.root / "DREAMS.md").read_text(encoding="utf-8")
     assert diary.startswith("## Deep Sleep ") and "added 3, merged 0, superseded 0" in diary
     # promoted lines do not come back as candidates, and the diary is never one
-    again = promote(log, ws, apply=True, now=clock.t)
+    again = promote_workspace(log, ws, apply=True, now=clock.t)
     assert again.mode == "none" and not again.applied
     assert all(c.path != "DREAMS.md" for c in candidates_for(log, ws, now=clock.t))
 
@@ -74,21 +74,21 @@ def test_rollback_restores_byte_for_byte(store: Any, ws: Workspace, clock: Clock
     original = memory.read_bytes()
     log = RecallLog(store, now=clock)
     _traffic(log, ws)
-    promote(log, ws, apply=True, now=clock.t)
+    promote_workspace(log, ws, apply=True, now=clock.t)
     assert memory.read_bytes() != original
-    pre = rollback(log, ws)
+    pre = rollback_workspace(log, ws)
     assert pre.content == original and memory.read_bytes() == original
     with pytest.raises(NothingToRollBackError):
-        rollback(log, ws)
+        rollback_workspace(log, ws)
 
 
 def test_rollback_of_a_first_memory_file_removes_it(store: Any, ws: Workspace, clock: Clock) -> None:
     (ws.root / "MEMORY.md").unlink()
     log = RecallLog(store, now=clock)
     _traffic(log, ws)
-    assert promote(log, ws, apply=True, now=clock.t).applied
+    assert promote_workspace(log, ws, apply=True, now=clock.t).applied
     assert (ws.root / "MEMORY.md").exists()
-    rollback(log, ws)
+    rollback_workspace(log, ws)
     assert not (ws.root / "MEMORY.md").exists()
 
 
@@ -97,7 +97,7 @@ def test_source_changed_after_ranking_is_not_written(sqlite_store: Any, ws: Work
     log = RecallLog(sqlite_store, now=clock)
     _traffic(log, ws)
     (ws.root / ZH).write_text("# 周二\n\n网关改为监听所有接口。\n", encoding="utf-8")
-    report = promote(log, ws, apply=True, now=clock.t)
+    report = promote_workspace(log, ws, apply=True, now=clock.t)
     assert (f"{ZH}#L3-L3", "source changed since it was recalled (content hash differs)") in report.skipped
     assert "网关" not in "".join(report.added)
     assert "网关改为" not in (ws.root / "MEMORY.md").read_text(encoding="utf-8")
@@ -108,22 +108,22 @@ def test_one_consolidation_per_agent(store: Any, ws: Workspace, clock: Clock) ->
     _traffic(log, ws)
     with store.consolidation_lock("main"):
         with pytest.raises(ConsolidationBusyError):
-            promote(log, ws, apply=True, now=clock.t)
-        promote(log, ws, now=clock.t)  # a preview needs no lock
+            promote_workspace(log, ws, apply=True, now=clock.t)
+        promote_workspace(log, ws, now=clock.t)  # a preview needs no lock
         with store.consolidation_lock("other"):  # other agents are independent
             pass
-    assert promote(log, ws, apply=True, now=clock.t).applied
+    assert promote_workspace(log, ws, apply=True, now=clock.t).applied
 
 
 def test_limit_and_size_budget(sqlite_store: Any, ws: Workspace, clock: Clock) -> None:
     log = RecallLog(sqlite_store, now=clock)
     _traffic(log, ws)
-    assert len(promote(log, ws, config=PromotionConfig(limit=1), now=clock.t).added) == 1
+    assert len(promote_workspace(log, ws, config=PromotionConfig(limit=1), now=clock.t).added) == 1
     prior = (ws.root / "MEMORY.md").read_text(encoding="utf-8")
     from clawmem_core.dreaming import RewriteLimits
 
     tight = PromotionConfig(limits=RewriteLimits(max_chars=len(prior) + 260))
-    report = promote(log, ws, config=tight, apply=True, now=clock.t)
+    report = promote_workspace(log, ws, config=tight, apply=True, now=clock.t)
     assert report.applied and 1 <= len(report.added) < 3  # as many as fit
     assert len((ws.root / "MEMORY.md").read_text(encoding="utf-8")) <= len(prior) + 260
 
@@ -134,7 +134,7 @@ def test_promoted_entries_carry_trigger_phrases_from_plain_queries(sqlite_store:
     recall(log, ws, ZH, 3, 3, ["网关", "回环地址", "家庭网络安全", "token ghp_" + "Q" * 36 + " 网关"])
     recall(log, ws, EN, 3, 3, ["gateway loopback", "what is the gateway's address?", "network safety", "gw"])
     log.flush()
-    promote(log, ws, apply=True, now=clock.t)
+    promote_workspace(log, ws, apply=True, now=clock.t)
     from clawmem_core.dreaming.entries import entry_triggers
 
     entries = {e.text.split("Source: ")[-1]: e.text for e in parse_entries((ws.root / "MEMORY.md").read_text("utf-8"))}
@@ -149,7 +149,7 @@ def test_status_counts(store: Any, ws: Workspace, clock: Clock) -> None:
     _traffic(log, ws)
     assert dream_status(log, ws, now=clock.t) == {"recall_events": 10, "candidates": 4, "promotable": 3,
                                                   "preimages": 0}
-    promote(log, ws, apply=True, now=clock.t)
+    promote_workspace(log, ws, apply=True, now=clock.t)
     assert dream_status(log, ws, now=clock.t)["preimages"] == 1
 
 
@@ -180,7 +180,7 @@ def test_a_note_holding_a_secret_is_skipped_and_the_rest_promoted(sqlite_store: 
     recall(log, ws, "memory/2026-11-07.md", 1, 1, ["staging database", "admin user", "password"], score=1.0)
     recall(log, ws, "memory/2026-11-07.md", 2, 2, ["数据库", "密码", "别告诉"], score=1.0)
     log.flush()
-    report = promote(log, ws, apply=True, now=clock.t)
+    report = promote_workspace(log, ws, apply=True, now=clock.t)
     assert ("memory/2026-11-07.md#L1-L1", "holds a secret") in report.skipped
     assert ("memory/2026-11-07.md#L2-L2", "holds a secret") in report.skipped
     assert len(report.added) == 3
@@ -199,7 +199,7 @@ def test_weekly_runs_promote_what_was_recalled_that_week(sqlite_store: Any, ws: 
             recall(log, ws, path, line, line, queries)
             clock.advance(2)
         clock.advance(1)
-        report = promote(log, ws, apply=True, now=clock.t)
+        report = promote_workspace(log, ws, apply=True, now=clock.t)
         added.append(report.added)
     assert added == [[f"{EN}#L3-L3"], [f"{ZH}#L4-L4"], [f"{EN}#L4-L4"]]
     diary = (ws.root / "DREAMS.md").read_text(encoding="utf-8").split("## Deep Sleep ")[1:]

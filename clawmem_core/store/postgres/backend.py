@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...config import memory_kb
 from ...errors import ConfigError
@@ -70,6 +70,10 @@ class PostgresBackend(_Connections, _Locks, _Schema, _HnswBuild, StoreBackend):
     def open(self) -> "PostgresStore":
         self.ensure_schema()
         return PostgresStore(self, self.agent_id)
+
+    def connection_pool(self) -> Any:
+        """This process's pool of the database (shared by every backend of the URL; autocommit)."""
+        return self.pool
 
     def open_namespace(self, agent_id: str) -> "PostgresStore":
         """A handle on another agent's index in the same database (for shared namespaces and
