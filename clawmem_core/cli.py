@@ -7,6 +7,7 @@
     clawmem write TEXT [--long-term] [--json]
     clawmem watch
     clawmem mcp [--transport stdio|http] [--host H] [--port N] [--tokens FILE] [--read-only]
+    clawmem promote [--apply | --explain TEXT | --rollback] [--limit N] [--min-score X] [--json]
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
 ``--config FILE``, ``--provider NAME``, ``--model NAME``, ``--store URL`` and ``--shared ID``
@@ -24,6 +25,7 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
+from .cli_dreaming import PROMOTE_EXAMPLES, add_promote_arguments, cmd_promote, deep_status
 from .config import FUSION_DEFAULTS, PROVIDERS, MemoryConfig
 from .errors import ClawmemError
 
@@ -76,7 +78,7 @@ where the index lives:
 EXAMPLES = {
     "status": """examples:
   clawmem --workspace ~/agent status
-  clawmem status --deep        # also check that the embedding provider answers
+  clawmem status --deep        # also check that the embedding provider answers; recall and promotion counts
   clawmem status --index --json""",
     "index": """examples:
   clawmem --workspace ~/agent index
@@ -115,6 +117,7 @@ bind address, plus --allowed-host); off loopback, tokens are required (--tokens 
 tokens, or $CLAWMEM_MCP_TOKEN; clients send Authorization: Bearer <token>) unless --insecure. One
 access-log line per request on stderr (never arguments or tokens). A replica never offers memory_write.
 Needs the mcp extra: pip install 'clawmem-py[mcp]' (mcp 1.24 or later, 1.x or 2.x).""",
+    "promote": PROMOTE_EXAMPLES,
 }
 
 
@@ -137,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(sub, "status", "show the index state")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
+    p.add_argument("--deep", action="store_true",
+                   help="also probe the embedding provider, and count recall events and promotions")
     p.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
     p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
 
@@ -156,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="embed chunks still without vectors for at most SECONDS before answering "
                         f"(default {DEFAULT_SEARCH_WAIT:g}; 0: answer now; inf: until all are embedded)")
     p.add_argument("--json", action="store_true", help="print the memory_search payload")
+    p.add_argument("--no-record", action="store_true",
+                   help="leave this search out of the recall log (dreaming.record: searches are recorded)")
 
     p = _sub(sub, "get", "read lines of a memory file")
     p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-05.md")
@@ -169,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the memory_write payload")
 
     _sub(sub, "watch", "keep the index fresh while files change (Ctrl-C to stop)")
+
+    add_promote_arguments(_sub(sub, "promote", "promote recalled notes into MEMORY.md (a preview unless --apply)"))
 
     p = _sub(sub, "mcp", "serve memory_search, memory_get and memory_write over MCP")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
@@ -323,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 #: Commands a replica (no workspace: the store only) cannot run: they read or write the Markdown.
-_WORKSPACE_COMMANDS = ("index", "write", "watch")
+_WORKSPACE_COMMANDS = ("index", "write", "watch", "promote")
 
 
 def _workspace(args: argparse.Namespace, config: MemoryConfig) -> str | None:
@@ -421,7 +429,7 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
     try:
-        hits = mem.search(query, max_results=args.max_results, min_score=args.min_score)
+        hits = mem.search(query, max_results=args.max_results, min_score=args.min_score, record=not args.no_record)
     except EmbeddingError as exc:
         if args.json:
             print(json.dumps(search_error_payload(exc), ensure_ascii=False, indent=2))
@@ -491,10 +499,13 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
     if args.deep or args.index:
         probe = _probe(mem)
     st = mem.status()
+    dreams = deep_status(mem) if args.deep or args.index else None
     if args.json:
         out = {"agentId": mem.agent_id, "status": st.to_dict()}
         if probe is not None:
             out["embeddingProbe"] = {"ok": probe[0], "error": probe[1]}
+        if dreams is not None:
+            out["dreaming"] = dreams[0]
         if index_error:
             out["indexError"] = index_error
         print(json.dumps(out, ensure_ascii=False, indent=2))
@@ -547,6 +558,8 @@ def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
     lines.append(f"Embedding cache: enabled ({cache['entries']} entries)" if cache["enabled"] else "Embedding cache: disabled")
     if cache.get("max_entries"):
         lines.append(f"Cache cap: {cache['max_entries']}")
+    if dreams is not None:
+        lines += dreams[1]
     if index_error:
         lines.append(f"Index error: {index_error}")
     if st.issues:
@@ -659,6 +672,7 @@ _COMMANDS = {
     "write": _cmd_write,
     "watch": _cmd_watch,
     "mcp": _cmd_mcp,
+    "promote": cmd_promote,
 }
 
 

@@ -193,3 +193,21 @@ def test_keyword_only_server_needs_no_provider(make_workspace: WorkspaceFactory,
     mem = open_index(make_workspace(SAMPLE_FILES), embedder=None, config=keyword_only())
     payload = asyncio.run(call_tool_payload(mem, "memory_search", {"query": "vim"}))
     assert payload["mode"] == "fts-only" and payload["results"][0]["path"] == "MEMORY.md"
+
+
+@pytest.mark.asyncio
+async def test_memory_search_over_mcp_is_recorded_with_the_server_s_session_key(mem: MemoryIndex) -> None:
+    """What ``memory_search`` gave the model over MCP lands in the agent's recall log (dreaming), with the
+    session key the server answers for; ``memory_get`` and ``memory_write`` record nothing."""
+    async with Client(create_server(mem, session_key="discord:dm:42")) as client:
+        en = payload_of(await client.call_tool("memory_search", {"query": "kubernetes"}))
+        zh = payload_of(await client.call_tool("memory_search", {"query": "成语接龙"}))
+        await client.call_tool("memory_get", {"path": "MEMORY.md"})
+    mem._recall.flush()
+    events = list(mem._recall.dream_store().events(mem.agent_id))
+    assert en["results"] and zh["results"]
+    assert [(e.query_text, e.path, e.session_key) for e in events if e.rank == 1] == [
+        ("kubernetes", en["results"][0]["path"], "discord:dm:42"),
+        ("成语接龙", "memory/2026-02-01.md", "discord:dm:42"),
+    ]
+    assert len(events) == len(en["results"]) + len(zh["results"])
