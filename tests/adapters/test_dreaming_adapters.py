@@ -264,6 +264,21 @@ def test_mock_llm_echo_is_junk_and_falls_back(mem: MemoryIndex) -> None:
     assert report.mode == "append" and report.fallback_reason and PROMOTED_GATEWAY in memory_md(mem)
 
 
+def test_a_chat_model_given_as_is_has_its_content_blocks_joined(mem: MemoryIndex) -> None:
+    recall_gateway(mem)
+    model = PromptScriptedChatModel(messages=iter([]), answer=decisions("add"), blocks=True, seen=[])
+    report = promote(mem, model=model, apply=False)  # the core calls .invoke itself
+    assert report.mode == "model" and report.fallback_reason is None and report.added
+
+
+def test_the_packages_export_the_schedulers() -> None:
+    import langchain_clawmem
+    import llama_index_clawmem
+
+    assert langchain_clawmem.ConsolidationMiddleware is ConsolidationMiddleware
+    assert llama_index_clawmem.ClawmemConsolidationBlock is ClawmemConsolidationBlock
+
+
 def test_a_non_model_is_refused() -> None:
     with pytest.raises(TypeError):
         chat_model_caller(42)  # type: ignore[arg-type]
