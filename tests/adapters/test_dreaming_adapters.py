@@ -491,6 +491,19 @@ def test_langchain_retriever_records(mem: MemoryIndex) -> None:
     assert (e.path, e.session_key, e.rank) == ("memory/2026-11-02.md", "agent:main:dm:1", 1)
 
 
+def test_langchain_retriever_as_an_agent_tool_records_under_the_thread(mem: MemoryIndex) -> None:
+    from langchain_core.tools import create_retriever_tool
+
+    tool = create_retriever_tool(LcRetriever(memory=mem, k=1), "notes", "Search the notes.")
+    model = ScriptedToolModel(script=[
+        AIMessage(content="", tool_calls=[call("notes", {"query": "gateway loopback"}, "c1")]),
+        AIMessage(content="done"),
+    ])
+    create_agent(model, [tool], checkpointer=InMemorySaver()).invoke(
+        {"messages": [HumanMessage("q")]}, {"configurable": {"thread_id": "rt-1"}})
+    assert [(e.path, e.session_key) for e in events(mem)] == [("memory/2026-11-02.md", "rt-1")]
+
+
 def test_langchain_middleware_auto_recall_records_under_the_thread(mem: MemoryIndex) -> None:
     agent = _agent(mem)
     agent.invoke({"messages": [HumanMessage("网关 回环地址")]}, {"configurable": {"thread_id": "thread-7"}})
