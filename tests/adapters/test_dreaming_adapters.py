@@ -536,6 +536,24 @@ def test_clawmem_store_records_only_the_items_it_returns(mem: MemoryIndex) -> No
     assert all(e.path != "memory/2026-11-03.md" for e in new)
 
 
+def test_agents_store_records_each_agents_returned_items_in_its_own_log(tmp_path: Path) -> None:
+    from langchain_clawmem import ClawmemAgentsStore
+
+    main, other = make_mem(tmp_path / "a"), make_mem(tmp_path / "b")
+    try:
+        store = ClawmemAgentsStore({"main": main, "other": other})
+        store.put(("main", "prefs"), "milk", {"text": "Dana prefers oat milk, always oat milk"})
+        store.put(("other", "prefs"), "tea", {"text": "Dana likes oat milk in green tea"})
+        main.sync()
+        other.sync()
+        items = store.search((), query="oat milk", limit=1)
+        assert [i.namespace[0] for i in items] == ["main"]
+        assert [e.path for e in events(main)] == ["memory/prefs/milk.md"] and events(other) == []
+    finally:
+        main.close()
+        other.close()
+
+
 def test_llama_index_retriever_and_tools_record(mem: MemoryIndex) -> None:
     LiRetriever(mem, similarity_top_k=1, session_key="li-1").retrieve("gateway loopback")
     tool = ClawmemToolSpec(mem, session_key="li-2").to_tool_list()[0]
