@@ -538,9 +538,10 @@ def markdown(res: dict[str, Any]) -> str:
             f"| {t['same_questions_with_gold_promoted']} of {t['later_same_facts']} |")
     lines += ["", "## Later questions, before and after promotion", "",
               "\"same facts, promoted\" are the same-facts questions whose gold line a promoted entry holds (chosen "
-              "after the run); \"not promoted\" the rest of the same-facts questions. The last column repeats the "
-              "after searches with `MEMORY.md`'s keyword prior off (`search.CURATED_PRIOR` = 1 instead of 2, "
-              "docs/decisions.md): a diagnosis, not a setting.", "",
+              "after the run); \"not promoted\" the rest of the same-facts questions. Chunks of `MEMORY.md` made "
+              "of promoted entries get no keyword prior (`search.promoted_only`). The last column repeats the "
+              "after searches with the prior off for every `MEMORY.md` chunk and named note "
+              "(`search.CURATED_PRIOR` = 1 instead of 2, docs/decisions.md): a diagnosis, not a setting.", "",
               "| data set | questions | n | hit@1 before | hit@1 after | change | hit@5 before | hit@5 after | change "
               "| top result from MEMORY.md after | hit@1 / hit@5 after, MEMORY.md prior off |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]

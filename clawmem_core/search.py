@@ -308,16 +308,42 @@ def name_terms(path: str) -> set[str]:
             if len(t) > 1 and not t.isdigit()}
 
 
+#: The importance a promoted entry carries (:mod:`clawmem_core.dreaming` writes it on every entry it
+#: promotes, with a ``Source:`` line citing the note the entry came from).
+_PROMOTED_MARK = re.compile(r"<!--\s*importance:\s*\d+\s*-->")
+
+
+def promoted_only(text: str) -> bool:
+    """Whether a chunk of ``MEMORY.md`` is made of promoted entries only: every list item carries
+    its importance and the chunk cites a source. Such a chunk repeats lines of a note, which ranks
+    for them on its own: :data:`CURATED_PRIOR` is kept for what was written into ``MEMORY.md``."""
+    items = [line for line in text.split("\n") if line.startswith(("- ", "* "))]
+    return bool(items) and "Source: " in text and all(_PROMOTED_MARK.search(line) for line in items)
+
+
+def promoted_chunks(store: Any, kw_hits: Sequence[tuple[str, float]],
+                    meta: dict[str, tuple[str, str, int, int]]) -> set[str]:
+    """The keyword hits that are chunks of ``MEMORY.md`` made of promoted entries only
+    (:func:`promoted_only`; one read of those chunks' text, none without a ``MEMORY.md`` hit)."""
+    curated = [cid for cid, _ in kw_hits
+               if (m := meta.get(cid)) is not None and is_curated(m[0][len(id_prefix(cid)):], m[1])]
+    if not curated:
+        return set()
+    return {cid for cid, row in store.get_chunks(curated).items() if promoted_only(row.text)}
+
+
 def prior_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]],
-                terms: Sequence[str] = ()) -> list[float]:
+                terms: Sequence[str] = (), unboosted: Iterable[str] = ()) -> list[float]:
     """The keyword hits' BM25 ranks, those of ``MEMORY.md`` chunks and of notes whose file name
-    holds one of the query's ``terms`` times :data:`CURATED_PRIOR` (once, not compounded)."""
+    holds one of the query's ``terms`` times :data:`CURATED_PRIOR` (once, not compounded); the
+    chunks in ``unboosted`` (made of promoted entries, :func:`promoted_chunks`) keep their rank."""
     wanted = set(terms)
+    plain = set(unboosted)
     named: dict[str, bool] = {}
     out = []
     for cid, r in kw_hits:
         m = meta.get(cid)
-        if m is None or m[1] != "memory":
+        if m is None or m[1] != "memory" or cid in plain:
             out.append(r)
             continue
         if m[0] not in named:
@@ -779,7 +805,7 @@ def _choose(
         # came from them, and a namespace must not change how the agent's own notes score.
         parts = index_parts(store, kw_hits, vec_hits)
         stats = term_stats(store, terms, [p for p, (ki, _) in parts.items() if ki])
-        ranks = prior_ranks(kw_hits, meta, terms)
+        ranks = prior_ranks(kw_hits, meta, terms, promoted_chunks(store, kw_hits, meta))
         scores = [0.0] * len(kw_hits)
         for prefix, (ki, _) in parts.items():
             hits = stats.get(prefix, (None, ""))[0]
