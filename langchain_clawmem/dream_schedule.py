@@ -125,7 +125,7 @@ class ConsolidationScheduler:
         scheduler is closed); returns whether it started."""
         key = _index_key(self.memory)
         with _RUNNING_LOCK:
-            if self._closed:
+            if self._closed:  # (set by close(), which then takes this lock)
                 return False
             running = _RUNNING.get(key)
             if running is not None and running.is_alive():
@@ -135,7 +135,7 @@ class ConsolidationScheduler:
             _RUNNING[key] = thread
             self._thread = thread
             self.runs += 1
-        thread.start()
+            thread.start()  # under the lock: close() sees every started run
         return True
 
     def _run(self, key: str) -> None:
@@ -179,6 +179,8 @@ class ConsolidationScheduler:
             timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+        with _RUNNING_LOCK:  # a schedule() that passed its check before the flag was set has started its thread
+            pass
         self.wait(timeout)
 
 
