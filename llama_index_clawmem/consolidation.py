@@ -15,8 +15,9 @@ that schedules consolidation in the background, off the request path.
     dreaming.close()  # on shutdown: cancels the idle timer, joins a running consolidation
 
 The block injects nothing. A turn begins each time ``Memory`` is read with a new user message last (the start
-of an agent run) and is counted as finished when the next one begins; every ``every_n_turns`` finished turns, and after ``after_idle_seconds`` without one, a
-background thread runs ``clawmem_core.dreaming.promote(mem, model=..., apply=True)``. Outside a ``Memory``,
+of an agent run) and is counted as finished when the next one begins; every ``every_n_turns`` finished turns,
+and after ``after_idle_seconds`` without one, a background thread runs
+``clawmem_core.dreaming.promote(mem, model=..., apply=True)``. Outside a ``Memory``,
 :class:`ConsolidationScheduler` (``turn_finished()`` after each run) does the same. Errors are logged on the
 ``clawmem`` logger, never raised into the agent.
 """
