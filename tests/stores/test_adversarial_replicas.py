@@ -30,12 +30,14 @@ TEAM = {
 
 
 def _snapshot(url: str) -> list[Any]:
-    """Everything clawmem keeps in the database (row counts, agents and their versions, tables)."""
+    """Everything clawmem keeps in the database (row counts, agents and their versions, tables) but the recall
+    log, which a replica writes by design (its searches' recalls, for the workspace's process to promote)."""
     import psycopg
 
     with psycopg.connect(url) as conn:
         tables = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename").fetchall()]
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE 'clawmem\\_dreaming\\_%' "
+            "ORDER BY tablename").fetchall()]
         out: list[Any] = [tables]
         for t in tables:
             out.append((t, conn.execute(f"SELECT count(*) FROM {t}").fetchone()))
@@ -100,6 +102,11 @@ def test_every_write_on_a_replica_is_refused_and_writes_nothing(tmp_path: Path, 
     assert _snapshot(pg_url) == before
     assert {p: p.read_bytes() for p in team.rglob("*") if p.is_file()} == markdown
     assert not (tmp_path / "replica-state").exists() or not any((tmp_path / "replica-state").rglob("*"))
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:  # what it did write: its searches' recalls
+        recalled = conn.execute("SELECT DISTINCT agent, query_text FROM clawmem_dreaming_recall").fetchall()
+    assert recalled == [("team", "deploy freeze")]
 
 
 #: ``from`` / ``lines`` a prompt-injected model may send.
