@@ -155,7 +155,7 @@ def test_readme_python_examples_run(example: str, tmp_path: Path) -> None:
     assert "MEMORY.md" in done.stdout
 
 
-@pytest.mark.parametrize("command", ["status", "index", "search", "get", "write", "watch", "mcp"])
+@pytest.mark.parametrize("command", ["status", "index", "search", "get", "write", "watch", "mcp", "promote"])
 def test_command_help_has_examples_and_says_where_the_index_lives(command: str) -> None:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     text = sub.choices[command].format_help()  # type: ignore[union-attr]
