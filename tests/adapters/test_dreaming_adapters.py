@@ -384,6 +384,18 @@ def test_one_consolidation_at_a_time_per_index(mem: MemoryIndex) -> None:
     assert PROMOTED_GATEWAY in memory_md(mem)
 
 
+def test_the_turn_does_not_wait_for_the_consolidation(mem: MemoryIndex) -> None:
+    recall_gateway(mem)
+    gate = Gate()
+    dreaming = ConsolidationMiddleware(mem, model=gate, every_n_turns=1)
+    state = _agent(mem, dreaming).invoke({"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": "w"}})
+    assert state["messages"][-1].content == "ok"  # answered while the consolidation is still blocked
+    assert gate.entered.wait(30) and not dreaming.wait(0) and memory_md(mem) == PERSON
+    gate.release.set()
+    dreaming.close()
+    assert PROMOTED_GATEWAY in memory_md(mem)
+
+
 def test_busy_elsewhere_is_logged_not_raised(mem: MemoryIndex, caplog: pytest.LogCaptureFixture) -> None:
     recall_gateway(mem)
     status(mem)
