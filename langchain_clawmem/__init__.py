@@ -31,6 +31,7 @@ __all__ = [
     "ClawmemAgentsStore",
     "ClawmemStore",
     "ClawmemToolkit",
+    "ConsolidationMiddleware",
     "MemoryFlushMiddleware",
     "MemoryGetInput",
     "MemorySearchInput",
@@ -49,6 +50,10 @@ def __getattr__(name: str) -> object:
         from . import middleware
 
         return getattr(middleware, name)
+    if name == "ConsolidationMiddleware":
+        from . import consolidation
+
+        return consolidation.ConsolidationMiddleware
     if name in ("ClawmemStore", "ClawmemAgentsStore"):
         from . import store
 

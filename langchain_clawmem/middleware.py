@@ -70,7 +70,9 @@ from clawmem_core.flush import (
 from clawmem_core.memory_write import MEMORY_WRITE_NAME
 from clawmem_core.tools import MEMORY_GET_NAME, MEMORY_SEARCH_NAME, citations_enabled
 
+from .dream_schedule import MAX_TRIGGERED, TriggeredEntry, read_triggered
 from .memory_write import create_memory_write_tool
+from .session import session_key_of
 from .tools import ALL_TOOLS, ToolName, create_memory_tools, memory_recall_prompt
 
 try:  # recent langchain 1.x: tag internal model calls so streams can leave them out
@@ -136,7 +138,11 @@ class ClawmemMiddleware(AgentMiddleware):
 
     ``auto_recall=True`` also searches memory for the latest user message before each model call and appends the
     top ``recall_max_results`` snippets (a "Recalled memory" section, with citations unless citations are off).
+    ``trigger_recall=True`` adds, without a search, up to 3 promoted ``MEMORY.md`` entries whose trigger phrases
+    (``<!-- trigger: ... -->``) appear in the latest user message, in the same section.
     Nothing is added to the conversation state: the additions are made to each model request only.
+
+    Auto-recall searches are recorded in the recall log under ``session_key``, else the LangGraph thread.
     """
 
     def __init__(
@@ -149,6 +155,7 @@ class ClawmemMiddleware(AgentMiddleware):
         recall_max_results: int = 3,
         recall_min_score: float | None = None,
         session_key: str | None = None,
+        trigger_recall: bool = False,
     ) -> None:
         super().__init__()
         if isinstance(recall_max_results, bool) or recall_max_results < 1:
@@ -158,6 +165,7 @@ class ClawmemMiddleware(AgentMiddleware):
         self.recall_max_results = recall_max_results
         self.recall_min_score = recall_min_score
         self.session_key = session_key
+        self.trigger_recall = trigger_recall
         tools: list[BaseTool] = create_memory_tools(memory, include=include, session_key=session_key)
         if write and _can_write(memory, "ClawmemMiddleware(write=True)"):
             tools.append(create_memory_write_tool(memory))
@@ -170,18 +178,33 @@ class ClawmemMiddleware(AgentMiddleware):
             return ""
         return memory_recall_prompt(offered, citations=self.memory.config.citations).rstrip("\n")
 
-    def _query(self, request: ModelRequest) -> str:
-        if not self.auto_recall:
-            return ""
+    @staticmethod
+    def _last_user_text(request: ModelRequest) -> str:
         last = next((m for m in reversed(request.messages) if isinstance(m, HumanMessage)), None)
         return _text(last).strip() if last is not None else ""
 
-    def format_recall(self, hits: Sequence[Any]) -> str:
-        """The "Recalled memory" section for search hits (``""`` when there are none)."""
-        if not hits:
-            return ""
+    def _query(self, request: ModelRequest) -> str:
+        return self._last_user_text(request) if self.auto_recall else ""
+
+    def _triggered(self, request: ModelRequest) -> list[TriggeredEntry]:
+        if not self.trigger_recall:
+            return []
+        message = self._last_user_text(request)
+        try:
+            return read_triggered(getattr(self.memory, "workspace", None), message, limit=MAX_TRIGGERED)
+        except Exception as exc:  # best effort, as recall
+            log.warning("trigger recall failed: %s", exc)
+            return []
+
+    def format_recall(self, hits: Sequence[Any], triggered: Sequence[TriggeredEntry] = ()) -> str:
+        """The "Recalled memory" section for triggered entries and search hits (``""`` when there are none)."""
         cite = citations_enabled(self.memory.config.citations, self.session_key)
-        parts = [f"{h.snippet.strip()}\nSource: {h.citation}" if cite else h.snippet.strip() for h in hits]
+        pairs = [(e.text, e.citation) for e in triggered]
+        seen = {c for _, c in pairs}
+        pairs += [(h.snippet.strip(), h.citation) for h in hits if h.citation not in seen]
+        if not pairs:
+            return ""
+        parts = [f"{text}\nSource: {citation}" if cite else text for text, citation in pairs]
         return "## Recalled memory\nNotes from memory that may be relevant to the latest message:\n\n" + "\n\n".join(parts)
 
     def _with_sections(self, request: ModelRequest, recalled: str) -> ModelRequest:
@@ -191,26 +214,32 @@ class ClawmemMiddleware(AgentMiddleware):
         return request.override(system_message=append_to_system_message(request.system_message, "\n\n".join(sections)))
 
     def _recall(self, request: ModelRequest) -> str:
+        triggered = self._triggered(request)
         query = self._query(request)
-        if not query:
-            return ""
-        try:
-            hits = self.memory.search(query, max_results=self.recall_max_results, min_score=self.recall_min_score)
-        except Exception as exc:  # recall is best effort: never break the agent's turn
-            log.warning("memory recall failed: %s", exc)
-            return ""
-        return self.format_recall(hits)
+        hits: Sequence[Any] = []
+        if query:
+            try:
+                hits = self.memory.search(
+                    query, max_results=self.recall_max_results, min_score=self.recall_min_score,
+                    session_key=session_key_of(self.session_key, request.runtime),
+                )
+            except Exception as exc:  # recall is best effort: never break the agent's turn
+                log.warning("memory recall failed: %s", exc)
+        return self.format_recall(hits, triggered)
 
     async def _arecall(self, request: ModelRequest) -> str:
+        triggered = self._triggered(request)
         query = self._query(request)
-        if not query:
-            return ""
-        try:
-            hits = await self.memory.asearch(query, max_results=self.recall_max_results, min_score=self.recall_min_score)
-        except Exception as exc:
-            log.warning("memory recall failed: %s", exc)
-            return ""
-        return self.format_recall(hits)
+        hits: Sequence[Any] = []
+        if query:
+            try:
+                hits = await self.memory.asearch(
+                    query, max_results=self.recall_max_results, min_score=self.recall_min_score,
+                    session_key=session_key_of(self.session_key, request.runtime),
+                )
+            except Exception as exc:
+                log.warning("memory recall failed: %s", exc)
+        return self.format_recall(hits, triggered)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
         return handler(self._with_sections(request, self._recall(request)))

@@ -11,6 +11,8 @@ from pydantic import ConfigDict, Field
 
 from clawmem_core import MemoryIndex, SearchResult
 
+from .session import session_key_of
+
 _IGNORED_KWARGS = frozenset({"verbose"})
 
 
@@ -53,7 +55,8 @@ class ClawmemRetriever(BaseRetriever):
     ``k`` and ``min_score`` default to the index configuration (6 and 0.35). Each ``Document``
     has the chunk id as ``id`` and ``source`` (the file path, as for LangChain's loaders), ``path``,
     ``start_line``, ``end_line``, ``score``, ``vector_score``, ``text_score``, ``memory_source``
-    (``memory`` or ``sessions``) and ``citation`` as metadata.
+    (``memory`` or ``sessions``) and ``citation`` as metadata. The hits are recorded in the recall log (they
+    reach the model), under ``session_key`` or the LangGraph thread.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -64,6 +67,8 @@ class ClawmemRetriever(BaseRetriever):
     """Number of documents to return (``None``: the index's ``query.max_results``)."""
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)
     """Minimum score (``None``: the index's ``query.min_score``)."""
+    session_key: str | None = None
+    """The session the searches are recorded under in the recall log (``None``: the LangGraph thread, if any)."""
 
     def _options(self, kwargs: dict[str, Any]) -> tuple[int | None, float | None]:
         k = kwargs.pop("k", self.k)
@@ -77,11 +82,14 @@ class ClawmemRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k, min_score = self._options(kwargs)
-        return [result_to_document(h) for h in self.memory.search(query, max_results=k, min_score=min_score)]
+        hits = self.memory.search(query, max_results=k, min_score=min_score, session_key=session_key_of(self.session_key))
+        return [result_to_document(h) for h in hits]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k, min_score = self._options(kwargs)
-        hits = await self.memory.asearch(query, max_results=k, min_score=min_score)
+        hits = await self.memory.asearch(
+            query, max_results=k, min_score=min_score, session_key=session_key_of(self.session_key)
+        )
         return [result_to_document(h) for h in hits]

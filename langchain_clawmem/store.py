@@ -59,7 +59,7 @@ import re
 import stat
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
 
 from langgraph.store.base import (
@@ -80,6 +80,8 @@ from clawmem_core import MemoryIndex
 from clawmem_core.errors import PathNotAllowedError
 from clawmem_core.safe_fs import UnsafeFileError, decode, open_regular
 from clawmem_core.writing import NoteTooLargeError, remove_file, replace_file
+
+from .session import session_key_of
 
 __all__ = ["ClawmemAgentsStore", "ClawmemStore", "decode_name", "encode_name"]
 
@@ -487,10 +489,11 @@ class ClawmemStore(BaseStore):
             return False
         return remove_file(self.memory.workspace, relpath)
 
-    def _candidates(self, op: SearchOp) -> list[tuple[Item, float | None]]:
+    def _candidates(self, op: SearchOp, hits_out: dict[tuple[tuple[str, ...], str], Any] | None = None
+                    ) -> list[tuple[Item, float | None]]:
         prefix = tuple(op.namespace_prefix)
         if op.query:
-            return self._ranked(op, prefix)
+            return self._ranked(op, prefix, hits_out)
         items = []
         known: dict[str, bool] = {}
         for rel in self._item_files(prefix):
@@ -501,46 +504,70 @@ class ClawmemStore(BaseStore):
         items.sort(key=lambda it: (-it.updated_at.timestamp(), it.namespace, it.key))
         return [(it, None) for it in items]
 
-    def _ranked(self, op: SearchOp, prefix: tuple[str, ...]) -> list[tuple[Item, float | None]]:
+    def _ranked(self, op: SearchOp, prefix: tuple[str, ...],
+                hits_out: dict[tuple[tuple[str, ...], str], Any] | None = None) -> list[tuple[Item, float | None]]:
         """The items clawmem's hybrid search finds for the query, each with its best chunk's score, best first
-        (equal scores: newest first). A hit at score 0 matched neither the keywords nor the meaning: no result."""
+        (equal scores: newest first). A hit at score 0 matched neither the keywords nor the meaning: no result.
+        ``hits_out`` receives each ranked item's best hit (the search itself is not recorded: only the items
+        returned are, by :meth:`_search`)."""
         folder = "/".join(self._folder(prefix) if prefix else self.root) + "/"
         wanted = max(0, op.offset) + max(0, op.limit)
         fetch = max(20, wanted * 4)
         known: dict[str, bool] = {}
         while True:
-            hits = self.memory.search(op.query or "", max_results=fetch, min_score=self.min_score)
+            hits = self.memory.search(op.query or "", max_results=fetch, min_score=self.min_score, record=False)
             best: dict[str, float] = {}
+            best_hit: dict[str, Any] = {}
             for hit in hits:
                 if hit.score <= 0 or hit.source != "memory" or not hit.path.startswith(folder):
                     continue
-                if self._namespace_of(hit.path) is not None:
-                    best[hit.path] = max(best.get(hit.path, float("-inf")), hit.score)
+                if self._namespace_of(hit.path) is not None and hit.score > best.get(hit.path, float("-inf")):
+                    best[hit.path], best_hit[hit.path] = hit.score, hit
             ranked: list[tuple[Item, float | None]] = []
             for rel, score in best.items():
                 namespace = self._namespace_of(rel)
                 item = self._load(rel, namespace, known=known) if namespace is not None else None
                 if item is not None and (not op.filter or _matches(item.value, op.filter)):
                     ranked.append((item, score))
+                    if hits_out is not None:
+                        hits_out[(item.namespace, item.key)] = best_hit[rel]
             ranked.sort(key=lambda pair: (-(pair[1] or 0.0), -pair[0].updated_at.timestamp(), pair[0].namespace, pair[0].key))
             if len(ranked) >= wanted or len(hits) < fetch or fetch >= 2000:
                 return ranked
             fetch *= 4
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        found = self._candidates(op)
+        page = self._search_page(op)
+        if op.query:
+            self.record_recall(op.query, [hit for _, hit in page if hit is not None])
+        return [item for item, _ in page]
+
+    def _search_page(self, op: SearchOp) -> list[tuple[SearchItem, Any]]:
+        """The page of items ``op`` asks for, each with its best search hit (``None`` without a query)."""
+        hits: dict[tuple[tuple[str, ...], str], Any] = {}
+        found = self._candidates(op, hits)
         window = found[max(0, op.offset) : max(0, op.offset) + max(0, op.limit)]
         return [
-            SearchItem(
-                namespace=item.namespace,
-                key=item.key,
-                value=item.value,
-                created_at=item.created_at,
-                updated_at=item.updated_at,
-                score=score,
+            (
+                SearchItem(
+                    namespace=item.namespace,
+                    key=item.key,
+                    value=item.value,
+                    created_at=item.created_at,
+                    updated_at=item.updated_at,
+                    score=score,
+                ),
+                hits.get((item.namespace, item.key)),
             )
             for item, score in window
         ]
+
+    def record_recall(self, query: str, hits: Sequence[Any]) -> None:
+        """Record ``hits`` (the best chunk of each item a search returned) in the index's recall log, under the
+        LangGraph thread when there is one. Never raises."""
+        recorder = getattr(self.memory, "_recall", None)
+        if hits and recorder is not None:
+            recorder.record(query, list(hits), session_key_of(None))
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         """The namespaces holding items (folders with a file this store wrote; ordinary note folders are not
@@ -639,18 +666,23 @@ class ClawmemAgentsStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         targets = [(agent, ()) for agent in sorted(self.stores)] if not prefix else [(prefix[0], prefix[1:])]
         window = max(0, op.offset) + max(0, op.limit)
-        found: list[SearchItem] = []
+        found: list[tuple[SearchItem, ClawmemStore, Any]] = []
         for agent, rest in targets:
             store, _ = self._store((agent,), need_folder=False)
-            sub = store._search(op._replace(namespace_prefix=rest, offset=0, limit=window))
+            sub = store._search_page(op._replace(namespace_prefix=rest, offset=0, limit=window))
             found += [
-                SearchItem((agent, *i.namespace), i.key, i.value, i.created_at, i.updated_at, i.score) for i in sub
+                (SearchItem((agent, *i.namespace), i.key, i.value, i.created_at, i.updated_at, i.score), store, hit)
+                for i, hit in sub
             ]
         if op.query:
-            found.sort(key=lambda i: -(i.score or 0.0))
+            found.sort(key=lambda f: -(f[0].score or 0.0))
         else:
-            found.sort(key=lambda i: i.updated_at, reverse=True)
-        return found[max(0, op.offset) : window]
+            found.sort(key=lambda f: f[0].updated_at, reverse=True)
+        page = found[max(0, op.offset) : window]
+        if op.query:  # each agent's log records what of its memory the page holds
+            for store in {id(s): s for _, s, _ in page}.values():
+                store.record_recall(op.query, [hit for _, s, hit in page if s is store and hit is not None])
+        return [item for item, _, _ in page]
 
     def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         everything = ListNamespacesOp(match_conditions=None, max_depth=None, limit=2**31, offset=0)

@@ -34,6 +34,8 @@ from clawmem_core.tools import (
     validation_message,
 )
 
+from .session import session_key_of
+
 #: ``metadata`` key on our tools recording the index's citations mode.
 CITATIONS_METADATA_KEY = "clawmem_citations"
 
@@ -131,17 +133,20 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
     """The ``memory_search`` tool over ``memory``.
 
     ``session_key`` (e.g. ``"agent:main:group:42"``) lets ``citations="auto"`` drop citations in
-    group chats, as OpenClaw does.
+    group chats, as OpenClaw does; searches are recorded in the recall log under it (``None``: under the
+    LangGraph thread the tool runs in, if any).
     """
 
     def _search(query: str, max_results: int | None = None, min_score: float | None = None) -> tuple[str, dict[str, Any]]:
-        payload = search_payload(memory, query, max_results, min_score, session_key=session_key)
+        payload = search_payload(memory, query, max_results, min_score, session_key=session_key_of(session_key))
         return tool_result(payload)
 
     async def _asearch(
         query: str, max_results: int | None = None, min_score: float | None = None
     ) -> tuple[str, dict[str, Any]]:
-        payload = await asearch_payload(memory, query, max_results, min_score, session_key=session_key)
+        payload = await asearch_payload(
+            memory, query, max_results, min_score, session_key=session_key_of(session_key)
+        )
         return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:

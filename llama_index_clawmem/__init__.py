@@ -11,6 +11,7 @@
 A LlamaIndex ``BaseEmbedding`` can be given to ``MemoryIndex(..., embedder=...)`` directly.
 """
 
+from .consolidation import ClawmemConsolidationBlock
 from .flush import ClawmemFlushBlock, archive_chat
 from .memory import ClawmemMemoryBlock
 from .memory_write import MemoryWriteInput, create_memory_write_tool
@@ -26,6 +27,7 @@ from .tools import (
 )
 
 __all__ = [
+    "ClawmemConsolidationBlock",
     "ClawmemFlushBlock",
     "ClawmemMemoryBlock",
     "ClawmemRetriever",

@@ -16,6 +16,8 @@ from llama_index.core.memory.memory import BaseMemoryBlock, Memory
 from clawmem_core import MemoryIndex, SearchResult
 from clawmem_core.tools import citations_enabled
 
+from .dream_schedule import MAX_TRIGGERED, read_triggered
+
 log = logging.getLogger("clawmem")
 
 SEPARATOR = "\n\n"
@@ -63,6 +65,10 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
     dropped. The default ``priority`` (1) lets ``Memory`` truncate the block (0 would never truncate it).
     Citations follow ``session_key``, else the ``session_id`` ``Memory`` passes (a group or channel session
     drops them when citations are ``auto``).
+
+    Each search is recorded in the recall log under ``session_key``, else ``Memory``'s ``session_id``.
+    ``trigger_recall=True`` puts first, without a search, up to 3 promoted ``MEMORY.md`` entries whose trigger
+    phrases (``<!-- trigger: ... -->``) appear in the latest user message.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -89,6 +95,9 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
         exclude=True,
         description="Counts tokens (None: the calling Memory's tokenizer_fn, else LlamaIndex's default tokenizer).",
     )
+    trigger_recall: bool = Field(
+        default=False, description="Also recall promoted entries whose trigger phrases are in the message."
+    )
     accept_short_term_memory: bool = Field(default=False)
     #: Recent recalls: content -> its snippets with scores, for atruncate (bounded).
     _recalls: "OrderedDict[str, List[_Part]]" = PrivateAttr(default_factory=OrderedDict)
@@ -105,6 +114,26 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
     def _parts(self, hits: List[SearchResult], session_key: Optional[str]) -> List[_Part]:
         cite = citations_enabled(self.memory.config.citations, session_key)
         return [_Part(h.score, h.snippet.strip(), f"\nSource: {h.citation}" if cite else "") for h in hits]
+
+    def _triggered(self, messages: Optional[List[ChatMessage]], session: Optional[str]) -> List[_Part]:
+        """Promoted entries triggered by the latest user message, as parts ranked above every search hit."""
+        if not self.trigger_recall:
+            return []
+        latest = self._latest_user_text(messages)
+        try:
+            found = read_triggered(getattr(self.memory, "workspace", None), latest, limit=MAX_TRIGGERED)
+        except Exception as exc:  # best effort, as recall
+            log.warning("trigger recall failed: %s", exc)
+            return []
+        cite = citations_enabled(self.memory.config.citations, session)
+        return [_Part(2.0, e.text, f"\nSource: {e.citation}" if cite else "") for e in found]
+
+    @staticmethod
+    def _latest_user_text(messages: Optional[List[ChatMessage]]) -> str:
+        users = [m for m in messages or [] if m.role == MessageRole.USER]
+        if not users:
+            return ""
+        return "".join(b.text for b in users[-1].blocks if isinstance(b, TextBlock)).strip()
 
     def format_results(self, hits: List[SearchResult], session_key: Optional[str] = None) -> str:
         """Snippets separated by blank lines, each followed by ``Source: <citation>`` when
@@ -136,13 +165,20 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
         query = self._query(messages)
         if not query:
             return ""
+        session = self.session_key or block_kwargs.get("session_id")
+        session = session if isinstance(session, str) else None
+        triggered = self._triggered(messages, session)
         try:
-            hits = await self.memory.asearch(query, max_results=self.max_results, min_score=self.min_score)
+            hits = await self.memory.asearch(
+                query, max_results=self.max_results, min_score=self.min_score, session_key=session
+            )
         except Exception as exc:  # recall is best effort: never break the agent's turn
             log.warning("memory recall failed: %s", exc)
+            hits = []
+        seen = {p.source for p in triggered}
+        parts = triggered + [p for p in self._parts(hits, session) if not p.source or p.source not in seen]
+        if not parts:
             return ""
-        session = self.session_key or block_kwargs.get("session_id")
-        parts = self._parts(hits, session if isinstance(session, str) else None)
         budget = self._budget(memory)
         if budget is not None:
             parts = _fit(parts, budget, self._counter(memory))

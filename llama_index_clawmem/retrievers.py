@@ -70,7 +70,8 @@ class ClawmemRetriever(BaseRetriever):
 
     ``similarity_top_k`` and ``min_score`` default to the index configuration (6 and 0.35).
     ``aretrieve`` awaits the engine's async search (the query embedding is awaited, the index
-    read runs in a worker thread), so it does not block the event loop.
+    read runs in a worker thread), so it does not block the event loop. The hits are recorded in the recall log
+    (they reach the model), under ``session_key`` when given.
     """
 
     def __init__(
@@ -80,6 +81,7 @@ class ClawmemRetriever(BaseRetriever):
         min_score: float | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
+        session_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         if similarity_top_k is not None and (isinstance(similarity_top_k, bool) or similarity_top_k < 1):
@@ -87,6 +89,7 @@ class ClawmemRetriever(BaseRetriever):
         self._memory = memory
         self._similarity_top_k = similarity_top_k
         self._min_score = min_score
+        self.session_key = session_key
         super().__init__(callback_manager=callback_manager, verbose=verbose, **kwargs)
 
     @property
@@ -98,11 +101,15 @@ class ClawmemRetriever(BaseRetriever):
         return self._similarity_top_k
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self._memory.search(query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score)
+        hits = self._memory.search(
+            query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score,
+            session_key=self.session_key,
+        )
         return [result_to_node(h, self._memory) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = await self._memory.asearch(
-            query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score
+            query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score,
+            session_key=self.session_key,
         )
         return [result_to_node(h, self._memory) for h in hits]

@@ -1,7 +1,7 @@
 """The model's part of a consolidation: one tool-free call returning operation decisions as JSON.
 
 A model is any callable taking the prompt (a string) and returning the answer text; objects with ``invoke``
-(a LangChain chat model: the answer's ``content``) or ``complete`` (a LlamaIndex LLM: its ``text``) work too.
+(a LangChain chat model: the answer's ``content``, content blocks joined to text) or ``complete`` (a LlamaIndex LLM: its ``text``) work too.
 The answer must be ``{"decisions": [...]}`` where each decision is one of::
 
     {"op": "add", "candidate": "C1"}
@@ -81,6 +81,9 @@ def ask_model(model: ChatModel, prompt: str) -> str:
         answer = model(prompt)
     else:
         raise ModelDecisionError(f"{type(model).__name__} is not a model: give a callable prompt -> text")
+    if isinstance(answer, list):  # content blocks (a chat model's list content): their text joined
+        answer = "".join(b if isinstance(b, str) else b.get("text", "") if isinstance(b, dict)
+                         and b.get("type", "text") == "text" else "" for b in answer)
     if not isinstance(answer, str):
         raise ModelDecisionError(f"the model answered {type(answer).__name__}, not text")
     return answer
