@@ -41,7 +41,7 @@ from .index_parts.stores import StoreHandles, store_url
 from .index_parts.syncing import Changes, SyncRunner
 from .index_parts.writes import Writer
 from .progress import ProgressCallback, as_listener
-from .results import IndexStatus, ReadResult, SearchHits, SyncReport
+from .results import IndexStatus, ReadResult, SearchHits, SearchResult, SyncReport
 from .search import (  # noqa: F401  (the limits are re-exported: they were defined here)
     MAX_QUERY_EMBED_CHARS,
     MAX_QUERY_TERM_CHARS,
@@ -294,6 +294,13 @@ class MemoryIndex:
         self._check_open()
         hits = await self._searching.asearch(query, max_results, min_score)
         return self._answered(query, hits, session_key, record)
+
+    def record_recall(self, query: str, hits: Sequence[SearchResult], session_key: str | None = None) -> None:
+        """Record ``hits`` in the recall log as recalled by ``query``: for a surface that searches with
+        ``record=False`` and returns only part of what it found (the LangGraph store returns items)."""
+        self._check_open()
+        if hits:
+            self._recall.record(query, list(hits), session_key)
 
     def _answered(self, query: str, hits: SearchHits, session_key: str | None = None,
                   record: bool = True) -> SearchHits:

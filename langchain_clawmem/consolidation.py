@@ -29,7 +29,7 @@ from langchain_core.messages import HumanMessage
 
 from clawmem_core import MemoryIndex
 
-from .dream_schedule import ConsolidationScheduler, join_content
+from clawmem_core.dreaming.schedule import ConsolidationScheduler, join_content
 
 __all__ = ["CONSOLIDATION_SOURCE", "ConsolidationMiddleware", "chat_model_caller"]
 

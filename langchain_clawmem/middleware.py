@@ -70,7 +70,7 @@ from clawmem_core.flush import (
 from clawmem_core.memory_write import MEMORY_WRITE_NAME
 from clawmem_core.tools import MEMORY_GET_NAME, MEMORY_SEARCH_NAME, citations_enabled
 
-from .dream_schedule import MAX_TRIGGERED, TriggeredEntry, read_triggered
+from clawmem_core.dreaming.schedule import MAX_TRIGGERED, TriggeredEntry, read_triggered
 from .memory_write import create_memory_write_tool
 from .session import session_key_of
 from .tools import ALL_TOOLS, ToolName, create_memory_tools, memory_recall_prompt

@@ -565,9 +565,8 @@ class ClawmemStore(BaseStore):
     def record_recall(self, query: str, hits: Sequence[Any]) -> None:
         """Record ``hits`` (the best chunk of each item a search returned) in the index's recall log, under the
         LangGraph thread when there is one. Never raises."""
-        recorder = getattr(self.memory, "_recall", None)
-        if hits and recorder is not None:
-            recorder.record(query, list(hits), session_key_of(None))
+        if hits:
+            self.memory.record_recall(query, list(hits), session_key_of(None))
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         """The namespaces holding items (folders with a file this store wrote; ordinary note folders are not

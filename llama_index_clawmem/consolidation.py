@@ -34,7 +34,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 
 from clawmem_core import MemoryIndex
 
-from .dream_schedule import ConsolidationScheduler, join_content
+from clawmem_core.dreaming.schedule import ConsolidationScheduler, join_content
 
 __all__ = ["ClawmemConsolidationBlock", "ConsolidationScheduler", "llm_caller", "consolidation_scheduler"]
 

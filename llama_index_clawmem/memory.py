@@ -16,7 +16,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock, Memory
 from clawmem_core import MemoryIndex, SearchResult
 from clawmem_core.tools import citations_enabled
 
-from .dream_schedule import MAX_TRIGGERED, read_triggered
+from clawmem_core.dreaming.schedule import MAX_TRIGGERED, read_triggered
 
 log = logging.getLogger("clawmem")
 

@@ -670,8 +670,3 @@ async def test_trigger_recall_llama_index(mem: MemoryIndex, message: str, expect
     got = await _llama_turn(plain, message)
     assert expected.split("\n")[1] not in "".join(b.text for b in got[0].blocks if isinstance(b, TextBlock))
 
-
-def test_the_two_schedule_modules_are_the_same_file() -> None:
-    a = (REPO / "langchain_clawmem" / "dream_schedule.py").read_bytes()
-    b = (REPO / "llama_index_clawmem" / "dream_schedule.py").read_bytes()
-    assert a == b

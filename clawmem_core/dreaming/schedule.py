@@ -1,9 +1,6 @@
-"""Framework-free parts of the adapters' dreaming: consolidation scheduled off the request path, and trigger
-recall (promoted ``MEMORY.md`` entries whose trigger phrases appear in the user's message).
-
-The same file ships in ``langchain_clawmem`` and ``llama_index_clawmem`` (the two packages may not import each
-other); ``tests/adapters/test_dreaming_adapters.py`` checks that the copies are identical.
-"""
+"""What the LangChain and LlamaIndex adapters share of dreaming, framework-free: consolidation scheduled off the
+request path, and trigger recall (promoted ``MEMORY.md`` entries whose trigger phrases appear in the user's
+message)."""
 
 from __future__ import annotations
 
