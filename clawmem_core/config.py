@@ -17,6 +17,9 @@ from typing import Any, Literal, Mapping
 
 from .errors import ConfigError
 from .tuning import (
+    PROMOTION_HALF_LIFE_DAYS,
+    PROMOTION_MAX_LOSS_FRACTION,
+    RECALL_MAX_AGE_DAYS,
     CALIBRATED_MIN_SCORE,
     CALIBRATED_TEXT_WEIGHT,
     CALIBRATED_VECTOR_WEIGHT,
@@ -445,7 +448,7 @@ class DreamingConfig:
     #: log: path, lines, content hash, score, rank, the masked query and its hash, the time and the session key.
     record: bool = True
     #: Recall events older than this many days are deleted.
-    max_age_days: float = 90.0
+    max_age_days: float = RECALL_MAX_AGE_DAYS
     #: At most this many recall events are kept per agent (the oldest go first).
     max_events: int = 50_000
     #: A candidate promotes only when its mean recall score is at least this (0 to 1) ...
@@ -457,11 +460,11 @@ class DreamingConfig:
     #: Most entries promoted per run.
     limit: int = 10
     #: A rewrite of ``MEMORY.md`` may lose at most this fraction of its prior entries (0 to 1).
-    max_loss_fraction: float = 0.25
+    max_loss_fraction: float = PROMOTION_MAX_LOSS_FRACTION
     #: ``MEMORY.md`` stays within this many characters (a promotion that would pass it is cut short).
     max_memory_chars: int = 20_000
     #: Recency halves every this many days.
-    half_life_days: float = 14.0
+    half_life_days: float = PROMOTION_HALF_LIFE_DAYS
     #: Only recalls of the last this many days are read by a promotion (unset: the whole log).
     window_days: float | None = None
     #: Append a short report of each applied promotion to ``DREAMS.md``.

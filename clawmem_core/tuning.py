@@ -146,3 +146,17 @@ SNIPPET_CJK_CHAR_WEIGHT = 0.25
 #: How far a snippet's cut may move back to reach a space (beyond it, it falls between characters).
 #: docs/decisions.md#values-kept-from-openclaw-fts5-and-the-specification
 SNIPPET_WORD_REACH = 40
+
+# -- consolidation ("dreaming") ----------------------------------------------------------------
+
+#: Recall events are kept this many days: long enough for a fact recalled about once a month to gather the
+#: recalls promotion asks for, short enough that the log stays small.
+#: docs/decisions.md#consolidations-defaults
+RECALL_MAX_AGE_DAYS = 90.0
+#: A model's rewrite of ``MEMORY.md`` may lose at most this fraction of its prior entries: OpenClaw's
+#: loss limit, so one bad answer cannot empty the file.
+#: docs/decisions.md#consolidations-defaults
+PROMOTION_MAX_LOSS_FRACTION = 0.25
+#: A candidate's recency halves every this many days: the last two weeks' recalls lead, an old burst fades.
+#: docs/decisions.md#consolidations-defaults
+PROMOTION_HALF_LIFE_DAYS = 14.0
