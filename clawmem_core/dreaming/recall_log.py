@@ -25,6 +25,10 @@ __all__ = ["RecallLog", "RetentionPolicy", "content_hash", "normalize_text", "qu
 log = logging.getLogger("clawmem.dreaming")
 _SPACE = re.compile(r"\s+")
 ELLIPSIS = "…"
+#: The background writer waits for this long a pause in recording before it writes a batch...
+IDLE_BEFORE_WRITE_S = 0.2
+#: ... unless this many batches are waiting.
+MAX_DEFERRED_BATCHES = 16
 #: Characters of the masked query kept in the log.
 QUERY_TEXT_MAX = 200
 
@@ -121,6 +125,7 @@ class RecallLog:
         #: Events lost because their batch could not be written by :meth:`record` (the store failed).
         self.events_dropped = 0
         self._wake = threading.Event()
+        self._last_record = 0.0
         self._stop = False
         self._worker: Optional[threading.Thread] = None
         if background:
@@ -132,6 +137,12 @@ class RecallLog:
         while not self._stop:
             self._wake.wait(self.flush_interval_s)
             self._wake.clear()
+            # Write between searches, not beside one: wait for a pause in recording (searches from an agent come
+            # between model calls), unless the buffer has grown large.
+            while (not self._stop and time.monotonic() - self._last_record < IDLE_BEFORE_WRITE_S
+                   and self._buffered < MAX_DEFERRED_BATCHES * self.batch_size):
+                self._wake.wait(IDLE_BEFORE_WRITE_S)
+                self._wake.clear()
             self._flush_quietly()
 
     def _flush_quietly(self) -> None:
@@ -161,6 +172,7 @@ class RecallLog:
                          getattr(hit, "content_hash", None), getattr(hit, "score", 0.0), len(rows) + 1))
         if not rows:
             return 0
+        self._last_record = time.monotonic()
         with self._lock:
             self._buffer.append(_Pending(agent, str(query or ""), ts, session_key, rows))
             self._buffered += len(rows)
@@ -181,7 +193,12 @@ class RecallLog:
         with self._flush_lock:
             with self._lock:
                 pending, self._buffer, self._buffered = self._buffer, [], 0
-            batch = [e for p in pending for e in p.events()]
+            batch: list[RecallEvent] = []
+            on_own_thread = self._worker is not None and threading.current_thread() is self._worker
+            for p in pending:
+                batch.extend(p.events())
+                if on_own_thread:
+                    time.sleep(0)  # hand the interpreter to a waiting search between searches' masking
             if not batch:
                 return 0
             try:

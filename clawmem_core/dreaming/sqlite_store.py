@@ -56,6 +56,10 @@ class SqliteDreamStore:
         if isinstance(target, (str, os.PathLike)):
             self._conn = apsw.Connection(os.fspath(target))
             self._conn.setbusytimeout(busy_timeout_ms)
+            # A log of its own: write-ahead, synced at checkpoints (a crash loses at most the last batches of
+            # recall events, never the index), so a batch costs a search beside it next to nothing.
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
             self._owned = True
         else:
             self._conn = target

@@ -139,3 +139,32 @@ def test_background_writer_flushes_off_the_calling_thread(store: Any, ws: Worksp
     assert store.count_events("main") == 12
     assert writers and threading.current_thread().name not in writers[:-1]  # only close() writes inline
     assert all(w == "clawmem-recall-log" for w in writers[:-1])
+
+
+def test_background_writer_waits_for_a_pause_in_searches(store: Any, ws: Workspace, clock: Clock,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch is written between searches, not beside one: while recording goes on, the writer holds its batches
+    until the buffer reaches its cap (a long pause is simulated by a wait that never ends)."""
+    import threading
+
+    from clawmem_core.dreaming import recall_log
+
+    monkeypatch.setattr(recall_log, "IDLE_BEFORE_WRITE_S", 3600.0)  # searches never pause in this test
+    written = threading.Event()
+    add = store.add_events
+
+    def tracking(events: Any) -> None:
+        add(events)
+        written.set()
+
+    store.add_events = tracking  # type: ignore[method-assign]
+    log = RecallLog(store, batch_size=2, now=clock, background=True, flush_interval_s=60)
+    try:
+        cap = recall_log.MAX_DEFERRED_BATCHES * 2
+        for i in range(cap - 1):  # full batches wake the writer, which waits for a pause
+            log.record("main", f"q{i}", [hit(ws, "memory/2026-11-02.md", 3, 3)])
+        assert not written.wait(0.5) and log.batches_written == 0 and log.pending() == cap - 1
+        log.record("main", "one more", [hit(ws, "memory/2026-11-02.md", 3, 3)])  # the cap: written now
+        assert written.wait(30) and store.count_events("main") == cap
+    finally:
+        log.close()
