@@ -295,12 +295,14 @@ class MemoryIndex:
         hits = await self._searching.asearch(query, max_results, min_score)
         return self._answered(query, hits, session_key, record)
 
-    def record_recall(self, query: str, hits: Sequence[SearchResult], session_key: str | None = None) -> None:
+    def record_recall(self, query: str, hits: Sequence[SearchResult], session_key: str | None = None, *,
+                      when: float | None = None) -> None:
         """Record ``hits`` in the recall log as recalled by ``query``: for a surface that searches with
-        ``record=False`` and returns only part of what it found (the LangGraph store returns items)."""
+        ``record=False`` and returns only part of what it found (the LangGraph store returns items), or for a
+        replay with its own clock (``when``: a Unix time; default now)."""
         self._check_open()
         if hits:
-            self._recall.record(query, list(hits), session_key)
+            self._recall.record(query, list(hits), session_key, when=when)
 
     def _answered(self, query: str, hits: SearchHits, session_key: str | None = None,
                   record: bool = True) -> SearchHits:

@@ -97,12 +97,12 @@ class RecallRecorder:
             return None
         return self._log
 
-    def record(self, query: str, hits: Iterable[Any], session_key: str | None) -> None:
+    def record(self, query: str, hits: Iterable[Any], session_key: str | None, *, when: float | None = None) -> None:
         """Buffer one search's final hits (no I/O on the caller's thread). Never raises."""
         try:
             rlog = self.recall_log()
             if rlog is not None:
-                rlog.record(self.agent_id, query, hits, session_key=session_key)
+                rlog.record(self.agent_id, query, hits, session_key=session_key, when=when)
         except Exception as exc:
             log.warning("recall log: a search was not recorded: %s", exc)
 

@@ -63,6 +63,21 @@ def test_searches_are_recorded_with_their_session_key(tmp_path: Path, ws: Worksp
     assert all(e.agent == "dana" and e.start_line >= 1 and 0 < e.score <= 1 for e in events)
 
 
+
+def test_record_recall_records_given_hits_at_the_given_time(tmp_path: Path, ws: Workspace,
+                                                            store_config: dict[str, Any]) -> None:
+    """``record_recall``: a surface that searched with ``record=False`` (or a replay with its own clock) records
+    what it used, under its session key and at its time."""
+    with MemoryIndex(ws.root, agent_id="dana", config=_config(store_config), state_dir=tmp_path / "s") as mem:
+        mem.sync()
+        hits = mem.search(ZH[0], record=False)
+        assert hits and _events(mem) == []
+        mem.record_recall(ZH[0], hits[:1], session_key="agent:dana:main", when=1_700_000_000.0)
+        mem.record_recall(EN[0], [])  # nothing used: nothing recorded
+        events = _events(mem)
+    assert [(e.query_text, e.session_key, e.path, e.ts) for e in events] == [
+        (ZH[0], "agent:dana:main", hits[0].path, 1_700_000_000.0)]
+
 def test_a_secret_in_a_query_is_not_recorded(tmp_path: Path, ws: Workspace) -> None:
     secret = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zB9dF1hJ"
     with MemoryIndex(ws.root, config=_config({}), state_dir=tmp_path / "s") as mem:
