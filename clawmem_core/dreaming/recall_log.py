@@ -126,6 +126,7 @@ class RecallLog:
         self.events_dropped = 0
         self._wake = threading.Event()
         self._last_record = 0.0
+        self._woken = False
         self._stop = False
         self._worker: Optional[threading.Thread] = None
         if background:
@@ -143,6 +144,8 @@ class RecallLog:
                    and self._buffered < MAX_DEFERRED_BATCHES * self.batch_size):
                 self._wake.wait(IDLE_BEFORE_WRITE_S)
                 self._wake.clear()
+            with self._lock:
+                self._woken = False
             self._flush_quietly()
 
     def _flush_quietly(self) -> None:
@@ -179,9 +182,15 @@ class RecallLog:
             self._agents.add(agent)
             self.events_recorded += len(rows)
             full = self._buffered >= self.batch_size
+            # The writer is woken once per batch (waking it on every search costs each search a thread switch),
+            # and again once the buffer reaches its cap.
+            wake = full and (not self._woken or self._buffered >= MAX_DEFERRED_BATCHES * self.batch_size)
+            if wake:
+                self._woken = True
         if full:
             if self._worker is not None:
-                self._wake.set()
+                if wake:
+                    self._wake.set()
             else:
                 self._flush_quietly()
         return len(rows)
