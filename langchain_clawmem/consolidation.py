@@ -29,7 +29,7 @@ from langchain_core.messages import HumanMessage
 
 from clawmem_core import MemoryIndex
 
-from clawmem_core.dreaming.schedule import ConsolidationScheduler, join_content
+from clawmem_core.dreaming.schedule import ConsolidationScheduler, ScheduledConsolidation, join_content
 
 __all__ = ["CONSOLIDATION_SOURCE", "ConsolidationMiddleware", "chat_model_caller"]
 
@@ -55,7 +55,7 @@ def chat_model_caller(model: BaseChatModel) -> Callable[[str], str]:
     return ask
 
 
-class ConsolidationMiddleware(AgentMiddleware):
+class ConsolidationMiddleware(ScheduledConsolidation, AgentMiddleware):
     """Schedules memory consolidation in the background every ``every_n_turns`` agent runs and/or after
     ``after_idle_seconds`` without one (see the module documentation).
 
@@ -107,14 +107,3 @@ class ConsolidationMiddleware(AgentMiddleware):
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
 
-    def consolidate_now(self) -> bool:
-        """Start a background consolidation now (unless one is running); returns whether it started."""
-        return self.scheduler.schedule()
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Join the running consolidation, if any (tests, shutdown)."""
-        return self.scheduler.wait(timeout)
-
-    def close(self, timeout: Optional[float] = None) -> None:
-        """Stop scheduling, cancel the idle timer and join a running consolidation."""
-        self.scheduler.close(timeout)

@@ -34,7 +34,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 
 from clawmem_core import MemoryIndex
 
-from clawmem_core.dreaming.schedule import ConsolidationScheduler, join_content
+from clawmem_core.dreaming.schedule import ConsolidationScheduler, ScheduledConsolidation, join_content
 
 __all__ = ["ClawmemConsolidationBlock", "ConsolidationScheduler", "llm_caller", "consolidation_scheduler"]
 
@@ -71,7 +71,7 @@ def consolidation_scheduler(memory: MemoryIndex, *, llm: Any = None, every_n_tur
                                   promote_options=promote_options, **kwargs)
 
 
-class ClawmemConsolidationBlock(BaseMemoryBlock[str]):
+class ClawmemConsolidationBlock(ScheduledConsolidation, BaseMemoryBlock[str]):
     """A ``Memory`` block that schedules consolidation (see the module documentation); it injects nothing and
     stores nothing. ``llm``: the promotion model (``None``: append-only). Call :meth:`close` on shutdown."""
 
@@ -126,14 +126,3 @@ class ClawmemConsolidationBlock(BaseMemoryBlock[str]):
     async def _aput(self, messages: List[ChatMessage]) -> None:
         return None
 
-    def consolidate_now(self) -> bool:
-        """Start a background consolidation now (unless one is running); returns whether it started."""
-        return self.scheduler.schedule()
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Join the running consolidation, if any."""
-        return self.scheduler.wait(timeout)
-
-    def close(self, timeout: Optional[float] = None) -> None:
-        """Stop scheduling, cancel the idle timer and join a running consolidation."""
-        self.scheduler.close(timeout)

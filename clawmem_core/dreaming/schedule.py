@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-__all__ = ["ConsolidationScheduler", "TriggeredEntry", "triggered_entries", "format_triggered",
+__all__ = ["ConsolidationScheduler", "ScheduledConsolidation", "TriggeredEntry", "triggered_entries", "format_triggered",
            "join_content", "read_triggered", "MAX_TRIGGERED"]
 
 log = logging.getLogger("clawmem")
@@ -252,3 +252,23 @@ def format_triggered(entries: list[TriggeredEntry], *, cite: bool = True) -> str
     """The entries as recall snippets, separated by blank lines, each followed by ``Source: <citation>`` when
     citations are on."""
     return "\n\n".join(f"{e.text}\nSource: {e.citation}" if cite else e.text for e in entries)
+
+
+class ScheduledConsolidation:
+    """The controls a framework's consolidation hook offers over its :attr:`scheduler` (mixed into the LangChain
+    middleware and the LlamaIndex block), which set ``scheduler``."""
+
+    def consolidate_now(self) -> bool:
+        """Start a background consolidation now (unless one is running); returns whether it started."""
+        return self._controls().schedule()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Join the running consolidation, if any (tests, shutdown)."""
+        return self._controls().wait(timeout)
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Stop scheduling, cancel the idle timer and join a running consolidation."""
+        self._controls().close(timeout)
+
+    def _controls(self) -> ConsolidationScheduler:
+        return getattr(self, "scheduler")  # no annotation here: a pydantic model would take it for a field
