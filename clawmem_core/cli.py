@@ -8,6 +8,7 @@
     clawmem watch
     clawmem mcp [--transport stdio|http] [--host H] [--port N] [--tokens FILE] [--read-only]
     clawmem promote [--apply | --explain TEXT | --rollback] [--limit N] [--min-score X] [--json]
+    clawmem pg start|stop|status [--dir DIR] [--port N]     (a local PostgreSQL, for trying and tests)
 
 Every command takes ``--workspace DIR`` (default: the current directory), ``--agent ID``,
 ``--config FILE``, ``--provider NAME``, ``--model NAME``, ``--store URL`` and ``--shared ID``
@@ -25,6 +26,7 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
+from . import local_postgres  # imports no PostgreSQL package until `clawmem pg` runs
 from .cli_dreaming import PROMOTE_EXAMPLES, add_promote_arguments, cmd_promote, deep_status
 from .config import FUSION_DEFAULTS, PROVIDERS, MemoryConfig
 from .errors import ClawmemError
@@ -118,6 +120,7 @@ tokens, or $CLAWMEM_MCP_TOKEN; clients send Authorization: Bearer <token>) unles
 access-log line per request on stderr (never arguments or tokens). A replica never offers memory_write.
 Needs the mcp extra: pip install 'clawmem-py[mcp]' (mcp 1.24 or later, 1.x or 2.x).""",
     "promote": PROMOTE_EXAMPLES,
+    "pg": local_postgres.EXAMPLES,
 }
 
 
@@ -195,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable (loopback names and the bind address are always accepted)")
     p.add_argument("--insecure", action="store_true",
                    help="HTTP: serve a non-loopback --host without tokens (anyone who reaches it can read and write)")
+
+    pg_help = "a local PostgreSQL + pgvector for trying the store and for tests, not for production"
+    local_postgres.add_arguments(sub.add_parser("pg", help=pg_help, description=pg_help[0].upper() + pg_help[1:] + ".",
+                                                epilog=EXAMPLES["pg"],
+                                                formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
@@ -355,6 +363,8 @@ def _workspace(args: argparse.Namespace, config: MemoryConfig) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from .index import MemoryIndex
 
+    if args.command == "pg":
+        return local_postgres.command(args)
     config = _config(args)
     workspace = _workspace(args, config)
     if args.command == "search":
