@@ -283,3 +283,17 @@ def test_workspace_root_forms(backend_kind: str, config: dict[str, Any], root: P
     for bad in (0, -3, True, "2"):
         with pytest.raises(ConfigError):
             MemoryIndexes(config, max_open=bad)  # type: ignore[arg-type]
+
+
+def test_postgres_agents_share_one_pool_of_the_size_configured(pg_url: str, root: Path, tmp_path: Path) -> None:
+    from clawmem_core.store.postgres.connection import _Connections
+
+    config = {"store": {"url": pg_url, "pool_size": 7}}
+    with _registry(config, root, tmp_path) as indexes:
+        for agent in ("alice", "bob", "代理人"):
+            _found(indexes.get(agent), "cello")
+        pools = [p for url, p in _Connections._pools.items() if url == pg_url]
+        assert len(pools) == 1 and pools[0].max_size == 7
+    for bad in (0, 1.5, "3", True, 1001):
+        with pytest.raises(ConfigError):
+            MemoryIndexes({"store": {"url": pg_url, "pool_size": bad}})
