@@ -297,3 +297,33 @@ def test_postgres_agents_share_one_pool_of_the_size_configured(pg_url: str, root
     for bad in (0, 1.5, "3", True, 1001):
         with pytest.raises(ConfigError):
             MemoryIndexes({"store": {"url": pg_url, "pool_size": bad}})
+
+
+def test_postgres_keyword_statistics_are_loaded_once_per_agent(pg_url: str, root: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """What an agent's first search loads (its keyword statistics) serves its later searches
+    while the registry keeps it, whatever other agents do meanwhile."""
+    from clawmem_core.store.postgres import KEYWORD_CACHE, PostgresStore
+
+    loads: list[str] = []
+    original = PostgresStore._load_keyword_stats
+
+    def counted(self: PostgresStore, conn: Any) -> Any:
+        loads.append(self.backend.agent_id)
+        return original(self, conn)
+
+    monkeypatch.setattr(PostgresStore, "_load_keyword_stats", counted)
+    KEYWORD_CACHE.clear()
+    with _registry({"store": {"url": pg_url}}, root, tmp_path, max_open=3) as indexes:
+        alice = indexes.get("alice")
+        alice.sync()
+        indexes.get("bob").sync()
+        loads.clear()
+        assert "Whiskeralpha" in " ".join(r.snippet for r in alice.search("Whiskeralpha", min_score=0))
+        assert loads == ["alice"]
+        for q in ("旺财贝塔", "钢琴"):
+            indexes.get("bob").search(q, min_score=0)
+        for q in ("cello", "Whiskeralpha cat", "猫"):
+            assert indexes.get("alice") is alice
+            alice.search(q, min_score=0)
+        assert loads == ["alice", "bob"]
