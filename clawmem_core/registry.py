@@ -34,7 +34,7 @@ log = logging.getLogger("clawmem")
 #: callable ``agent_id -> path`` (``None``: that agent is a replica).
 WorkspaceRoot = Union[None, str, "os.PathLike[str]", Callable[[str], Union[str, "os.PathLike[str]", None]]]
 
-__all__ = ["MemoryIndexes", "SharedEmbedder"]
+__all__ = ["MemoryIndexes", "SharedEmbedder", "warm_up"]
 
 
 class SharedEmbedder(Embedder):
@@ -83,6 +83,17 @@ class SharedEmbedder(Embedder):
 
     def __repr__(self) -> str:
         return f"SharedEmbedder({self.inner!r})"
+
+
+def warm_up(embedder: Embedder | None) -> None:
+    """Load ``embedder``'s model now where it has one to load (a local model: seconds); nothing
+    for a remote provider or keyword-only search (``None``)."""
+    if embedder is None:
+        return
+    inner = embedder.inner if isinstance(embedder, SharedEmbedder) else embedder
+    load = getattr(inner, "load", None)
+    if callable(load):
+        load()
 
 
 class _Entry:
@@ -165,12 +176,7 @@ class MemoryIndexes:
     def warm(self) -> None:
         """Create the embedder and load its model now (a local model's load takes seconds), so
         that the first search costs what the others do."""
-        emb = self.embedder
-        if emb is None:
-            return
-        load = getattr(emb.inner, "load", None)
-        if callable(load):
-            load()
+        warm_up(self.embedder)
 
     # -- opening ------------------------------------------------------------------------------
 

@@ -327,3 +327,28 @@ def test_postgres_keyword_statistics_are_loaded_once_per_agent(pg_url: str, root
             assert indexes.get("alice") is alice
             alice.search(q, min_score=0)
         assert loads == ["alice", "bob"]
+
+
+def test_the_mcp_server_loads_the_model_at_start(root: Path, tmp_path: Path) -> None:
+    from clawmem_core.mcp_server import _start
+
+    emb = CountingEmbedder()
+    with MemoryIndex(root / "alice", config={}, embedder=emb, state_dir=tmp_path / "state") as mem:
+        _start(mem, watch=False).join(60)
+        assert emb.loads == 1
+        assert "Whiskeralpha" in _found(mem, "Whiskeralpha")
+        assert emb.loads == 1
+
+
+def test_a_model_that_fails_to_load_at_start_is_logged_not_raised(root: Path, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from clawmem_core.mcp_server import _start
+
+    class Broken(CountingEmbedder):
+        def load(self) -> None:
+            raise OSError("model file missing")
+
+    with MemoryIndex(root / "alice", config={}, embedder=Broken(), state_dir=tmp_path / "state") as mem:
+        with caplog.at_level("WARNING", logger="clawmem"):
+            _start(mem, watch=False).join(60)
+        assert "model file missing" in caplog.text
