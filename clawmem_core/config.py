@@ -321,14 +321,23 @@ class FtsConfig:
 class StoreConfig:
     """Where the index lives: a SQLite file per agent (``path`` may contain ``{agent_id}`` and
     ``~``), or, with ``url`` (``postgresql://...``, also ``$CLAWMEM_STORE_URL``), a PostgreSQL
-    database shared by many agents. The URL's password is a secret: never shown."""
+    database shared by many agents. The URL's password is a secret: never shown. PostgreSQL:
+    each process keeps one pool of connections per URL, shared by all its agents, of at most
+    ``pool_size`` connections (unset: 4; the first index of the process to open the pool sets it):
+    a search holds one for its length, so size it to the searches and syncs a worker runs at once."""
 
     path: str | None = None
     url: str | None = field(default=None, repr=False)
+    pool_size: int | None = None
     vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
     fts: FtsConfig = field(default_factory=FtsConfig)
 
     def __post_init__(self) -> None:
+        if self.pool_size is not None:
+            size = _num(self.pool_size, "store.pool_size")
+            if not 1 <= size <= 1000 or size != int(size):
+                raise ConfigError(f"store.pool_size must be a whole number from 1 to 1000, got {self.pool_size!r}")
+            self.pool_size = int(size)
         if self.url is not None:
             if not isinstance(self.url, str):
                 raise ConfigError(f"store.url must be a string, got {type(self.url).__name__}")

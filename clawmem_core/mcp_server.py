@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -229,9 +230,25 @@ def create_server(mem: "MemoryIndex", *, session_key: str | None = None,
     return server
 
 
-def _start(mem: "MemoryIndex", watch: bool) -> None:
+def _warm(mem: "MemoryIndex") -> None:
+    """Load the embedding model (a local model: seconds) so that the first call costs what the
+    others do; a failure is the first search's to report."""
+    try:
+        from .registry import warm_up
+
+        warm_up(mem.embedder)
+    except Exception as exc:
+        logging.getLogger("clawmem").warning("loading the embedding model at start failed: %s", exc)
+
+
+def _start(mem: "MemoryIndex", watch: bool) -> threading.Thread:
+    """Start the model's load (in a thread: the server answers meanwhile; a call that needs the
+    model waits for it) and the watcher."""
+    warm = threading.Thread(target=_warm, args=(mem,), name="clawmem-mcp-warm-up", daemon=True)
+    warm.start()
     if watch:
         mem.watch()  # re-index on file changes while the server runs
+    return warm
 
 
 async def serve_stdio(mem: "MemoryIndex", *, watch: bool = True, read_only: bool = False,

@@ -72,6 +72,8 @@ class StoreHandles:
                 exact_below=self.config.store.vector.exact_below,
                 hnsw_ef_search=self.config.store.vector.hnsw_ef_search,
                 hnsw_build_memory=self.config.store.vector.hnsw_build_memory,
+                # unset: the backend's own default
+                **({"pool_size": self.config.store.pool_size} if self.config.store.pool_size else {}),
             )
         from ..store.sqlite import SQLiteBackend
 
