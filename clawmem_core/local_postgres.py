@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -98,7 +99,7 @@ def _writable_dir(root: Path) -> None:
     """Create ``root`` (and parents), or a one-line error when it cannot be written."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".clawmem-write-probe"
+        probe = root / f".clawmem-write-probe-{os.getpid()}-{threading.get_ident()}"  # two starts at once: two probes
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
