@@ -34,7 +34,7 @@ log = logging.getLogger("clawmem")
 #: callable ``agent_id -> path`` (``None``: that agent is a replica).
 WorkspaceRoot = Union[None, str, "os.PathLike[str]", Callable[[str], Union[str, "os.PathLike[str]", None]]]
 
-__all__ = ["MemoryIndexes", "SharedEmbedder", "warm_up"]
+__all__ = ["MemoryIndexes", "MemoryResolver", "SharedEmbedder", "warm_up"]
 
 
 class SharedEmbedder(Embedder):
@@ -340,3 +340,68 @@ class MemoryIndexes:
 
     def __repr__(self) -> str:
         return f"MemoryIndexes(open={len(self)}, max_open={self.max_open})"
+
+
+class MemoryResolver:
+    """Which agent's memory a call uses, named per call: a framework adapter reads ``key`` (e.g.
+    ``"user_id"``) from the call's own context (LangGraph's ``runtime.context`` or
+    ``config["configurable"]``) and asks :meth:`resolve` for that user's index.
+
+    ``agent_of`` maps a user id to an agent id (default: the user id itself); returning ``None``
+    refuses the user. A missing, refused or invalid user is a :class:`ConfigError`, never another
+    user's memory or a shared default.
+
+    >>> resolver = MemoryResolver(MemoryIndexes(config, workspace_root="~/users"))  # doctest: +SKIP
+    >>> with resolver.resolve("alice") as mem:                                     # doctest: +SKIP
+    ...     hits = mem.search("what music do I like")
+    """
+
+    def __init__(
+        self,
+        indexes: MemoryIndexes,
+        *,
+        key: str = "user_id",
+        agent_of: Callable[[str], str | None] | None = None,
+    ) -> None:
+        if not isinstance(indexes, MemoryIndexes):
+            raise ConfigError(f"indexes must be MemoryIndexes, got {type(indexes).__name__}")
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"key must be a non-empty string, got {key!r}")
+        self.indexes = indexes
+        self.key = key
+        self.agent_of = agent_of
+
+    @property
+    def config(self) -> MemoryConfig:
+        """The configuration every user's index uses (its citations mode names the prompt's)."""
+        return self.indexes.config
+
+    def agent_id(self, user: Any) -> str:
+        """The agent id for ``user`` (the value of :attr:`key` in a call), or :class:`ConfigError`."""
+        if user is None or (isinstance(user, str) and not user.strip()):
+            raise ConfigError(
+                f"no {self.key!r} in this call: memory is per user here; pass it in the call, e.g. "
+                f"config={{'configurable': {{'{self.key}': ...}}}} or the runtime context"
+            )
+        if not isinstance(user, str):
+            raise ConfigError(f"{self.key} must be a string, got {type(user).__name__}")
+        agent = self.agent_of(user) if self.agent_of is not None else user
+        if agent is None:
+            raise ConfigError(f"{self.key} {user!r} has no memory here")
+        check_agent_id(agent)
+        return agent
+
+    @contextlib.contextmanager
+    def resolve(self, user: Any) -> Iterator[MemoryIndex]:
+        """``user``'s index, leased until the block ends."""
+        with self.indexes.lease(self.agent_id(user)) as mem:
+            yield mem
+
+    @contextlib.asynccontextmanager
+    async def aresolve(self, user: Any) -> AsyncIterator[MemoryIndex]:
+        """:meth:`resolve` for asyncio."""
+        async with self.indexes.alease(self.agent_id(user)) as mem:
+            yield mem
+
+    def __repr__(self) -> str:
+        return f"MemoryResolver(key={self.key!r}, {self.indexes!r})"

@@ -23,7 +23,9 @@ from clawmem_core.memory_write import (
 from clawmem_core.tools import invalid_arguments_payload, validation_message
 from clawmem_core.tool_schemas import MemoryWriteInput
 
-from .tools import MemoryStructuredTool, _error_content, tool_result
+from clawmem_core.errors import ClawmemError
+
+from .tools import MemorySource, MemoryStructuredTool, _error_content, amemory_for_call, memory_for_call, tool_result, unresolved_payload
 
 __all__ = ["MemoryWriteInput", "create_memory_write_tool"]
 
@@ -36,16 +38,25 @@ def _invalid(exc: ValidationError) -> str:
     return _dumps(invalid_arguments_payload(MEMORY_WRITE_NAME, validation_message(exc)))
 
 
-def create_memory_write_tool(memory: MemoryIndex) -> MemoryStructuredTool:
+def create_memory_write_tool(memory: MemoryIndex | MemorySource) -> MemoryStructuredTool:
     """The ``memory_write`` tool over ``memory``: appends to ``memory/YYYY-MM-DD.md`` or ``MEMORY.md`` and
-    indexes the note at once, so a later ``memory_search`` finds it."""
+    indexes the note at once, so a later ``memory_search`` finds it. With a
+    :class:`~clawmem_core.registry.MemoryResolver`, into the memory of the user the call names."""
 
     def _write(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
-        payload = write_payload(memory, text, target)
+        try:
+            with memory_for_call(memory) as mem:
+                payload = write_payload(mem, text, target)
+        except ClawmemError as exc:
+            payload = unresolved_payload(exc)
         return tool_result(payload)
 
     async def _awrite(text: str, target: str = "daily") -> tuple[str, dict[str, Any]]:
-        payload = await awrite_payload(memory, text, target)
+        try:
+            async with amemory_for_call(memory) as mem:
+                payload = await awrite_payload(mem, text, target)
+        except ClawmemError as exc:
+            payload = unresolved_payload(exc)
         return tool_result(payload)
 
     tool = MemoryStructuredTool.from_function(

@@ -73,7 +73,7 @@ from clawmem_core.tools import MEMORY_GET_NAME, MEMORY_SEARCH_NAME, citations_en
 from clawmem_core.dreaming.schedule import MAX_TRIGGERED, TriggeredEntry, read_triggered
 from .memory_write import create_memory_write_tool
 from .session import session_key_of
-from .tools import ALL_TOOLS, ToolName, create_memory_tools, memory_recall_prompt
+from .tools import ALL_TOOLS, MemorySource, ToolName, amemory_for_call, create_memory_tools, memory_for_call, memory_recall_prompt
 
 try:  # recent langchain 1.x: tag internal model calls so streams can leave them out
     from langchain.agents.middleware.internal_call_transformer import (
@@ -143,11 +143,16 @@ class ClawmemMiddleware(AgentMiddleware):
     Nothing is added to the conversation state: the additions are made to each model request only.
 
     Auto-recall searches are recorded in the recall log under ``session_key``, else the LangGraph thread.
+
+    ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver` instead of one index: one compiled graph
+    then serves many users, each call's tools and recall acting on the memory of the user its runtime context or
+    ``config["configurable"]`` names (the resolver's ``key``, e.g. ``user_id``); with recall on, a call naming no
+    user, or a refused one, raises :class:`~clawmem_core.errors.ConfigError` (the tools answer an error payload).
     """
 
     def __init__(
         self,
-        memory: MemoryIndex,
+        memory: MemorySource,
         *,
         include: Iterable[ToolName] = ALL_TOOLS,
         write: bool = False,
@@ -186,12 +191,12 @@ class ClawmemMiddleware(AgentMiddleware):
     def _query(self, request: ModelRequest) -> str:
         return self._last_user_text(request) if self.auto_recall else ""
 
-    def _triggered(self, request: ModelRequest) -> list[TriggeredEntry]:
+    def _triggered(self, request: ModelRequest, mem: MemoryIndex) -> list[TriggeredEntry]:
         if not self.trigger_recall:
             return []
         message = self._last_user_text(request)
         try:
-            return read_triggered(getattr(self.memory, "workspace", None), message, limit=MAX_TRIGGERED)
+            return read_triggered(getattr(mem, "workspace", None), message, limit=MAX_TRIGGERED)
         except Exception as exc:  # best effort, as recall
             log.warning("trigger recall failed: %s", exc)
             return []
@@ -213,13 +218,23 @@ class ClawmemMiddleware(AgentMiddleware):
             return request
         return request.override(system_message=append_to_system_message(request.system_message, "\n\n".join(sections)))
 
+    def _recalls(self) -> bool:
+        return self.auto_recall or self.trigger_recall
+
     def _recall(self, request: ModelRequest) -> str:
-        triggered = self._triggered(request)
+        if not self._recalls():
+            return ""
+        # a resolver's missing or refused user raises here: recall never falls back to other memory
+        with memory_for_call(self.memory, request.runtime) as mem:
+            return self._recall_in(request, mem)
+
+    def _recall_in(self, request: ModelRequest, mem: MemoryIndex) -> str:
+        triggered = self._triggered(request, mem)
         query = self._query(request)
         hits: Sequence[Any] = []
         if query:
             try:
-                hits = self.memory.search(
+                hits = mem.search(
                     query, max_results=self.recall_max_results, min_score=self.recall_min_score,
                     session_key=session_key_of(self.session_key, request.runtime),
                 )
@@ -228,18 +243,21 @@ class ClawmemMiddleware(AgentMiddleware):
         return self.format_recall(hits, triggered)
 
     async def _arecall(self, request: ModelRequest) -> str:
-        triggered = self._triggered(request)
-        query = self._query(request)
-        hits: Sequence[Any] = []
-        if query:
-            try:
-                hits = await self.memory.asearch(
-                    query, max_results=self.recall_max_results, min_score=self.recall_min_score,
-                    session_key=session_key_of(self.session_key, request.runtime),
-                )
-            except Exception as exc:
-                log.warning("memory recall failed: %s", exc)
-        return self.format_recall(hits, triggered)
+        if not self._recalls():
+            return ""
+        async with amemory_for_call(self.memory, request.runtime) as mem:
+            triggered = self._triggered(request, mem)
+            query = self._query(request)
+            hits: Sequence[Any] = []
+            if query:
+                try:
+                    hits = await mem.asearch(
+                        query, max_results=self.recall_max_results, min_score=self.recall_min_score,
+                        session_key=session_key_of(self.session_key, request.runtime),
+                    )
+                except Exception as exc:
+                    log.warning("memory recall failed: %s", exc)
+            return self.format_recall(hits, triggered)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
         return handler(self._with_sections(request, self._recall(request)))

@@ -9,14 +9,17 @@ still its artifact.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Awaitable, Callable, Iterable, Sequence, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence, Union, cast
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool, ToolException
 from pydantic import ConfigDict, ValidationError
 
 from clawmem_core import InvalidQueryError, MemoryIndex
+from clawmem_core.errors import ClawmemError
+from clawmem_core.registry import MemoryResolver
 from clawmem_core.tool_schemas import MEMORY_TOOL_SPECS, MemoryGetInput, MemorySearchInput
 from clawmem_core.tools import (
     ALL_TOOLS,
@@ -34,7 +37,31 @@ from clawmem_core.tools import (
     validation_message,
 )
 
-from .session import session_key_of
+from .session import session_key_of, user_of
+
+#: What the tools and the middleware act on: one index, or a resolver naming the user's index per call.
+MemorySource = Union[MemoryIndex, MemoryResolver]
+
+
+@contextlib.contextmanager
+def memory_for_call(memory: MemorySource, runtime: Any = None) -> Iterator[MemoryIndex]:
+    """``memory`` itself, or the index a resolver names for the current call's user (a missing or refused
+    user: :class:`~clawmem_core.errors.ConfigError`)."""
+    if isinstance(memory, MemoryResolver):
+        with memory.resolve(user_of(memory.key, runtime)) as mem:
+            yield mem
+    else:
+        yield memory
+
+
+@contextlib.asynccontextmanager
+async def amemory_for_call(memory: MemorySource, runtime: Any = None) -> AsyncIterator[MemoryIndex]:
+    """:func:`memory_for_call` for asyncio."""
+    if isinstance(memory, MemoryResolver):
+        async with memory.aresolve(user_of(memory.key, runtime)) as mem:
+            yield mem
+    else:
+        yield memory
 
 #: ``metadata`` key on our tools recording the index's citations mode.
 CITATIONS_METADATA_KEY = "clawmem_citations"
@@ -108,7 +135,7 @@ def _dumps(payload: dict[str, Any]) -> str:
 
 def _structured_tool(
     name: str,
-    memory: MemoryIndex,
+    memory: MemorySource,
     func: Callable[..., tuple[str, dict[str, Any]]],
     coroutine: Callable[..., Awaitable[tuple[str, dict[str, Any]]]],
     invalid: Callable[[ValidationError], str],
@@ -129,24 +156,33 @@ def _structured_tool(
     return cast(MemoryStructuredTool, tool)
 
 
-def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = None) -> MemoryStructuredTool:
+def create_memory_search_tool(memory: MemorySource, *, session_key: str | None = None) -> MemoryStructuredTool:
     """The ``memory_search`` tool over ``memory``.
 
     ``session_key`` (e.g. ``"agent:main:group:42"``) lets ``citations="auto"`` drop citations in
     group chats, as OpenClaw does; searches are recorded in the recall log under it (``None``: under the
-    LangGraph thread the tool runs in, if any).
+    LangGraph thread the tool runs in, if any). ``memory`` may be a :class:`MemoryResolver`: each call then
+    searches the memory of the user its context names (none or a refused one: an error payload).
     """
 
     def _search(query: str, max_results: int | None = None, min_score: float | None = None) -> tuple[str, dict[str, Any]]:
-        payload = search_payload(memory, query, max_results, min_score, session_key=session_key_of(session_key))
+        try:
+            with memory_for_call(memory) as mem:
+                payload = search_payload(mem, query, max_results, min_score, session_key=session_key_of(session_key))
+        except ClawmemError as exc:
+            payload = search_error_payload(exc)
         return tool_result(payload)
 
     async def _asearch(
         query: str, max_results: int | None = None, min_score: float | None = None
     ) -> tuple[str, dict[str, Any]]:
-        payload = await asearch_payload(
-            memory, query, max_results, min_score, session_key=session_key_of(session_key)
-        )
+        try:
+            async with amemory_for_call(memory) as mem:
+                payload = await asearch_payload(
+                    mem, query, max_results, min_score, session_key=session_key_of(session_key)
+                )
+        except ClawmemError as exc:
+            payload = search_error_payload(exc)
         return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
@@ -155,17 +191,34 @@ def create_memory_search_tool(memory: MemoryIndex, *, session_key: str | None = 
     return _structured_tool(MEMORY_SEARCH_NAME, memory, _search, _asearch, _invalid)
 
 
-def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
-    """The ``memory_get`` tool over ``memory``: reads lines of ``MEMORY.md`` / ``memory/**/*.md``."""
+def unresolved_payload(exc: ClawmemError, path: Any = None) -> dict[str, Any]:
+    """The payload of a call whose user's memory could not be named (no user, a refused one)."""
+    payload: dict[str, Any] = {"error": str(exc), "disabled": True}
+    if path is not None:
+        payload = {"path": path if isinstance(path, str) else "", "text": "", **payload}
+    return payload
+
+
+def create_memory_get_tool(memory: MemorySource) -> MemoryStructuredTool:
+    """The ``memory_get`` tool over ``memory`` (an index, or a :class:`MemoryResolver` naming the user's per
+    call): reads lines of ``MEMORY.md`` / ``memory/**/*.md``."""
 
     def _get(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
-        payload = get_payload(memory, path, from_line, lines)
+        try:
+            with memory_for_call(memory) as mem:
+                payload = get_payload(mem, path, from_line, lines)
+        except ClawmemError as exc:
+            payload = unresolved_payload(exc, path)
         return tool_result(payload)
 
     async def _aget(path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, dict[str, Any]]:
         import asyncio
 
-        payload = await asyncio.to_thread(get_payload, memory, path, from_line, lines)
+        try:
+            async with amemory_for_call(memory) as mem:
+                payload = await asyncio.to_thread(get_payload, mem, path, from_line, lines)
+        except ClawmemError as exc:
+            payload = unresolved_payload(exc, path)
         return tool_result(payload)
 
     def _invalid(exc: ValidationError) -> str:
@@ -175,9 +228,10 @@ def create_memory_get_tool(memory: MemoryIndex) -> MemoryStructuredTool:
 
 
 def create_memory_tools(
-    memory: MemoryIndex, *, include: Iterable[ToolName] = ALL_TOOLS, session_key: str | None = None
+    memory: MemorySource, *, include: Iterable[ToolName] = ALL_TOOLS, session_key: str | None = None
 ) -> list[BaseTool]:
-    """``[memory_search, memory_get]`` (or the subset named in ``include``) over ``memory``."""
+    """``[memory_search, memory_get]`` (or the subset named in ``include``) over ``memory``: one index, or a
+    :class:`~clawmem_core.registry.MemoryResolver` naming each call's user (see :func:`user_of`)."""
     tools: list[BaseTool] = []
     for name in select_tools(include):
         if name == MEMORY_SEARCH_NAME:
@@ -223,11 +277,14 @@ class ClawmemToolkit(BaseToolkit):
 
         kit = ClawmemToolkit(memory=MemoryIndex("~/agent-workspace"))
         tools, section = kit.get_tools(), kit.get_prompt()
+
+    ``memory`` may also be a :class:`~clawmem_core.registry.MemoryResolver`: each tool call then uses the
+    memory of the user its LangGraph context or ``config["configurable"]`` names.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    memory: MemoryIndex
+    memory: MemorySource
     include: tuple[ToolName, ...] = ALL_TOOLS
     session_key: str | None = None
 
