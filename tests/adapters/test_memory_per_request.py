@@ -161,3 +161,23 @@ def test_a_refused_user_is_an_error(resolver: MemoryResolver) -> None:
     with pytest.raises(ConfigError):
         with only_alice.resolve("../alice"):
             pass
+
+
+def test_the_async_path_resolves_per_call_too(resolver: MemoryResolver) -> None:
+    import asyncio
+
+    model = ScriptedToolModel(script=[AIMessage("", tool_calls=[call("memory_search", {"query": "饺子"}, "s1")]),
+                                      AIMessage("done")])
+    agent = create_agent(model, [], middleware=[ClawmemMiddleware(resolver, auto_recall=True)])
+
+    async def run(user: str | None) -> dict[str, Any]:
+        model.calls.clear()
+        return await agent.ainvoke({"messages": [HumanMessage("饺子")]}, config=_user(user))
+
+    [bob] = _tool_payloads(asyncio.run(run("bob")))
+    assert "饺子" in _search_texts(bob) and "饺子" in _recalled(model)
+    [alice] = _tool_payloads(asyncio.run(run("alice")))
+    assert alice.status == "success" and alice.artifact["results"] == []
+    assert "## Recalled memory" not in _recalled(model)
+    with pytest.raises(ConfigError, match="user_id"):
+        asyncio.run(run(None))
