@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -214,7 +215,7 @@ def test_token_objects_are_checked(tmp_path: Path) -> None:
     for text, expected in cases.items():
         _token_file(path, {})
         path.write_text(text, encoding="utf-8")
-        with pytest.raises(ConfigError, match=__import__("re").escape(expected)) as caught:
+        with pytest.raises(ConfigError, match=re.escape(expected)) as caught:
             load_tokens(path, env={})
         assert ALICE not in str(caught.value)
     _token_file(path, {ALICE: "alice", BOB: {"agent": "bob", "read_only": True, "shared": ["team"]}})
