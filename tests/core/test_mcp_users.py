@@ -223,3 +223,19 @@ def test_token_objects_are_checked(tmp_path: Path) -> None:
     assert (alice.agent, alice.read_only, alice.shared) == ("alice", False, None)
     assert (bob.agent, bob.read_only, bob.shared) == ("bob", True, ("team",))
     assert ALICE not in repr(alice)
+
+
+def test_a_tokens_shared_namespaces_on_postgresql(servers: list[ServerProcess], tmp_path: Path, root: Path,
+                                                  pg_url: str) -> None:
+    from clawmem_core import MemoryIndex
+
+    team = tmp_path / "team"
+    (team / "memory").mkdir(parents=True)
+    (team / "MEMORY.md").write_text("# Team\n\nThe deploy freeze starts on Fridays.\n", encoding="utf-8")
+    with MemoryIndex(team, agent_id="team", config={"store": {"url": pg_url}, "provider": "none"},
+                     state_dir=tmp_path / "team-state") as mem:
+        mem.sync()
+    tokens = _token_file(tmp_path / "users.json", {ALICE: "alice", BOB: {"agent": "bob", "shared": ["team"]}})
+    server = _start(servers, tmp_path, tokens, "--workspaces-root", str(root), store=pg_url)
+    assert "deploy freeze" in _paths_and_text(server, BOB, "deploy freeze Fridays")
+    assert "deploy freeze" not in _paths_and_text(server, ALICE, "deploy freeze Fridays")
