@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from ..text import weighted_length
 from .sources import clean_text
 
-__all__ = ["Entry", "SourceRef", "parse_entries", "format_entry", "entry_sources", "entry_body", "bound_text",
+__all__ = ["Entry", "SourceRef", "parse_entries", "is_heading", "format_entry", "entry_sources", "entry_body", "bound_text",
            "entry_triggers", "MAX_ENTRY_WEIGHT"]
 
 _ITEM = re.compile(r"^(?:[-*+]\s|\d{1,3}[.)]\s)")
@@ -92,6 +92,11 @@ def entry_sources(entry_text: str) -> list[SourceRef]:
             a = int(m["a"])
             refs.append(SourceRef(m["path"], a, int(m["b"] or a)))
     return refs
+
+
+def is_heading(entry: Entry) -> bool:
+    """Whether ``entry`` is a heading line: part of the file's structure, never merged into or superseded."""
+    return bool(_HEADING.match(entry.text))
 
 
 def entry_body(entry_text: str) -> str:

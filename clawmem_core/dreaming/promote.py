@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from .candidates import Candidate, Explanation, Gates, collect_candidates, explain
 from .decisions import ChatModel, ask_model, build_prompt, parse_decisions
-from .entries import parse_entries
+from .entries import is_heading, parse_entries
 from ..errors import ClawmemError
 from .errors import NothingToRollBackError
 from .events import DreamStore, Preimage
@@ -165,7 +165,7 @@ def _run(store: DreamStore, ws: Workspace, agent: str, model: ChatModel, apply: 
         return report
     composed: Optional[Composed] = None
     if model is not None:
-        entries = parse_entries(prior)
+        entries = [e for e in parse_entries(prior) if not is_heading(e)]  # headings are structure, not entries
         try:
             answer = ask_model(model, build_prompt(entries, chosen))
             decisions = parse_decisions(answer, [c.id for c in chosen], [e.id for e in entries])
