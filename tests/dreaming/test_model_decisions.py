@@ -4,6 +4,7 @@ back to append-only, with MEMORY.md unchanged or valid every time."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable
 
 import pytest
@@ -188,7 +189,8 @@ _decision = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("CLAWMEM_FUZZ_EXAMPLES", "60")), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(decisions=[{"op": "merge", "candidate": "C1", "entry": "E1", "text": "Dana prefers oat milk in her coffee and tea."},
                     {"op": "merge", "candidate": "C2", "entry": "E5", "text": "Dana drinks her coffee black."}])
 @given(st.lists(_decision, max_size=6))
