@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -21,7 +21,7 @@ httpx = pytest.importorskip("httpx")
 from clawmem_core.errors import ConfigError  # noqa: E402
 from clawmem_core.mcp_server import load_tokens  # noqa: E402
 
-from .test_mcp_security import ServerProcess, _env  # noqa: E402
+from .test_mcp_security import ServerProcess, _env, servers  # noqa: E402,F401 (servers: the fixture)
 
 ALICE = "alice-token-5b1e9d7c3a2f8e60"
 BOB = "bob-token-0c7f2e9a4d1b6e83"
@@ -47,14 +47,6 @@ def _spawn(tmp_path: Path, tokens: Path, *args: str, store: str | None = None) -
     proc = subprocess.Popen(command, env=_env(tmp_path), cwd=str(tmp_path), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, encoding="utf-8")
     return ServerProcess(proc)
-
-
-@pytest.fixture
-def servers() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for server in started:
-        server.stop()
 
 
 @pytest.fixture
