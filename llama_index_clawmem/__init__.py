@@ -8,7 +8,9 @@
     spec = ClawmemToolSpec(MemoryIndex("~/agent-workspace"))
     agent = FunctionAgent(tools=spec.to_tool_list(), llm=llm, system_prompt=spec.recall_prompt())
 
-A LlamaIndex ``BaseEmbedding`` can be given to ``MemoryIndex(..., embedder=...)`` directly.
+A LlamaIndex ``BaseEmbedding`` can be given to ``MemoryIndex(..., embedder=...)`` directly. The tools, blocks
+and retriever also take a :class:`~clawmem_core.registry.MemoryResolver` instead of one index: one agent then
+serves many users, each call naming its user in the workflow ``Context`` or with :func:`memory_user`.
 """
 
 from .consolidation import ClawmemConsolidationBlock
@@ -25,6 +27,7 @@ from .tools import (
     create_memory_tools,
     memory_recall_prompt,
 )
+from .users import MemorySource, memory_user
 
 __all__ = [
     "ClawmemConsolidationBlock",
@@ -34,6 +37,7 @@ __all__ = [
     "ClawmemToolSpec",
     "MemoryGetInput",
     "MemorySearchInput",
+    "MemorySource",
     "MemoryWriteInput",
     "archive_chat",
     "create_memory_get_tool",
@@ -41,4 +45,5 @@ __all__ = [
     "create_memory_tools",
     "create_memory_write_tool",
     "memory_recall_prompt",
+    "memory_user",
 ]

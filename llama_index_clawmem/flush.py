@@ -26,15 +26,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
-from typing import Any, List, Literal, Optional
+from typing import Any, List, Literal, Optional, Union
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.bridge.pydantic import ConfigDict, Field
 from llama_index.core.memory.memory import BaseMemoryBlock
 
 from clawmem_core import MemoryIndex
+from clawmem_core.registry import MemoryResolver
 from clawmem_core.flush import archive_conversation, format_conversation, is_silent_reply, slug_prompt
 from clawmem_core.masking import mask_secrets
+
+from .users import amemory_for_call
 
 __all__ = ["ClawmemFlushBlock", "DISTIL_PROMPT", "archive_chat"]
 
@@ -71,12 +74,20 @@ def _text(message: Any) -> str:
 
 class ClawmemFlushBlock(BaseMemoryBlock[str]):
     """A memory block writing the messages ``Memory`` flushes from short-term memory as Markdown notes (secrets
-    masked)."""
+    masked).
+
+    ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver`: each flush then writes into the memory
+    of the user the running agent's workflow ``Context`` names, else
+    :func:`~llama_index_clawmem.users.memory_user`; a flush naming no user, or a refused one, raises
+    :class:`~clawmem_core.errors.ConfigError` before anything is written (``written`` then names paths in the
+    workspaces of several users)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     name: str = Field(default="clawmem_flush", description="The name of the memory block.")
-    memory: MemoryIndex = Field(description="The clawmem index to write to.")
+    memory: Union[MemoryIndex, MemoryResolver] = Field(
+        description="The clawmem index to write to, or a MemoryResolver naming the user's per call."
+    )
     mode: Literal["daily", "archive"] = Field(
         default="daily", description="'daily': append to memory/YYYY-MM-DD.md; 'archive': one new file per flush."
     )
@@ -112,26 +123,33 @@ class ClawmemFlushBlock(BaseMemoryBlock[str]):
         conversation = format_conversation(messages)
         if not conversation.strip():
             return
+        # a resolver's missing or refused user raises here, before anything is written
+        async with amemory_for_call(self.memory) as mem:
+            result = await self._write(mem, conversation)
+            if result is not None:
+                self.written.append(result.relative_to(mem.workspace))
+
+    async def _write(self, mem: MemoryIndex, conversation: str) -> Any:
+        result = None
         try:
             note = await self._distil(conversation)
             if not note:
-                return
+                return None
             note = mask_secrets(note)  # flushed messages become memory: pasted keys stay out of memory/
             if self.mode == "archive":
                 slug = await self._slug(conversation)
-                result = await asyncio.to_thread(archive_conversation, self.memory, note, slug=slug)
+                result = await asyncio.to_thread(archive_conversation, mem, note, slug=slug)
             else:
                 stamp = datetime.now()
                 heading = f"## {self.heading} ({stamp:%H:%M})"
-                parts = _parts(note, self.memory.config.write.max_note_chars - len(heading) - 32)
+                parts = _parts(note, mem.config.write.max_note_chars - len(heading) - 32)
                 for i, part in enumerate(parts, 1):  # a long flush is kept whole, as several notes
                     label = f"{heading} ({i}/{len(parts)})" if len(parts) > 1 else heading
-                    result = await asyncio.to_thread(self.memory.write, f"{label}\n\n{part}", "daily")
+                    result = await asyncio.to_thread(mem.write, f"{label}\n\n{part}", "daily")
         except Exception as exc:  # never break the agent's turn over a note
             log.warning("writing flushed messages to memory failed: %s", exc)
-            return
-        if result is not None:
-            self.written.append(result.relative_to(self.memory.workspace))
+            return None
+        return result
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
         return ""

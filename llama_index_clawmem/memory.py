@@ -6,7 +6,7 @@ import logging
 import math
 import sys
 from collections import OrderedDict
-from typing import Any, Callable, List, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional, Union
 
 import regex
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
@@ -14,9 +14,12 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.memory.memory import BaseMemoryBlock, Memory
 
 from clawmem_core import MemoryIndex, SearchResult
+from clawmem_core.registry import MemoryResolver
 from clawmem_core.tools import citations_enabled
 
 from clawmem_core.dreaming.schedule import MAX_TRIGGERED, read_triggered
+
+from .users import amemory_for_call
 
 log = logging.getLogger("clawmem")
 
@@ -69,13 +72,20 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
     Each search is recorded in the recall log under ``session_key``, else ``Memory``'s ``session_id``.
     ``trigger_recall=True`` puts first, without a search, up to 3 promoted ``MEMORY.md`` entries whose trigger
     phrases (``<!-- trigger: ... -->``) appear in the latest user message.
+
+    ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver`: one block (and one ``Memory``) then serves
+    many users, each read recalling from the memory of the user the running agent's workflow ``Context`` names
+    (``await ctx.store.set("user_id", ...)``), else :func:`~llama_index_clawmem.users.memory_user`; a read
+    naming no user, or a refused one, raises :class:`~clawmem_core.errors.ConfigError` (nothing recalled).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     name: str = Field(default="clawmem_recall", description="The name of the memory block.")
     priority: int = Field(default=1, description="Memory's truncation priority (0 = never truncate).")
-    memory: MemoryIndex = Field(description="The clawmem index to search.")
+    memory: Union[MemoryIndex, MemoryResolver] = Field(
+        description="The clawmem index to search, or a MemoryResolver naming the user's per call."
+    )
     max_results: Optional[int] = Field(default=3, ge=1, description="Snippets recalled per turn (None: the index default).")
     min_score: Optional[float] = Field(default=None, description="Minimum score (None: the index default).")
     retrieval_context_window: int = Field(
@@ -115,13 +125,13 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
         cite = citations_enabled(self.memory.config.citations, session_key)
         return [_Part(h.score, h.snippet.strip(), f"\nSource: {h.citation}" if cite else "") for h in hits]
 
-    def _triggered(self, messages: Optional[List[ChatMessage]], session: Optional[str]) -> List[_Part]:
+    def _triggered(self, messages: Optional[List[ChatMessage]], session: Optional[str], mem: MemoryIndex) -> List[_Part]:
         """Promoted entries triggered by the latest user message, as parts ranked above every search hit."""
         if not self.trigger_recall:
             return []
         latest = self._latest_user_text(messages)
         try:
-            found = read_triggered(getattr(self.memory, "workspace", None), latest, limit=MAX_TRIGGERED)
+            found = read_triggered(getattr(mem, "workspace", None), latest, limit=MAX_TRIGGERED)
         except Exception as exc:  # best effort, as recall
             log.warning("trigger recall failed: %s", exc)
             return []
@@ -167,14 +177,14 @@ class ClawmemMemoryBlock(BaseMemoryBlock[str]):
             return ""
         session = self.session_key or block_kwargs.get("session_id")
         session = session if isinstance(session, str) else None
-        triggered = self._triggered(messages, session)
-        try:
-            hits = await self.memory.asearch(
-                query, max_results=self.max_results, min_score=self.min_score, session_key=session
-            )
-        except Exception as exc:  # recall is best effort: never break the agent's turn
-            log.warning("memory recall failed: %s", exc)
-            hits = []
+        # a resolver's missing or refused user raises here: recall never falls back to other memory
+        async with amemory_for_call(self.memory) as mem:
+            triggered = self._triggered(messages, session, mem)
+            try:
+                hits = await mem.asearch(query, max_results=self.max_results, min_score=self.min_score, session_key=session)
+            except Exception as exc:  # recall is best effort: never break the agent's turn
+                log.warning("memory recall failed: %s", exc)
+                hits = []
         seen = {p.source for p in triggered}
         parts = triggered + [p for p in self._parts(hits, session) if not p.source or p.source not in seen]
         if not parts:

@@ -11,6 +11,8 @@ from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle
 
 from clawmem_core import MemoryIndex, SearchResult
 
+from .users import MemorySource, amemory_for_call, memory_for_call
+
 #: Metadata kept out of the text an LLM sees (path and citation stay in).
 LLM_EXCLUDED_METADATA = [
     "file_path", "file_name", "start_line", "end_line", "score", "vector_score", "text_score", "memory_source"
@@ -72,11 +74,16 @@ class ClawmemRetriever(BaseRetriever):
     ``aretrieve`` awaits the engine's async search (the query embedding is awaited, the index
     read runs in a worker thread), so it does not block the event loop. The hits are recorded in the recall log
     (they reach the model), under ``session_key`` when given.
+
+    ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver`: each retrieval then searches the memory
+    of the user the running workflow's ``Context`` names (a retriever tool in an agent run; ``aretrieve``
+    only), else :func:`~llama_index_clawmem.users.memory_user`; no user, or a refused one, is a
+    :class:`~clawmem_core.errors.ConfigError` (nothing read).
     """
 
     def __init__(
         self,
-        memory: MemoryIndex,
+        memory: MemorySource,
         similarity_top_k: int | None = None,
         min_score: float | None = None,
         callback_manager: CallbackManager | None = None,
@@ -93,7 +100,7 @@ class ClawmemRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose, **kwargs)
 
     @property
-    def memory(self) -> MemoryIndex:
+    def memory(self) -> MemorySource:
         return self._memory
 
     @property
@@ -101,15 +108,17 @@ class ClawmemRetriever(BaseRetriever):
         return self._similarity_top_k
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self._memory.search(
-            query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score,
-            session_key=self.session_key,
-        )
-        return [result_to_node(h, self._memory) for h in hits]
+        with memory_for_call(self._memory) as mem:
+            hits = mem.search(
+                query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score,
+                session_key=self.session_key,
+            )
+            return [result_to_node(h, mem) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = await self._memory.asearch(
-            query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score,
-            session_key=self.session_key,
-        )
-        return [result_to_node(h, self._memory) for h in hits]
+        async with amemory_for_call(self._memory) as mem:
+            hits = await mem.asearch(
+                query_bundle.query_str, max_results=self._similarity_top_k, min_score=self._min_score,
+                session_key=self.session_key,
+            )
+            return [result_to_node(h, mem) for h in hits]
