@@ -43,6 +43,7 @@ other tool is executed during the flush). To review every write, pass ``read_onl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import datetime
@@ -68,11 +69,12 @@ from clawmem_core.flush import (
     slug_prompt,
 )
 from clawmem_core.memory_write import MEMORY_WRITE_NAME
+from clawmem_core.registry import MemoryResolver
 from clawmem_core.tools import MEMORY_GET_NAME, MEMORY_SEARCH_NAME, citations_enabled
 
 from clawmem_core.dreaming.schedule import MAX_TRIGGERED, TriggeredEntry, read_triggered
 from .memory_write import create_memory_write_tool
-from .session import session_key_of
+from .session import session_key_of, user_of
 from .tools import ALL_TOOLS, MemorySource, ToolName, amemory_for_call, create_memory_tools, memory_for_call, memory_recall_prompt
 
 try:  # recent langchain 1.x: tag internal model calls so streams can leave them out
@@ -303,6 +305,10 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
     ``ClawmemMiddleware(write=True)``). ``prompt`` / ``system_prompt`` replace the flush texts. On a replica
     (no workspace) nothing is written: no flush runs and no tool is offered. See the module documentation for
     the order relative to ``SummarizationMiddleware`` and for tool middleware.
+
+    ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver`: each flush then writes into the memory
+    of the user the call's runtime context or ``config["configurable"]`` names, and a model call naming no user
+    (or a refused one) raises :class:`~clawmem_core.errors.ConfigError`, as ``ClawmemMiddleware``'s recall does.
     """
 
     state_schema = MemoryFlushState
@@ -310,7 +316,7 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
 
     def __init__(
         self,
-        memory: MemoryIndex,
+        memory: MemorySource,
         *,
         model: str | BaseChatModel,
         context_window: int,
@@ -330,11 +336,12 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
             model = init_chat_model(model)
         self.memory = memory
         self.model = model
+        self.read_only = read_only
         self.policy = FlushPolicy(
             context_window,
             reserve_tokens=reserve_tokens,
             soft_threshold_tokens=soft_threshold_tokens,
-            workspace=memory.workspace,
+            workspace=getattr(memory, "workspace", None),  # a resolver's: each user's, at each call
             read_only=True if getattr(memory, "replica", False) else read_only,  # a replica cannot write
         )
         self.max_flush_steps = max(1, int(max_flush_steps))
@@ -360,14 +367,22 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
         cycle.mark_compacted()
         return {STATE_KEY: cycle.to_dict()}
 
-    def _decide(self, state: dict[str, Any]) -> tuple[bool, FlushCycleState, bool]:
+    def policy_for(self, mem: MemoryIndex) -> FlushPolicy:
+        """The flush policy over ``mem``, the index a call resolved to (its workspace, read-only on a replica)."""
+        if mem is self.memory:
+            return self.policy
+        read_only = True if getattr(mem, "replica", False) else self.read_only
+        return dataclasses.replace(self.policy, workspace=mem.workspace, read_only=read_only)
+
+    def _decide(self, state: dict[str, Any], policy: FlushPolicy | None = None) -> tuple[bool, FlushCycleState, bool]:
+        policy = policy or self.policy
         cycle = self.counters(state)
         used = estimate_messages_tokens(state.get("messages") or [])
         changed = False
-        if cycle.flushed_this_cycle and used < self.policy.threshold:
+        if cycle.flushed_this_cycle and used < policy.threshold:
             cycle.mark_compacted()  # the conversation shrank below the flush point: it was compacted
             changed = True
-        due = self.policy.should_flush(used, cycle)
+        due = policy.should_flush(used, cycle)
         if due:
             cycle.mark_flushed()  # once per cycle, even if the flush fails
         return due, cycle, changed or due
@@ -432,21 +447,24 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
         return produced
 
     def before_model(self, state: MemoryFlushState, runtime: Any) -> dict[str, Any] | None:
-        due, cycle, changed = self._decide(dict(state))
-        if due:
-            try:
-                self.run_flush(dict(state))
-            except Exception as exc:  # the flush must never break the user's turn
-                log.warning("memory flush failed: %s", exc)
+        # a resolver's missing or refused user raises here: the flush never writes into other memory
+        with memory_for_call(self.memory, runtime) as mem:
+            due, cycle, changed = self._decide(dict(state), self.policy_for(mem))
+            if due:
+                try:
+                    self.run_flush(dict(state))
+                except Exception as exc:  # the flush must never break the user's turn
+                    log.warning("memory flush failed: %s", exc)
         return {STATE_KEY: cycle.to_dict()} if changed else None
 
     async def abefore_model(self, state: MemoryFlushState, runtime: Any) -> dict[str, Any] | None:
-        due, cycle, changed = self._decide(dict(state))
-        if due:
-            try:
-                await self.arun_flush(dict(state))
-            except Exception as exc:
-                log.warning("memory flush failed: %s", exc)
+        async with amemory_for_call(self.memory, runtime) as mem:
+            due, cycle, changed = self._decide(dict(state), self.policy_for(mem))
+            if due:
+                try:
+                    await self.arun_flush(dict(state))
+                except Exception as exc:
+                    log.warning("memory flush failed: %s", exc)
         return {STATE_KEY: cycle.to_dict()} if changed else None
 
     # -- session archive ----------------------------------------------------------------------
@@ -469,18 +487,28 @@ class MemoryFlushMiddleware(AgentMiddleware[MemoryFlushState, Any]):
         slug: str | None = None,
         max_messages: int | None = 15,
         now: datetime | None = None,
+        user: str | None = None,
     ) -> dict[str, Any] | None:
         """Save the recent conversation (messages, or an agent state with ``messages``) to
         ``memory/YYYY-MM-DD-<slug>.md`` and index it; returns ``{path, startLine, endLine}`` or ``None`` when
-        there was nothing to save. The slug is ``slug``, else one from ``slug_model``, else a timestamp."""
+        there was nothing to save. The slug is ``slug``, else one from ``slug_model``, else a timestamp.
+        With a resolver, into the memory of ``user`` (default: the user the current run names)."""
         if isinstance(messages, dict):
             messages = messages.get("messages", [])
+        if isinstance(self.memory, MemoryResolver):
+            with self.memory.resolve(user if user is not None else user_of(self.memory.key)) as mem:
+                return self._archive(mem, list(messages), slug, max_messages, now)
+        return self._archive(self.memory, list(messages), slug, max_messages, now)
+
+    def _archive(
+        self, mem: MemoryIndex, messages: list[Any], slug: str | None, max_messages: int | None, now: datetime | None
+    ) -> dict[str, Any] | None:
         result = archive_conversation(
-            self.memory, list(messages), slug=slug, slug_fn=self._slug_fn(self.slug_model), max_messages=max_messages, now=now
+            mem, messages, slug=slug, slug_fn=self._slug_fn(self.slug_model), max_messages=max_messages, now=now
         )
         if result is None:
             return None
-        return {"path": result.relative_to(self.memory.workspace), "startLine": result.start_line, "endLine": result.end_line}
+        return {"path": result.relative_to(mem.workspace), "startLine": result.start_line, "endLine": result.end_line}
 
     async def aarchive(self, messages: Sequence[Any] | dict[str, Any], **kwargs: Any) -> dict[str, Any] | None:
         """Async twin of :meth:`archive` (runs in a worker thread)."""

@@ -7,11 +7,15 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 from pydantic import ConfigDict, Field
 
-from clawmem_core import MemoryIndex, SearchResult
+from clawmem_core import SearchResult
+from clawmem_core.registry import MemoryResolver
 
 from .session import session_key_of
+from .tools import MemorySource, amemory_for_call, memory_for_call
 
 _IGNORED_KWARGS = frozenset({"verbose"})
 
@@ -57,12 +61,17 @@ class ClawmemRetriever(BaseRetriever):
     ``start_line``, ``end_line``, ``score``, ``vector_score``, ``text_score``, ``memory_source``
     (``memory`` or ``sessions``) and ``citation`` as metadata. The hits are recorded in the recall log (they
     reach the model), under ``session_key`` or the LangGraph thread.
+
+    ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver`: each call then searches the memory of
+    the user its config names (``retriever.invoke(q, config={"configurable": {"user_id": "alice"}})``, or the
+    LangGraph run it is part of: its runtime context or ``config["configurable"]``). No user, or a refused one,
+    is a :class:`~clawmem_core.errors.ConfigError`, nothing read.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    memory: MemoryIndex
-    """The memory index to search."""
+    memory: MemorySource
+    """The memory index to search, or a resolver naming the user's per call."""
     k: int | None = Field(default=None, ge=1)
     """Number of documents to return (``None``: the index's ``query.max_results``)."""
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -78,18 +87,38 @@ class ClawmemRetriever(BaseRetriever):
             raise TypeError(f"ClawmemRetriever got unexpected argument(s): {', '.join(unknown)}")
         return k, min_score
 
+    def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        if not isinstance(self.memory, MemoryResolver):
+            return super().invoke(input, config, **kwargs)
+        token = var_child_runnable_config.set(ensure_config(config))  # the call's user, for the search below
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            var_child_runnable_config.reset(token)
+
+    async def ainvoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        if not isinstance(self.memory, MemoryResolver):
+            return await super().ainvoke(input, config, **kwargs)
+        token = var_child_runnable_config.set(ensure_config(config))
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            var_child_runnable_config.reset(token)
+
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k, min_score = self._options(kwargs)
-        hits = self.memory.search(query, max_results=k, min_score=min_score, session_key=session_key_of(self.session_key))
+        with memory_for_call(self.memory) as mem:
+            hits = mem.search(query, max_results=k, min_score=min_score, session_key=session_key_of(self.session_key))
         return [result_to_document(h) for h in hits]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k, min_score = self._options(kwargs)
-        hits = await self.memory.asearch(
-            query, max_results=k, min_score=min_score, session_key=session_key_of(self.session_key)
-        )
+        async with amemory_for_call(self.memory) as mem:
+            hits = await mem.asearch(
+                query, max_results=k, min_score=min_score, session_key=session_key_of(self.session_key)
+            )
         return [result_to_document(h) for h in hits]

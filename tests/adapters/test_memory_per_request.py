@@ -41,6 +41,16 @@ def resolver(tmp_path: Path) -> Iterator[MemoryResolver]:
         yield MemoryResolver(indexes, key="user_id")
 
 
+@pytest.fixture
+def fresh_resolver(resolver: MemoryResolver) -> Iterator[MemoryResolver]:
+    """The same users, nobody's memory open yet."""
+    resolver.indexes.close()
+    indexes = MemoryIndexes({"provider": "none"}, workspace_root=resolver.indexes.workspace_of("alice").parent,  # type: ignore[union-attr]
+                            state_dir=resolver.indexes.state_dir)
+    with indexes:
+        yield MemoryResolver(indexes)
+
+
 def _user(user: str | None) -> dict[str, Any]:
     return {"configurable": {"user_id": user}} if user else {}
 
@@ -181,3 +191,91 @@ def test_the_async_path_resolves_per_call_too(resolver: MemoryResolver) -> None:
     assert "## Recalled memory" not in _recalled(model)
     with pytest.raises(ConfigError, match="user_id"):
         asyncio.run(run(None))
+
+
+# -- the retriever --------------------------------------------------------------------------------------------
+
+
+def test_the_retriever_searches_the_memory_of_the_user_its_config_names(resolver: MemoryResolver) -> None:
+    import asyncio
+
+    from langchain_clawmem import ClawmemRetriever
+
+    retriever = ClawmemRetriever(memory=resolver, k=2)
+    for user, term, other in (("alice", "乌龙茶", "饺子"), ("bob", "bicycles", "cello")):
+        docs = retriever.invoke(term, config=_user(user))
+        assert docs and term in docs[0].page_content and all(other not in d.page_content for d in docs)
+        assert retriever.invoke(other, config=_user(user)) == []
+        assert term in asyncio.run(retriever.ainvoke(term, config=_user(user)))[0].page_content
+    with pytest.raises(ConfigError, match="user_id"):
+        retriever.invoke("cello")
+    with pytest.raises(ConfigError, match="user_id"):
+        asyncio.run(retriever.ainvoke("cello", config={"configurable": {"thread_id": "t"}}))
+
+
+def test_the_retriever_inside_a_graph_run_takes_the_runs_user(resolver: MemoryResolver) -> None:
+    from langchain_core.tools import tool
+
+    from langchain_clawmem import ClawmemRetriever
+
+    retriever = ClawmemRetriever(memory=resolver, k=2)
+
+    @tool
+    def lookup(query: str) -> str:
+        """Search memory."""
+        return "\n".join(d.page_content for d in retriever.invoke(query))  # no config: the run's user
+
+    model = ScriptedToolModel(script=[AIMessage("", tool_calls=[call("lookup", {"query": "饺子"}, "l1")]), AIMessage("done")])
+    agent = create_agent(model, [lookup], context_schema=dict)
+    for kwargs, found in (({"config": _user("bob")}, True), ({"context": {"user_id": "bob"}}, True),
+                          ({"config": _user("alice")}, False)):
+        model.calls.clear()
+        [msg] = _tool_payloads(agent.invoke({"messages": [HumanMessage("饺子?")]}, **kwargs))
+        assert ("饺子" in msg.content) == found, (kwargs, msg.content)
+
+
+# -- the pre-compaction flush -----------------------------------------------------------------------------------
+
+FILLER = "We went through the roadmap, the budget lines and the hiring plans in detail. " * 80
+
+
+def _flush_script(note: str) -> list[AIMessage]:
+    # the flush turn writes the note, then answers NO_REPLY; the agent's own turn answers "ok"
+    return [AIMessage("", tool_calls=[call("memory_write", {"text": note}, "w1")]), AIMessage("NO_REPLY"), AIMessage("ok")]
+
+
+def test_the_flush_writes_into_the_callers_memory_only(resolver: MemoryResolver) -> None:
+    from langchain_clawmem import MemoryFlushMiddleware
+
+    root = resolver.indexes.workspace_of("alice").parent  # type: ignore[union-attr]
+    for user, note in (("alice", "Alice's flat is in Porto. 爱丽丝住在波尔图。"), ("bob", "Bob's bike shop opens at 9.")):
+        model = ScriptedToolModel(script=_flush_script(note))
+        flush = MemoryFlushMiddleware(resolver, model=model, context_window=3000, reserve_tokens=1000,
+                                      soft_threshold_tokens=1000)
+        agent = create_agent(model, [], middleware=[flush])
+        agent.invoke({"messages": [HumanMessage(FILLER)]}, config=_user(user))
+        [daily] = (root / user / "memory").glob("*.md")
+        assert note in daily.read_text(encoding="utf-8")
+    assert "Porto" not in "".join(p.read_text(encoding="utf-8") for p in (root / "bob").rglob("*.md"))
+    assert "bike" not in "".join(p.read_text(encoding="utf-8") for p in (root / "alice").rglob("*.md"))
+    with resolver.indexes.lease("alice") as mem:
+        assert mem.search("波尔图")[0].path.startswith("memory/")
+    # archive: into the named user's memory
+    saved = flush.archive([HumanMessage("we planned the bike tour"), AIMessage("ok")], slug="tour", user="bob")
+    assert saved is not None and (root / "bob" / saved["path"]).exists()
+
+
+def test_the_flush_without_a_user_raises_and_writes_nothing(fresh_resolver: MemoryResolver) -> None:
+    from langchain_clawmem import MemoryFlushMiddleware
+
+    model = ScriptedToolModel(script=_flush_script("nobody's note"))
+    flush = MemoryFlushMiddleware(fresh_resolver, model=model, context_window=3000, reserve_tokens=1000,
+                                  soft_threshold_tokens=1000)
+    agent = create_agent(model, [], middleware=[flush])
+    with pytest.raises(ConfigError, match="user_id"):
+        agent.invoke({"messages": [HumanMessage(FILLER)]})
+    with pytest.raises(ConfigError, match="user_id"):
+        flush.archive([HumanMessage("hello"), AIMessage("ok")], slug="x")
+    assert model.calls == [] and fresh_resolver.indexes.open_agents() == []
+    root = fresh_resolver.indexes.workspace_of("alice").parent  # type: ignore[union-attr]
+    assert not any((root / user / "memory").exists() for user in NOTES)
