@@ -121,9 +121,13 @@ async def auser_for_call(resolver: MemoryResolver, ctx: Any = None) -> Any:
 def user_for_call(resolver: MemoryResolver, ctx: Any = None) -> Any:
     """:func:`auser_for_call` for synchronous calls: only :func:`memory_user` can name the user here (a
     workflow ``Context``'s store is read with ``await``; use the async call, ``acall`` / ``aretrieve``)."""
-    if ctx is not None:
-        raise ConfigError("a workflow Context names the user only in async calls (acall, aretrieve): await them")
-    return _one(resolver.key, None, _USER.get())
+    explicit = _USER.get()
+    if ctx is not None or (explicit is None and _step_context() is not None):
+        raise ConfigError(
+            f"a workflow Context names the {resolver.key!r} only to async calls: use acall / aretrieve there "
+            f"(or name the user with memory_user())"
+        )
+    return _one(resolver.key, None, explicit)
 
 
 @contextlib.contextmanager

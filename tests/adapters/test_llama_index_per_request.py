@@ -257,3 +257,15 @@ def test_tools_over_one_index_are_unchanged(resolver: MemoryResolver) -> None:
         assert not any(t.requires_context for t in tools)
         assert "cello" in json.loads(tools[0].call(query="cello").content)["results"][0]["snippet"]
     assert all(t.requires_context for t in create_memory_tools(resolver))
+
+
+async def test_a_sync_call_in_a_workflow_step_says_to_await(resolver: MemoryResolver) -> None:
+    retriever = ClawmemRetriever(resolver)
+
+    def lookup(query: str) -> str:
+        """Search memory (synchronously, inside the agent's step)."""
+        return "\n".join(n.node.get_content() for n in retriever.retrieve(query))
+
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=lookup, name="memory_search")], llm=ScriptedRecallLLM())
+    results, _ = await _run(agent, "cello", await _context(agent, "alice"))
+    assert results[0].tool_output.is_error and "async calls" in results[0].tool_output.content
