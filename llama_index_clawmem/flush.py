@@ -79,8 +79,8 @@ class ClawmemFlushBlock(BaseMemoryBlock[str]):
     ``memory`` may be a :class:`~clawmem_core.registry.MemoryResolver`: each flush then writes into the memory
     of the user the running agent's workflow ``Context`` names, else
     :func:`~llama_index_clawmem.users.memory_user`; a flush naming no user, or a refused one, raises
-    :class:`~clawmem_core.errors.ConfigError` before anything is written (``written`` then names paths in the
-    workspaces of several users)."""
+    :class:`~clawmem_core.errors.ConfigError` before anything is written (``written`` then lists the writes of
+    every user, each path relative to that user's workspace)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

@@ -46,18 +46,30 @@ NOTES = {
 TERMS = [{"alice": "cello", "bob": "bicycles"}, {"alice": "乌龙茶", "bob": "饺子"}]
 
 
-@pytest.fixture
-def resolver(tmp_path: Path) -> Iterator[MemoryResolver]:
+def _users(tmp_path: Path, store: dict[str, Any]) -> Iterator[MemoryResolver]:
     root = tmp_path / "users"
     for user, text in NOTES.items():
         (root / user).mkdir(parents=True)
         (root / user / "MEMORY.md").write_text(text, encoding="utf-8")
-    indexes = MemoryIndexes({"provider": "none"}, workspace_root=root, state_dir=tmp_path / "state", max_open=1)
+    indexes = MemoryIndexes({"provider": "none", "store": store}, workspace_root=root, state_dir=tmp_path / "state",
+                            max_open=1)
     with indexes:
         for user in NOTES:
             with indexes.lease(user) as mem:
                 mem.sync()
         yield MemoryResolver(indexes, key="user_id")
+
+
+@pytest.fixture
+def resolver(tmp_path: Path) -> Iterator[MemoryResolver]:
+    """Two users, one SQLite file and one workspace each (max_open=1: each switch of user reopens)."""
+    yield from _users(tmp_path, {})
+
+
+@pytest.fixture
+def resolver_on(tmp_path: Path, store_config: dict[str, Any]) -> Iterator[MemoryResolver]:
+    """The same, on SQLite and on one PostgreSQL database."""
+    yield from _users(tmp_path, store_config)
 
 
 @pytest.fixture
@@ -110,8 +122,8 @@ async def test_one_agent_two_users_each_sees_only_their_own_notes(resolver: Memo
                 assert results[0].tool_output.raw_output["results"] == [] and answer == NOTHING_FOUND
 
 
-async def test_concurrent_runs_of_one_agent_stay_apart(resolver: MemoryResolver) -> None:
-    agent = _agents(resolver)[0]
+async def test_concurrent_runs_of_one_agent_stay_apart(resolver_on: MemoryResolver) -> None:
+    agent = _agents(resolver_on)[0]
 
     async def ask(user: str, question: str) -> str:
         return (await _run(agent, question, await _context(agent, user)))[1]
