@@ -423,7 +423,6 @@ def _replica_note(mem: Any) -> None:
 
 def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     from .errors import EmbeddingError
-    from .tools import format_search_payload, search_error_payload
 
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
@@ -447,6 +446,8 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         hits = mem.search(query, max_results=args.max_results, min_score=args.min_score, record=not args.no_record)
     except EmbeddingError as exc:
         if args.json:
+            from .tools import search_error_payload
+
             print(json.dumps(search_error_payload(exc), ensure_ascii=False, indent=2))
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
@@ -455,6 +456,8 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     if args.json:
+        from .tools import format_search_payload
+
         print(json.dumps(format_search_payload(mem, hits), ensure_ascii=False, indent=2))
         return EXIT_OK
     if not hits:
