@@ -421,6 +421,18 @@ def _replica_note(mem: Any) -> None:
               "(no workspace here)", file=sys.stderr)
 
 
+def _walk_snapshot(mem: Any) -> Any:
+    """The walk the last ``clawmem search`` of this SQLite index recorded, handed to this one's sync
+    (:mod:`clawmem_core.walk_snapshot`); ``None`` where none applies (PostgreSQL, session transcripts)."""
+    if mem.store_path is None or mem.config.sessions_enabled:
+        return None
+    from .walk_snapshot import WalkSnapshot
+
+    walk = WalkSnapshot(mem.store_path, mem.workspace, list(mem.config.extra_paths))
+    walk.restore(mem._syncer)
+    return walk
+
+
 def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     from .errors import EmbeddingError
 
@@ -435,10 +447,13 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         # search or `clawmem index`, and the answer says how far the vectors are. While another
         # process embeds them, the search answers at once (it would only race that process).
         if mem.workspace is not None:  # a replica never syncs
+            walk = _walk_snapshot(mem)
             with _progress(transient=True) as progress:
                 report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait,
                                   wait_for_others=False)
             elsewhere = report.vectors_elsewhere
+            if walk is not None:
+                walk.record(mem._stores.store)
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
