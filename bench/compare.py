@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,7 +51,9 @@ FIGURES: list[tuple[str, str, str, bool]] = [
     ("build_keyword", "index build, keyword-only", "chunks/s", True),
     ("build_vectors", "index build, zero-cost vectors", "chunks/s", True),
     ("cold_cli", "cold `clawmem search`", "ms", False),
+    ("cold_cli_cpu", "cold `clawmem search`, CPU time", "ms", False),
     ("import", "import clawmem_core", "ms", False),
+    ("import_cpu", "python -c 'import clawmem_core', CPU time", "ms", False),
 ]
 PARTS = ("search", "sync", "build", "cli", "import")
 
@@ -119,30 +122,43 @@ def _cli_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from clawmem_core.cli import main; sys.exit(main())"]
 
 
-def cold_cli(side: Side, workspace: Path, queries: list[str], repeats: int) -> list[float]:
-    """Wall times (s) of ``clawmem search`` in a new process on the side's keyword-only index."""
+def _timed_run(cmd: list[str], **kw: Any) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall time and CPU time (user + system, the child's own) of one subprocess."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), p
+
+
+def cold_cli(side: Side, workspace: Path, queries: list[str], repeats: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU times (s) of ``clawmem search`` in a new process on the side's keyword-only index."""
     env = side.env()
     env["CLAWMEM_STATE_DIR"] = str(side.state / "keyword")
-    xs = []
+    walls, cpus = [], []
     for i in range(repeats):
         cmd = _cli_command() + ["search", queries[i % len(queries)], "--workspace", str(workspace),
                                 "--agent", "main", "--provider", "none"]
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(workspace))
-        xs.append(time.perf_counter() - t0)
+        wall, cpu, p = _timed_run(cmd, env=env, cwd=str(workspace))
         if p.returncode != 0:
             raise RuntimeError(f"{side.label}: clawmem search exited {p.returncode}: {p.stderr[-1000:]}")
-    return xs
+        walls.append(wall)
+        cpus.append(cpu)
+    return walls, cpus
 
 
-def import_seconds(side: Side, repeats: int) -> list[float]:
+def import_seconds(side: Side, repeats: int) -> tuple[list[float], list[float]]:
+    """In-process time of ``import clawmem_core`` in a new interpreter, and that process's CPU time."""
     code = "import time; t=time.perf_counter(); import clawmem_core; print(time.perf_counter()-t)"
-    xs = []
+    xs, cpus = [], []
     for _ in range(repeats):
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(side.lib),
-                           env=side.env(), check=True)
+        _, cpu, p = _timed_run([sys.executable, "-c", code], cwd=str(side.lib), env=side.env())
+        if p.returncode != 0:
+            raise RuntimeError(f"{side.label}: import clawmem_core failed: {p.stderr[-1000:]}")
         xs.append(float(p.stdout.split()[-1]))
-    return xs
+        cpus.append(cpu)
+    return xs, cpus
 
 
 # -- the worker: one side, one process ----------------------------------------------------------------------------
@@ -370,9 +386,11 @@ def run(a: argparse.Namespace, log: Callable[[str], None] = _log) -> dict[str, A
                                        "edit_file": edit, "build_workspace": str(bws)})
                     r.update({k: v for k, v in w.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
                 if "cli" in parts:
-                    r["cold_cli"] = 1000 * statistics.median(cold_cli(side, ws, queries, a.cli_repeats))
+                    walls, cpus = cold_cli(side, ws, queries, a.cli_repeats)
+                    r["cold_cli"], r["cold_cli_cpu"] = 1000 * statistics.median(walls), 1000 * statistics.median(cpus)
                 if "import" in parts:
-                    r["import"] = 1000 * statistics.median(import_seconds(side, a.cli_repeats))
+                    walls, cpus = import_seconds(side, a.cli_repeats)
+                    r["import"], r["import_cpu"] = 1000 * statistics.median(walls), 1000 * statistics.median(cpus)
                 rnd[side.name] = r
             rounds.append(rnd)
             log(f"round {i + 1}/{a.rounds} done (load {_loadavg()})")

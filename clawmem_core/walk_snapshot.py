@@ -48,6 +48,9 @@ _RACY_NS = 2_000_000_000
 
 Signature = tuple[Any, ...]
 
+#: The clock the settling rule reads (nanoseconds since the epoch).
+now_ns = time.time_ns
+
 
 def snapshot_path(store_path: str | os.PathLike[str]) -> Path:
     """Where the walk of the index at ``store_path`` is kept."""
@@ -72,15 +75,16 @@ def index_signature(store_path: str | os.PathLike[str]) -> Signature:
     return tuple(out)
 
 
-def _settled(sig: Signature, now_ns: int) -> bool:
-    """Every file of ``sig`` was last changed more than :data:`_RACY_NS` before ``now_ns``."""
-    return all(part is None or max(part[3], part[4]) < now_ns - _RACY_NS for part in sig)
+def _settled(sig: Signature, now: int) -> bool:
+    """Every file of ``sig`` was last changed more than :data:`_RACY_NS` before ``now``."""
+    return all(part is None or max(part[3], part[4]) < now - _RACY_NS for part in sig)
 
 
 def _listed(items: Sequence[Entry]) -> bytes:
-    """A digest of the files listed, in order (display and absolute paths)."""
+    """A digest of the files listed, in order. Display paths: each absolute path is its root (the
+    workspace or an extra path, both in the header) and the same relative path."""
     h = hashlib.blake2b(digest_size=20)
-    h.update("\0".join(p for item in items for p in item[:2]).encode("utf-8", "surrogateescape"))
+    h.update("\0".join([item[0] for item in items]).encode("utf-8", "surrogateescape"))
     return h.digest()
 
 
@@ -180,7 +184,7 @@ class WalkSnapshot:
             sig = index_signature(self.store_path)
             # after the signature: a commit in between moves the version
             current: Hashable = store.data_version() if pstore is store else None
-            if pstore is store and current == version and _settled(sig, time.time_ns()):
+            if pstore is store and current == version and _settled(sig, now_ns()):
                 state = (sig, listed, keys)
             else:
                 state = None
