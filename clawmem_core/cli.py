@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -326,10 +327,19 @@ def _answer_note(hits: Any, provider: str | None, *, elsewhere: bool = False) ->
             f"the rest match by keyword): {rest}")
 
 
+#: Commands that answer and exit: run as the program (``argv`` not given), they leave the cyclic garbage
+#: collector off, which would otherwise rescan the tens of thousands of objects a walk makes, and freeze
+#: what they made before the interpreter's final collection. (Called from Python, ``main`` leaves it alone.)
+_ONE_SHOT = ("search", "get")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``clawmem`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    one_shot = argv is None and args.command in _ONE_SHOT
+    if one_shot:
+        gc.disable()
     try:
         return _run(args)
     except ClawmemError as exc:
@@ -341,6 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if one_shot:
+            gc.freeze()
 
 
 #: Commands a replica (no workspace: the store only) cannot run: they read or write the Markdown.

@@ -135,3 +135,20 @@ def test_a_damaged_snapshot_is_ignored(ws: Path, tmp_path: Path, capsys: pytest.
     snap.write_bytes(b"\x00not marshal")
     assert "hopper" in search(capsys, ws, "hopper")
     assert marshal.loads(snap.read_bytes())["state"] is not None  # written again
+
+
+def test_a_one_shot_search_run_as_the_program_leaves_the_collector_off(
+        ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["clawmem", "search", "hopper", "--workspace", str(ws), "--provider", "none"])
+    try:
+        assert main() == 0
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
+    assert "hopper" in capsys.readouterr().out
+    assert main(["search", "hopper", "--workspace", str(ws), "--provider", "none"]) == 0  # called from Python
+    assert gc.isenabled() and gc.get_freeze_count() == 0
