@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -482,6 +481,8 @@ def write_session_file(sessions_dir: str | os.PathLike[str], session_id: str, me
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{name}.jsonl"
     text = messages_to_jsonl(messages)
+    import tempfile
+
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
