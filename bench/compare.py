@@ -42,14 +42,21 @@ from .data import REPO_ROOT
 FIGURES: list[tuple[str, str, str, bool]] = [
     ("keyword_p50", "keyword search p50", "ms", False),
     ("keyword_p95", "keyword search p95", "ms", False),
+    ("keyword_p50_cpu", "keyword search p50, CPU time", "ms", False),
     ("vector_p50", "vector search p50", "ms", False),
     ("vector_p95", "vector search p95", "ms", False),
+    ("vector_p50_cpu", "vector search p50, CPU time", "ms", False),
     ("hybrid_p50", "hybrid search p50", "ms", False),
     ("hybrid_p95", "hybrid search p95", "ms", False),
+    ("hybrid_p50_cpu", "hybrid search p50, CPU time", "ms", False),
     ("noop_sync", "no-op sync p50", "ms", False),
+    ("noop_sync_cpu", "no-op sync p50, CPU time", "ms", False),
     ("one_file_sync", "one-file sync p50", "ms", False),
+    ("one_file_sync_cpu", "one-file sync p50, CPU time", "ms", False),
     ("build_keyword", "index build, keyword-only", "chunks/s", True),
+    ("build_keyword_cpu", "index build, keyword-only, per CPU second", "chunks/s", True),
     ("build_vectors", "index build, zero-cost vectors", "chunks/s", True),
+    ("build_vectors_cpu", "index build, zero-cost vectors, per CPU second", "chunks/s", True),
     ("cold_cli", "cold `clawmem search`", "ms", False),
     ("cold_cli_cpu", "cold `clawmem search`, CPU time", "ms", False),
     ("import", "import clawmem_core", "ms", False),
@@ -177,17 +184,27 @@ def _search(mem: Any, q: str, k: int = 6, min_score: float = 0.35, max_results: 
         return mem.search(q, max_results=max_results or k, min_score=min_score)
 
 
-def _timed(mem: Any, queries: list[str], emb: Any = None, warm: int = 10) -> list[float]:
+def _timed(mem: Any, queries: list[str], emb: Any = None, warm: int = 10) -> tuple[list[float], list[float]]:
+    """Wall and CPU (this process, every thread) seconds of each search, the query's embedding subtracted."""
     mem.sync()
     for q in queries[:warm]:
         _search(mem, q)
-    xs = []
+    xs, cpus = [], []
     for q in queries:
         e0 = getattr(emb, "query_seconds", 0.0)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         _search(mem, q)
-        xs.append(time.perf_counter() - t0 - (getattr(emb, "query_seconds", 0.0) - e0))
-    return xs
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        embedding = getattr(emb, "query_seconds", 0.0) - e0
+        xs.append(wall - embedding)
+        cpus.append(max(0.0, cpu - embedding))
+    return xs, cpus
+
+
+def _timed_sync(mem: Any) -> tuple[float, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    mem.sync()
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _chunks(mem: Any) -> int:
@@ -234,39 +251,34 @@ def _task_round(t: dict[str, Any]) -> dict[str, Any]:
     kw = EmbedderChoice(label="none", provider="none")
     if "search" in parts:
         with engine.open_index(ws, state / "keyword", kw) as mem:
-            xs = _timed(mem, queries)
-        out["keyword_p50"], out["keyword_p95"] = _pct(xs, 50), _pct(xs, 95)
+            xs, cpus = _timed(mem, queries)
+        out["keyword_p50"], out["keyword_p95"], out["keyword_p50_cpu"] = _pct(xs, 50), _pct(xs, 95), _pct(cpus, 50)
         zero = ZeroCostEmbedder(dims=384)
         zc = EmbedderChoice(label="zero", embedder=zero)
         for mode in ("vector", "hybrid"):
             with engine.open_index(ws, state / "vectors", zc, mode=mode) as mem:
-                xs = _timed(mem, queries, zero)
-            out[f"{mode}_p50"], out[f"{mode}_p95"] = _pct(xs, 50), _pct(xs, 95)
+                xs, cpus = _timed(mem, queries, zero)
+            out[f"{mode}_p50"], out[f"{mode}_p95"], out[f"{mode}_p50_cpu"] = _pct(xs, 50), _pct(xs, 95), _pct(cpus, 50)
     if "sync" in parts:
         repeats = int(t.get("repeats", 3))
         with engine.open_index(ws, state / "keyword", kw) as mem:
             mem.sync()  # settle: another side's run may have left a trace
-            xs = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                mem.sync()
-                xs.append(time.perf_counter() - t0)
-            out["noop_sync"] = _pct(xs, 50)
+            runs = [_timed_sync(mem) for _ in range(repeats)]
+            out["noop_sync"], out["noop_sync_cpu"] = _pct([w for w, _ in runs], 50), _pct([c for _, c in runs], 50)
             target = ws / t["edit_file"]
             original, st = target.read_bytes(), target.stat()
-            xs = []
+            runs = []
             try:
                 for i in range(repeats):
                     with target.open("ab") as fh:
                         fh.write(f"- benchmark edit {i}: moved the launch review to Friday.\n".encode())
-                    t0 = time.perf_counter()
-                    mem.sync()
-                    xs.append(time.perf_counter() - t0)
+                    runs.append(_timed_sync(mem))
             finally:  # the workspace is shared by both sides: leave no trace
                 target.write_bytes(original)
                 os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
                 mem.sync()
-            out["one_file_sync"] = _pct(xs, 50)
+            out["one_file_sync"] = _pct([w for w, _ in runs], 50)
+            out["one_file_sync_cpu"] = _pct([c for _, c in runs], 50)
     if "build" in parts:
         bws = Path(t["build_workspace"])
         for label, choice in (("keyword", kw),
@@ -274,10 +286,11 @@ def _task_round(t: dict[str, Any]) -> dict[str, Any]:
             sd = Path(tempfile.mkdtemp(prefix="clawmem-compare-build-"))
             try:
                 with engine.open_index(bws, sd, choice) as mem:
-                    t0 = time.perf_counter()
+                    c0, t0 = time.process_time(), time.perf_counter()
                     mem.sync(force=True)
-                    secs = time.perf_counter() - t0
+                    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                     out[f"build_{label}"] = _chunks(mem) / secs
+                    out[f"build_{label}_cpu"] = _chunks(mem) / cpu
             finally:
                 shutil.rmtree(sd, ignore_errors=True)
     return out
