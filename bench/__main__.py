@@ -181,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--zh-share", type=float, default=0.25)
     g.set_defaults(func=cmd_generate)
+    c = sub.add_parser("compare", help="speed of a previous commit against this tree, interleaved in one run")
+    from . import compare
+
+    compare.add_arguments(c)
+    c.set_defaults(func=compare.main)
     a = p.parse_args(argv)
     if getattr(a, "embedder", "x") is None:
         a.embedder = ["local"]

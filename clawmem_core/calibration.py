@@ -13,7 +13,6 @@ relevant to the extent that its cosine stands out above the 90th percentile of i
 
 from __future__ import annotations
 
-import base64
 import math
 from array import array
 from typing import Any, Callable, Sequence
@@ -243,11 +242,15 @@ def _translation_strength(background: Sequence[Sequence[float]]) -> float:
 
 def encode_vectors(vectors: Sequence[Sequence[float]]) -> str:
     """Vectors as text (float32, base64), one line each, to keep in the index."""
+    import base64
+
     return "\n".join(base64.b64encode(array("f", v).tobytes()).decode("ascii") for v in vectors)
 
 
 def decode_vectors(text: str) -> list[list[float]]:
     """The inverse of :func:`encode_vectors`."""
+    import base64
+
     out = []
     for line in text.splitlines():
         a = array("f")

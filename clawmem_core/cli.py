@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -326,10 +327,19 @@ def _answer_note(hits: Any, provider: str | None, *, elsewhere: bool = False) ->
             f"the rest match by keyword): {rest}")
 
 
+#: Commands that answer and exit: run as the program (``argv`` not given), they leave the cyclic garbage
+#: collector off, which would otherwise rescan the tens of thousands of objects a walk makes, and freeze
+#: what they made before the interpreter's final collection. (Called from Python, ``main`` leaves it alone.)
+_ONE_SHOT = ("search", "get")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``clawmem`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    one_shot = argv is None and args.command in _ONE_SHOT
+    if one_shot:
+        gc.disable()
     try:
         return _run(args)
     except ClawmemError as exc:
@@ -341,6 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if one_shot:
+            gc.freeze()
 
 
 #: Commands a replica (no workspace: the store only) cannot run: they read or write the Markdown.
@@ -421,9 +434,20 @@ def _replica_note(mem: Any) -> None:
               "(no workspace here)", file=sys.stderr)
 
 
+def _walk_snapshot(mem: Any) -> Any:
+    """The walk the last ``clawmem search`` of this SQLite index recorded, handed to this one's sync
+    (:mod:`clawmem_core.walk_snapshot`); ``None`` where none applies (PostgreSQL, session transcripts)."""
+    if mem.store_path is None or mem.config.sessions_enabled:
+        return None
+    from .walk_snapshot import WalkSnapshot
+
+    walk = WalkSnapshot(mem.store_path, mem.workspace, list(mem.config.extra_paths))
+    walk.restore(mem._syncer)
+    return walk
+
+
 def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     from .errors import EmbeddingError
-    from .tools import format_search_payload, search_error_payload
 
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
@@ -436,10 +460,13 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         # search or `clawmem index`, and the answer says how far the vectors are. While another
         # process embeds them, the search answers at once (it would only race that process).
         if mem.workspace is not None:  # a replica never syncs
+            walk = _walk_snapshot(mem)
             with _progress(transient=True) as progress:
                 report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait,
                                   wait_for_others=False)
             elsewhere = report.vectors_elsewhere
+            if walk is not None:
+                walk.record(mem._stores.store)
     except EmbeddingError as exc:
         print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
     _replica_note(mem)
@@ -447,6 +474,8 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         hits = mem.search(query, max_results=args.max_results, min_score=args.min_score, record=not args.no_record)
     except EmbeddingError as exc:
         if args.json:
+            from .tools import search_error_payload
+
             print(json.dumps(search_error_payload(exc), ensure_ascii=False, indent=2))
         else:
             print(f"clawmem: error: {exc}", file=sys.stderr)
@@ -455,6 +484,8 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     if args.json:
+        from .tools import format_search_payload
+
         print(json.dumps(format_search_payload(mem, hits), ensure_ascii=False, indent=2))
         return EXIT_OK
     if not hits:

@@ -12,8 +12,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -107,6 +105,8 @@ def _writable_dir(root: Path) -> None:
 
 
 def _port_free(port: int) -> bool:
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as PostgreSQL binds: TIME_WAIT is no owner
         try:
@@ -117,6 +117,8 @@ def _port_free(port: int) -> bool:
 
 
 def _free_port() -> int:
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -145,6 +147,8 @@ def _system_user(pgdata: Path, commands: Any) -> str | None:
 
 
 def _psql(commands: Any, port: int, database: str, sql: str) -> None:
+    import subprocess
+
     psql = commands.POSTGRES_BIN_PATH / "psql"
     subprocess.run([str(psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(port),
                     "-U", "postgres", "-d", database, "-c", sql], check=True, capture_output=True, text=True,
@@ -176,6 +180,8 @@ def start(root: Path, port: int | None = None) -> dict[str, Any]:
 
 
 def _start(root: Path, port: int | None, commands: Any) -> dict[str, Any]:
+    import subprocess
+
     pgdata = root / "data"
     found = _running(pgdata)
     if found:
@@ -222,6 +228,8 @@ def _last_log_line(pgdata: Path) -> str:
 
 def stop(root: Path) -> dict[str, Any]:
     """Stop the server on ``root`` if it runs; its status before (``running`` says whether it did)."""
+    import subprocess
+
     before = _status(root)
     if not before["running"]:
         return before

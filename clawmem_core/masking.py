@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections import Counter
-from typing import Iterable, NamedTuple, Pattern, Sequence
+from typing import Iterable, Iterator, NamedTuple, Pattern, Sequence
 
 from .secret_patterns import FAMILIES
 
@@ -161,9 +162,26 @@ _STRONG_WORDS = re.compile(r"(?i)pass|pwd|secret|token|api_?key|apikey|access_?k
 _BARE = frozenset({"KEY", "TOKEN", "SECRET", "PASS", "PWD", "CREDENTIAL", "CREDENTIALS"})
 
 
+class _LazyPattern:
+    """A regular expression compiled on its first use: most rules never run (their needles are
+    absent), and compiling all of them would cost every process that masks anything."""
+
+    __slots__ = ("source", "_compiled")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._compiled: Pattern[str] | None = None
+
+    def finditer(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> Iterator[re.Match[str]]:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self.source)
+        return compiled.finditer(text, pos, endpos)
+
+
 class _Rule(NamedTuple):
     name: str
-    pattern: Pattern[str]
+    pattern: _LazyPattern
     #: the rule runs only on the lines holding one of these (in the lower-cased text, when ``lowered``)
     needles: tuple[str, ...]
     lowered: bool
@@ -176,7 +194,7 @@ class _Rule(NamedTuple):
 
 def _rule(name: str, pattern: str, needles: tuple[str, ...], check: str = "", *, lowered: bool = False,
           reach: int = 0) -> _Rule:
-    return _Rule(name, re.compile(pattern), needles, lowered, check, reach)
+    return _Rule(name, _LazyPattern(pattern), needles, lowered, check, reach)
 
 
 # Upper case: PGPASSWORD, OPENAI_API_KEY, DB_PASS (KEY, PASS and PWD only after "_": MONKEY, BYPASS are words).

@@ -14,14 +14,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .discovery import is_valid_name, printable_name
-from .masking import mask_secrets
 
 __all__ = [
     "SessionEntry",
@@ -39,6 +37,21 @@ __all__ = [
     "write_session_file",
     "chat_store_to_jsonl",
 ]
+
+
+def _mask(text: str) -> str:
+    # masking compiles its patterns on import: loaded by the first transcript parsed, not by every index
+    from .masking import mask_secrets
+
+    return mask_secrets(text)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "mask_secrets":  # re-exported, loaded on first use
+        from .masking import mask_secrets
+
+        return mask_secrets
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SESSIONS_PREFIX = "sessions"
 _DELTA_READ_CHUNK = 64 * 1024
@@ -125,7 +138,7 @@ def parse_transcript(text: str) -> SessionEntry:
         if not extracted:
             continue
         # Masking a PEM block can reintroduce newlines; one message must stay one line.
-        safe = _normalize(mask_secrets(extracted))
+        safe = _normalize(_mask(extracted))
         collected.append(f"{label}: {safe}")
         line_map.append(index + 1)
     return SessionEntry(content="\n".join(collected), line_map=tuple(line_map), skipped_lines=skipped)
@@ -468,6 +481,8 @@ def write_session_file(sessions_dir: str | os.PathLike[str], session_id: str, me
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{name}.jsonl"
     text = messages_to_jsonl(messages)
+    import tempfile
+
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:

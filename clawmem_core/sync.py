@@ -30,6 +30,7 @@ from .vectors import FillResult, cached_vectors, fill_vectors, windows_of
 
 if TYPE_CHECKING:
     from .sessions import SessionDeltaTracker
+    from .walk_snapshot import WalkSnapshot
 
 Listener = Callable[[SyncProgress], None]
 
@@ -146,6 +147,9 @@ class Syncer:
         self._states: dict[int, tuple[Store, Hashable, dict[str, dict[str, FileState]]]] = {}
         #: Directory listings reused while a directory is unchanged (see ``discovery._walk``).
         self._listings: Listings = {}
+        #: The walk a previous process recorded (:class:`~clawmem_core.walk_snapshot.WalkSnapshot`),
+        #: asked first by unlocked scans; set by ``clawmem search``.
+        self.walk: WalkSnapshot | None = None
 
     # -- one sync ---------------------------------------------------------------------------------
 
@@ -309,7 +313,15 @@ class Syncer:
                 return None
             bad_names: list[str] = []
             too_long: list[str] = []
-            scan = self.scan(store, admit_paths(self.memory_items(bad_names), store, too_long), full=False)
+            items = admit_paths(self.memory_items(bad_names), store, too_long)
+            clean = self.walk.clean_scan(store, items) if self.walk is not None else None
+            if clean is not None:  # the recorded walk says nothing changed
+                version, started = clean
+                scan = Scan([], len(items), len(items), {}, {"memory": {}, "sessions": {}}, store, version, started)
+            else:
+                scan = self.scan(store, items, full=False)
+                if self.walk is not None:
+                    self.walk.observe(store, items, scan)
             scan.bad_names = bad_names
             scan.too_long = too_long
             return scan

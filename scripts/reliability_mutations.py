@@ -22,6 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: name -> (file, original text, replacement, pytest node ids[, further (file, old, new) edits])
 MUTATIONS: dict[str, tuple] = {
+    "walk-keys": (  # the recorded walk trusted without comparing the files' stat keys
+        "clawmem_core/walk_snapshot.py",
+        "        if stat_keys(items) != keys:",
+        "        if stat_keys(items) is None:",
+        ["tests/core/test_cli_walk.py::test_an_edit_in_place_with_its_old_mtime_put_back_is_found"],
+    ),
+    "walk-signature": (  # the recorded walk trusted after another connection committed to the index
+        "clawmem_core/walk_snapshot.py",
+        "        if index_signature(self.store_path) != tuple(sig) or _listed(items) != listed:",
+        "        if _listed(items) != listed:",
+        ["tests/core/test_cli_walk.py::test_a_commit_by_another_process_is_not_trusted"],
+    ),
     "vector-cache": (  # vectors cached only with their group's write, not as each call returns
         "clawmem_core/vectors.py",
         "        if cache_enabled:\n            for target in durable or [store]:",

@@ -83,7 +83,7 @@ class RecallRecorder:
             return self._log
         try:
             store = self.dream_store()
-            from ..dreaming import RecallLog, RetentionPolicy
+            from ..dreaming.recall_log import RecallLog, RetentionPolicy
 
             with self._lock:
                 if self._log is None and not self._closed:

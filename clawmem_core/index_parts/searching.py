@@ -44,10 +44,12 @@ class Reranker:
     configuration on first use."""
 
     def __init__(self, config: MemoryConfig, reranker: Any = None) -> None:
-        from ..rerank import wrap_reranker
-
         self.config = config
-        self._reranker = wrap_reranker(reranker) if reranker is not None else None
+        self._reranker = None
+        if reranker is not None:
+            from ..rerank import wrap_reranker
+
+            self._reranker = wrap_reranker(reranker)
         self._built = reranker is not None
 
     def get(self) -> Any:

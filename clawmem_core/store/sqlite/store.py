@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -339,6 +338,8 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
         the old index or the new one, never a half-built one. On error the live index is
         untouched and the temporary file is removed.
         """
+        import uuid
+
         tmp_path = self.path.with_name(f"{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
         try:
             tmp = self.options.open(tmp_path)
