@@ -256,7 +256,7 @@ class _Writes:
         with self._conn() as conn, conn.transaction():
             live = self._generation(conn)
             n = 0
-            for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta"):
+            for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta", "clawmem_postings"):
                 cur = conn.execute(f"DELETE FROM {table} WHERE agent = %s AND generation <> %s", (self.agent, live))
                 n += cur.rowcount or 0
         return n
