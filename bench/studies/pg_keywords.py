@@ -120,14 +120,14 @@ class Worker:
 # -- build ----------------------------------------------------------------------------------------
 
 
-def _index(code: Path, kind: str, n: int, url: str) -> dict[str, Any]:
-    """Index the three agents with the code at ``code`` (a subprocess); seconds and chunks."""
+def _index(code: Path, kind: str, n: int, url: str, agents: int = len(AGENTS)) -> dict[str, Any]:
+    """Index the agents with the code at ``code`` (a subprocess); seconds and chunks."""
     script = _with_code(code) + (
         "import json, time\n"
         "from clawmem_core import MemoryIndex\n"
         "from bench.studies.pg_keywords import workspace, _cfg, _state, AGENTS\n"
         "out = []\n"
-        f"for i in range({len(AGENTS)}):\n"
+        f"for i in range({agents}):\n"
         f"    ws, _ = workspace({n}, i)\n"
         f"    with MemoryIndex(ws, agent_id=AGENTS[i], config=_cfg({url!r}), state_dir=_state({kind!r}, {n}, i)) as m:\n"
         "        t = time.perf_counter(); rep = m.sync(); s = time.perf_counter() - t\n"
@@ -181,6 +181,30 @@ def build(server: Server, n: int, old: Path, new: bool = True) -> dict[str, Any]
         rec["new"]["sizes"] = _sizes(url)
         marker.write_text(json.dumps(rec, indent=2))
     return rec
+
+
+def write_cost(server: Server, n: int, old: Path, rounds: int) -> dict[str, Any]:
+    """One agent of about ``n`` chunks indexed from nothing, keyword-only, by the old code and the
+    new (a new database each), alternating: sync seconds and sizes."""
+    import shutil
+
+    workspace(n, 0)
+    out: dict[str, Any] = {"scale": n, "load_start": os.getloadavg(), "old": [], "new": []}
+    for r in range(rounds):
+        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            url = server.database(f"kw_w{n}_{name}", fresh=True)
+            shutil.rmtree(_state(f"w-{name}", n, 0), ignore_errors=True)
+            rec = _index(old if name == "old" else ROOT, f"w-{name}", n, url, agents=1)
+            rec["sizes"] = _sizes(url)
+            rec["load"] = os.getloadavg()
+            out[name].append(rec)
+            log(f"write {name}: {rec['agents'][0]['seconds']:.1f} s, {rec['sizes']}")
+            from clawmem_core.store.postgres import PostgresBackend
+
+            PostgresBackend.close_pools()
+            server.drop(f"kw_w{n}_{name}")
+    out["load_end"] = os.getloadavg()
+    return out
 
 
 # -- run ------------------------------------------------------------------------------------------
@@ -272,15 +296,20 @@ def report(rec: dict[str, Any], res: dict[str, Any], commit: str, old_commit: st
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.studies.pg_keywords")
-    ap.add_argument("part", choices=["build-old", "build", "run"])
+    ap.add_argument("part", choices=["build-old", "build", "run", "write"])
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--scale", type=int, default=100_000)
     ap.add_argument("--old", required=True, help="a checkout of the old commit")
     ap.add_argument("--searches", type=int, default=600)
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args(argv)
     old = Path(a.old).resolve()
-    server = Server(cache_dir() / "pgdata")
+    server = Server() if a.part == "write" else Server(cache_dir() / "pgdata")
     try:
+        if a.part == "write":
+            res = write_cost(server, a.scale, old, a.rounds)
+            (RESULTS / f"pg_keywords_write_{a.scale}.json").write_text(json.dumps(res, indent=2))
+            return 0
         rec = build(server, a.scale, old, new=a.part != "build-old")
         if a.part == "run":
             res = run(server, a.scale, old, a.searches, a.seed)

@@ -602,40 +602,52 @@ class _Keywords:
             )
             conn.execute("UPDATE clawmem_agents SET postings_generation = %(gen)s, postings_upto = %(top)s "
                          "WHERE agent = %(agent)s", args)
-            # the terms just written that now have too many segments
+            # the terms just written that now have too many segments: all but the largest of each
+            # merged into one (a term's postings are rewritten about once per MAX_POSTING_SEGMENTS
+            # syncs that touch it, its bulk only once the rest outgrows it)
             many = conn.execute(
-                "SELECT s.term, s.rids, s.tfs FROM clawmem_postings AS s WHERE s.agent = %(agent)s "
+                "SELECT s.term, s.upto, s.rids, s.tfs FROM clawmem_postings AS s WHERE s.agent = %(agent)s "
                 "AND s.generation = %(gen)s AND s.term IN (SELECT n.term FROM clawmem_postings AS n "
                 "WHERE n.agent = %(agent)s AND n.generation = %(gen)s AND n.upto = %(top)s AND "
                 "(SELECT count(*) FROM clawmem_postings AS o WHERE o.agent = n.agent AND o.generation = n.generation "
-                "AND o.term = n.term) > %(most)s) ORDER BY s.term, s.upto",
+                "AND o.term = n.term) > %(most)s) AND s.upto <> (SELECT o.upto FROM clawmem_postings AS o "
+                "WHERE o.agent = s.agent AND o.generation = s.generation AND o.term = s.term "
+                "ORDER BY length(o.tfs) DESC, o.upto LIMIT 1) ORDER BY s.term, s.upto",
                 args,
             ).fetchall()
             if many:
                 self._merge_segments(conn, args, many)
 
     def _merge_segments(self, conn: "psycopg.Connection", args: dict[str, Any], segments: list[Any]) -> None:
-        """Replace each term's ``segments`` (in rid order) by one, without the rows deleted since."""
+        """Replace each term's ``segments`` (``(term, upto, rids, tfs)``, in rid order) by one,
+        without the rows deleted since."""
         import numpy as np
 
+        by_term: dict[str, list[tuple[Any, Any]]] = {}
+        uptos: dict[str, list[int]] = {}
+        for term, upto, rids, tfs in segments:
+            by_term.setdefault(term, []).append(self._unpack(rids, tfs))
+            uptos.setdefault(term, []).append(int(upto))
+        low = min(int(p[0][0]) for parts in by_term.values() for p in parts if len(p[0]))
         got = conn.execute(
             "SELECT string_agg(int8send(rid), ''::bytea ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
-            "AND generation = %(gen)s AND part = 0 AND rid <= %(top)s",
-            args,
+            "AND generation = %(gen)s AND part = 0 AND rid >= %(low)s AND rid <= %(top)s",
+            {**args, "low": low},
         ).fetchone()
         live, _ = self._unpack(got[0] if got else None, None)
-        by_term: dict[str, list[tuple[Any, Any]]] = {}
-        for term, rids, tfs in segments:
-            by_term.setdefault(term, []).append(self._unpack(rids, tfs))
         merged = []
         for term, parts in by_term.items():
             rids, tf = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            order = np.argsort(rids, kind="stable")
+            rids, tf = rids[order], tf[order]
             keep = np.isin(rids, live, assume_unique=True)
             if keep.any():
-                merged.append((self.agent, args["gen"], term, args["top"], rids[keep].astype(">i8").tobytes(),
+                merged.append((self.agent, args["gen"], term, max(uptos[term]), rids[keep].astype(">i8").tobytes(),
                                tf[keep].astype(">i2").tobytes()))
-        conn.execute("DELETE FROM clawmem_postings WHERE agent = %s AND generation = %s AND term = ANY(%s)",
-                     (self.agent, args["gen"], list(by_term)))
+        conn.execute("DELETE FROM clawmem_postings AS s USING unnest(%s::text[], %s::bigint[]) AS d (term, upto) "
+                     "WHERE s.agent = %s AND s.generation = %s AND s.term = d.term AND s.upto = d.upto",
+                     ([t for t, us in uptos.items() for _ in us], [u for us in uptos.values() for u in us],
+                      self.agent, args["gen"]))
         if merged:
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
