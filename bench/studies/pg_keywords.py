@@ -85,16 +85,30 @@ def worker(kind: str, n: int, url: str) -> None:
     for i in range(len(AGENTS)):
         ws, _ = workspace(n, i)
         mems.append(MemoryIndex(ws, agent_id=AGENTS[i], config=_cfg(url), state_dir=_state(kind, n, i)))
+    settled = [0.0]
+    for mem in mems:
+        settle = getattr(mem._store, "settle", None)
+        if settle is not None:  # the time a sync spends writing the keyword postings
+            def timed(settle: Any = settle) -> None:
+                t = time.perf_counter()
+                settle()
+                settled[0] += time.perf_counter() - t
+
+            mem._store.settle = timed
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         i, q, mode = json.loads(line)
         mem = mems[i]
+        settled[0] = 0.0
         t = time.perf_counter()
         if mode == "kw":
             mem._store.keyword_search(search_terms(q[:4000])[:MAX_QUERY_TERMS], 200)
+        elif mode == "sync":
+            rep = mem.sync()
+            assert rep.files_indexed == 1, rep
         else:
             mem.search(q, max_results=6, record=False)
-        print(json.dumps(time.perf_counter() - t), flush=True)
+        print(json.dumps([time.perf_counter() - t, settled[0]]), flush=True)
     for mem in mems:
         mem.close()
 
@@ -108,9 +122,14 @@ class Worker:
         assert json.loads(self.proc.stdout.readline())["ready"]  # type: ignore[union-attr]
 
     def ask(self, i: int, q: str, mode: str) -> float:
+        return self.ask2(i, q, mode)[0]
+
+    def ask2(self, i: int, q: str, mode: str) -> tuple[float, float]:
+        """Seconds the request took, and of it the keyword postings' writing."""
         self.proc.stdin.write(json.dumps([i, q, mode]) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
-        return float(json.loads(self.proc.stdout.readline()))  # type: ignore[union-attr]
+        total, settle = json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
+        return float(total), float(settle)
 
     def close(self) -> None:
         self.proc.stdin.close()  # type: ignore[union-attr]
@@ -214,7 +233,7 @@ def _pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
 
 
-def run(server: Server, n: int, old: Path, searches: int, seed: int) -> dict[str, Any]:
+def run(server: Server, n: int, old: Path, searches: int, seed: int, edits: int = 8) -> dict[str, Any]:
     queries = [workspace(n, i)[1] for i in range(len(AGENTS))]
     workers = {
         "pg_old": Worker("pg_old", old, "pg-old", n, str(server.pg.get_uri(f"kw_{n}_old"))),
@@ -239,12 +258,25 @@ def run(server: Server, n: int, old: Path, searches: int, seed: int) -> dict[str
                 times[w].setdefault(f"{mode}_{phase}", []).append(workers[w].ask(i, q, mode))
             if (k + 1) % 100 == 0:
                 log(f"{k + 1} searches")
+        # one-file syncs of agent a0 (a note appended to one file, then each process syncs)
+        ws, _ = workspace(n, 0)
+        files = sorted((ws / "memory").rglob("*.md"))
+        for k in range(edits):
+            f = rng.choice(files)
+            with open(f, "a", encoding="utf-8") as fh:
+                fh.write(f"\n\nedit {k} at {time.time():.3f}: the team moved the deploy window again\n")
+            for w in names[k % 3:] + names[:k % 3]:
+                total, settle = workers[w].ask2(0, "", "sync")
+                times[w].setdefault("one_file_sync", []).append(total)
+                times[w].setdefault("one_file_sync_settle", []).append(settle)
     finally:
         for w in workers.values():
             w.close()
     load["end"] = os.getloadavg()
     out: dict[str, Any] = {"scale": n, "searches": searches, "load": load, "by": {}}
     for w, t in times.items():
+        for mode in ("hyb", "kw"):
+            t[f"{mode}_all"] = t.get(f"{mode}_first", []) + t.get(f"{mode}_warm", [])
         out["by"][w] = {key: {"n": len(xs), "p50_ms": statistics.median(xs) * 1000, "p95_ms": _pct(xs, 0.95)}
                         for key, xs in sorted(t.items())}
     return out
@@ -272,7 +304,7 @@ def report(rec: dict[str, Any], res: dict[str, Any], commit: str, old_commit: st
     ]
     for key in sorted(by["pg_new"]):
         s, o, nw = by["sqlite"].get(key), by["pg_old"].get(key), by["pg_new"][key]
-        if not (s and o):
+        if not (s and o) or key.endswith("_settle"):
             continue
         lines.append(
             f"| {key} (n={nw['n']}) | {s['p50_ms']:.1f} / {s['p95_ms']:.1f} | {o['p50_ms']:.1f} / {o['p95_ms']:.1f} | "
@@ -284,6 +316,10 @@ def report(rec: dict[str, Any], res: dict[str, Any], commit: str, old_commit: st
             lines.append("")
             lines.append(f"- {w}: first use / warm (whole search, p50): {b['hyb_first']['p50_ms'] / b['hyb_warm']['p50_ms']:.2f}x; "
                          f"keyword: {b['kw_first']['p50_ms'] / b['kw_warm']['p50_ms']:.2f}x")
+    if "one_file_sync_settle" in by["pg_new"]:
+        st = by["pg_new"]["one_file_sync_settle"]
+        lines += ["", f"- of the new code's one-file sync, writing the keyword postings (`settle`): p50 "
+                      f"{st['p50_ms']:.1f} ms, p95 {st['p95_ms']:.1f} ms"]
     lines += ["", "## Index time and size", ""]
     for k in ("old", "new", "sqlite"):
         if k in rec:

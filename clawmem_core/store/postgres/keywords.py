@@ -391,6 +391,7 @@ class _Keywords:
                 ") AS p ON true",
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
+            prepare=False,  # planned for these values: few rows above ``upto`` are read by rid, many through the index
         ).fetchall()
         token = (rows[0][0], rows[0][1]) if rows else None
         if token != stats.token:
