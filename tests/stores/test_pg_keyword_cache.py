@@ -66,7 +66,10 @@ def _hits_in_sql(store: PostgresStore, terms: list[str]) -> tuple[int, list[int]
 
 
 @pytest.fixture
-def store(pg_url: str) -> PostgresStore:
+def store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
+    from clawmem_core.store.postgres import keywords
+
+    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1, raising=False)  # every settle writes postings
     KEYWORD_CACHE.clear()
     s = PostgresBackend(pg_url, "kw").open()
     yield s

@@ -38,6 +38,9 @@ _ROW_BYTES = 24
 _POSTING_BYTES = 6
 #: Segments of one term's postings an agent's generation keeps before they are merged into one.
 MAX_POSTING_SEGMENTS = 8
+#: Keyword rows a sync leaves to be read from their terms before it writes their postings: a
+#: sync that changes a file or two costs one more statement, not a write of every term it holds.
+SETTLE_MIN_ROWS = 256
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -571,17 +574,18 @@ class _Keywords:
         generation since the last time: one segment per term, for the rows up to the newest;
         a term's segments merged into one (less the rows deleted since) once they are more than
         :data:`MAX_POSTING_SEGMENTS`. Run at the end of a sync, with the sync lock held; one
-        server-side statement over the new rows, nothing while no row was added."""
+        server-side statement over the new rows, nothing while fewer than
+        :data:`SETTLE_MIN_ROWS` were added (searches read those from their terms)."""
         if self._gen is not None:
             return
         with self._conn() as conn:
             row = conn.execute(
-                f"SELECT a.generation, {self._UPTO}, (SELECT max(c.rid) FROM clawmem_chunks AS c "
-                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0) "
+                f"SELECT (SELECT count(*) FROM (SELECT 1 FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+                f"AND c.generation = a.generation AND c.part = 0 AND c.rid > {self._UPTO} LIMIT %s) AS t) "
                 "FROM clawmem_agents AS a WHERE a.agent = %s",
-                (self.agent,),
+                (SETTLE_MIN_ROWS, self.agent),
             ).fetchone()
-        if row is None or row[2] is None or int(row[2]) <= int(row[1]):
+        if row is None or int(row[0]) < max(1, SETTLE_MIN_ROWS):
             return
         with self._write() as (conn, gen):
             # under the agent's row lock: no keyword row of the agent is written meanwhile
