@@ -139,10 +139,10 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
         assert conn.execute("SELECT version FROM clawmem_schema").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT vectors_inline FROM clawmem_agents").fetchall() == [(True,)]
         # the sync wrote the agent's keyword postings: every keyword row's terms, packed
-        gen, upto, top = conn.execute(
-            "SELECT postings_generation = generation, postings_upto, (SELECT max(rid) FROM clawmem_chunks "
-            "WHERE part = 0) FROM clawmem_agents").fetchone()
-        assert gen and upto == top
+        upto, top = conn.execute(
+            "SELECT (SELECT upto FROM clawmem_postings AS p WHERE p.agent = a.agent AND p.generation = a.generation "
+            "AND p.term = ''), (SELECT max(rid) FROM clawmem_chunks WHERE part = 0) FROM clawmem_agents AS a").fetchone()
+        assert upto == top
         assert conn.execute("SELECT sum(length(tfs)) / 2 FROM clawmem_postings").fetchone()[0] == conn.execute(
             "SELECT sum(length(terms)) FROM clawmem_chunks WHERE part = 0").fetchone()[0]
 

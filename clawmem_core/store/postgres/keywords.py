@@ -6,8 +6,8 @@ The agent's row lengths and the postings of the terms searched so far are kept i
 cannot (:meth:`_Keywords._keyword_search_sql`: the same scores, computed in SQL).
 
 A term's postings come packed from ``clawmem_postings`` (written at the end of each sync that added
-rows: :meth:`_Keywords.settle`) for the rows up to the agent's ``postings_upto``, and from the terms
-of the rows above it; never from the terms of every row holding the term."""
+rows: :meth:`_Keywords.settle`) for the rows up to the rid its row of the empty term names, and
+from the terms of the rows above it; never from the terms of every row holding the term."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ MAX_POSTING_SEGMENTS = 8
 #: Keyword rows a sync leaves to be read from their terms before it writes their postings: a
 #: sync that changes a file or two costs one more statement, not a write of every term it holds.
 SETTLE_MIN_ROWS = 256
+#: Rows of which a sync writes the postings in one statement (more when that would make more than
+#: half of :data:`MAX_POSTING_SEGMENTS` segments).
+SETTLE_BATCH_ROWS = 25_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -289,8 +292,10 @@ class _Keywords:
     # process (each write transaction bumps the version) is seen by the next search.
 
     _VERSION = "SELECT a.generation, a.data_version{cols} FROM clawmem_agents AS a {join} WHERE a.agent = %(agent)s"
-    #: The rows ``clawmem_postings`` holds for the live generation: those up to this rid.
-    _UPTO = "CASE WHEN a.postings_generation = a.generation THEN a.postings_upto ELSE 0 END"
+    #: The rows ``clawmem_postings`` holds for the live generation: those up to this rid (its row
+    #: of the empty term says; none: no row).
+    _UPTO = ("coalesce((SELECT max(w.upto) FROM clawmem_postings AS w WHERE w.agent = a.agent "
+             "AND w.generation = a.generation AND w.term = ''), 0)")
 
     def _kw_key(self) -> tuple[str, str]:
         return (self.backend._url, self.agent)
@@ -315,6 +320,10 @@ class _Keywords:
     #: ``clawmem_postings`` keeps them, from rows ``c`` and lexemes ``x`` grouped by lexeme.
     _PACKED = ("string_agg(int8send(c.rid), ''::bytea ORDER BY c.rid) AS rids, "
                "string_agg(int2send(array_length(x.positions, 1)::int2), ''::bytea ORDER BY c.rid) AS tfs")
+
+    #: :attr:`_PACKED` in the order the rows come (a hash aggregate, no sort of every posting).
+    _PACKED_HASHED = ("string_agg(int8send(c.rid), ''::bytea) AS rids, "
+                      "string_agg(int2send(array_length(x.positions, 1)::int2), ''::bytea) AS tfs")
 
     #: Per lexeme of ``%(tokens)s``: the agent's keyword rows holding it (``{where}``) and its count in
     #: each (a row's tsvector cut down to the tokens: a lexeme's positions count its occurrences).
@@ -405,14 +414,13 @@ class _Keywords:
                 parts[r[2]].append(self._unpack(r[3], r[4]))
         out = {}
         for t, got in parts.items():
-            if len(got) == 1:
-                rids, tf = got[0]
-            elif got:  # segments of disjoint rows: in rid order
-                rids, tf = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
-                order = np.argsort(rids, kind="stable")
-                rids, tf = rids[order], tf[order]
-            else:
+            if not got:
                 rids, tf = self._unpack(None, None)
+            else:  # segments of disjoint rows, each in the order its rows were read: in rid order
+                rids, tf = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+                if len(rids) > 1 and not (rids[1:] > rids[:-1]).all():
+                    order = np.argsort(rids, kind="stable")
+                    rids, tf = rids[order], tf[order]
             out[t] = stats.entry(rids, tf, live_only=True)
         return out
 
@@ -597,23 +605,42 @@ class _Keywords:
             if top is None or int(top) <= int(upto):
                 return
             args = {"agent": self.agent, "gen": gen, "upto": int(upto), "top": int(top), "most": MAX_POSTING_SEGMENTS}
-            conn.execute(
-                "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
-                f"SELECT %(agent)s, %(gen)s, x.lexeme, %(top)s, {self._PACKED} "
-                "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
-                "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(upto)s AND c.rid <= %(top)s "
-                "GROUP BY x.lexeme",
+            # the new rows in a few batches of rows, a segment each: each term's postings of a
+            # batch gathered in one hash table (unordered: in the order the rows are read, sorted
+            # by the reader where they are not)
+            got = conn.execute(
+                "SELECT string_agg(int8send(rid), ''::bytea ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
+                "AND generation = %(gen)s AND part = 0 AND rid > %(upto)s AND rid <= %(top)s",
                 args,
-            )
-            conn.execute("UPDATE clawmem_agents SET postings_generation = %(gen)s, postings_upto = %(top)s "
-                         "WHERE agent = %(agent)s", args)
+            ).fetchone()
+            new, _ = self._unpack(got[0] if got else None, None)
+            step = max(SETTLE_BATCH_ROWS, -(-len(new) // max(1, MAX_POSTING_SEGMENTS // 2)))
+            cuts = [int(x) for x in new[step - 1::step]]
+            if not cuts or cuts[-1] != int(top):
+                cuts.append(int(top))
+            conn.execute("SET LOCAL work_mem = '64MB'")
+            low = int(upto)
+            for high in cuts:
+                conn.execute(
+                    "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                    f"SELECT %(agent)s, %(gen)s, x.lexeme, %(high)s, {self._PACKED_HASHED} "
+                    "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
+                    "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(low)s AND c.rid <= %(high)s "
+                    "GROUP BY x.lexeme",
+                    {**args, "low": low, "high": high},
+                )
+                low = high
+            conn.execute("DELETE FROM clawmem_postings WHERE agent = %(agent)s AND generation = %(gen)s AND term = ''",
+                         args)
+            conn.execute("INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                         "VALUES (%(agent)s, %(gen)s, '', %(top)s, ''::bytea, ''::bytea)", args)
             # the terms just written that now have too many segments: all but the largest of each
             # merged into one (a term's postings are rewritten about once per MAX_POSTING_SEGMENTS
             # syncs that touch it, its bulk only once the rest outgrows it)
             many = conn.execute(
                 "SELECT s.term, s.upto, s.rids, s.tfs FROM clawmem_postings AS s WHERE s.agent = %(agent)s "
                 "AND s.generation = %(gen)s AND s.term IN (SELECT n.term FROM clawmem_postings AS n "
-                "WHERE n.agent = %(agent)s AND n.generation = %(gen)s AND n.upto = %(top)s AND "
+                "WHERE n.agent = %(agent)s AND n.generation = %(gen)s AND n.upto > %(upto)s AND n.term <> '' AND "
                 "(SELECT count(*) FROM clawmem_postings AS o WHERE o.agent = n.agent AND o.generation = n.generation "
                 "AND o.term = n.term) > %(most)s) AND s.upto <> (SELECT o.upto FROM clawmem_postings AS o "
                 "WHERE o.agent = s.agent AND o.generation = s.generation AND o.term = s.term "
@@ -633,7 +660,7 @@ class _Keywords:
         for term, upto, rids, tfs in segments:
             by_term.setdefault(term, []).append(self._unpack(rids, tfs))
             uptos.setdefault(term, []).append(int(upto))
-        low = min(int(p[0][0]) for parts in by_term.values() for p in parts if len(p[0]))
+        low = min(int(p[0].min()) for parts in by_term.values() for p in parts if len(p[0]))
         got = conn.execute(
             "SELECT string_agg(int8send(rid), ''::bytea ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
             "AND generation = %(gen)s AND part = 0 AND rid >= %(low)s AND rid <= %(top)s",

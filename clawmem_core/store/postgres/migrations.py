@@ -83,15 +83,12 @@ ALTER TABLE clawmem_agents ADD COLUMN IF NOT EXISTS vectors_inline boolean NOT N
 _ADDED_IN_5 = """-- each term's postings in an agent's generation, packed: the rows (rid, 8 bytes big-endian each,
 -- ascending) and the term's count in each (2 bytes each), for the rows up to ``upto`` written at
 -- the time (a segment per sync that added rows, merged as they pile up); rows deleted since are
--- left to the reader (version 5)
+-- left to the reader. The empty term's row (no postings) names the rows all terms' postings
+-- cover: those up to its ``upto`` (none without it) (version 5)
 CREATE TABLE IF NOT EXISTS clawmem_postings (
     agent text NOT NULL, generation bigint NOT NULL, term text NOT NULL, upto bigint NOT NULL,
     rids bytea NOT NULL, tfs bytea NOT NULL,
     PRIMARY KEY (agent, generation, term, upto));
--- the rows the postings of generation ``postings_generation`` hold: those up to ``postings_upto``
--- (version 5)
-ALTER TABLE clawmem_agents ADD COLUMN IF NOT EXISTS postings_generation bigint NOT NULL DEFAULT -1;
-ALTER TABLE clawmem_agents ADD COLUMN IF NOT EXISTS postings_upto bigint NOT NULL DEFAULT 0;
 """
 #: The embedding cache shared by every agent (the same in every version).
 _CACHE = """CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
