@@ -637,17 +637,26 @@ class _Keywords:
             # the terms just written that now have too many segments: all but the largest of each
             # merged into one (a term's postings are rewritten about once per MAX_POSTING_SEGMENTS
             # syncs that touch it, its bulk only once the rest outgrows it)
-            many = conn.execute(
-                "SELECT s.term, s.upto, s.rids, s.tfs FROM clawmem_postings AS s WHERE s.agent = %(agent)s "
+            sizes = conn.execute(
+                "SELECT s.term, s.upto, length(s.tfs) FROM clawmem_postings AS s WHERE s.agent = %(agent)s "
                 "AND s.generation = %(gen)s AND s.term IN (SELECT n.term FROM clawmem_postings AS n "
-                "WHERE n.agent = %(agent)s AND n.generation = %(gen)s AND n.upto > %(upto)s AND n.term <> '' AND "
-                "(SELECT count(*) FROM clawmem_postings AS o WHERE o.agent = n.agent AND o.generation = n.generation "
-                "AND o.term = n.term) > %(most)s) AND s.upto <> (SELECT o.upto FROM clawmem_postings AS o "
-                "WHERE o.agent = s.agent AND o.generation = s.generation AND o.term = s.term "
-                "ORDER BY length(o.tfs) DESC, o.upto LIMIT 1) ORDER BY s.term, s.upto",
+                "WHERE n.agent = %(agent)s AND n.generation = %(gen)s AND n.upto > %(upto)s AND n.term <> '' "
+                "GROUP BY n.term HAVING (SELECT count(*) FROM clawmem_postings AS o WHERE o.agent = %(agent)s "
+                "AND o.generation = %(gen)s AND o.term = n.term) > %(most)s)",
                 args,
             ).fetchall()
-            if many:
+            if sizes:
+                largest: dict[str, tuple[int, int]] = {}
+                for term, upto_, size in sizes:
+                    if term not in largest or (size, -upto_) > (largest[term][1], -largest[term][0]):
+                        largest[term] = (upto_, size)
+                chosen = [(t, u) for t, u, _ in sizes if largest[t][0] != u]
+                many = conn.execute(
+                    "SELECT s.term, s.upto, s.rids, s.tfs FROM clawmem_postings AS s "
+                    "JOIN unnest(%s::text[], %s::bigint[]) AS d (term, upto) ON s.term = d.term AND s.upto = d.upto "
+                    "WHERE s.agent = %s AND s.generation = %s ORDER BY s.term, s.upto",
+                    ([t for t, _ in chosen], [u for _, u in chosen], self.agent, gen),
+                ).fetchall()
                 self._merge_segments(conn, args, many)
 
     def _merge_segments(self, conn: "psycopg.Connection", args: dict[str, Any], segments: list[Any]) -> None:
