@@ -637,14 +637,17 @@ class _Keywords:
             # the terms just written that now have too many segments: all but the largest of each
             # merged into one (a term's postings are rewritten about once per MAX_POSTING_SEGMENTS
             # syncs that touch it, its bulk only once the rest outgrows it)
-            sizes = conn.execute(
-                "SELECT s.term, s.upto, length(s.tfs) FROM clawmem_postings AS s WHERE s.agent = %(agent)s "
-                "AND s.generation = %(gen)s AND s.term IN (SELECT n.term FROM clawmem_postings AS n "
-                "WHERE n.agent = %(agent)s AND n.generation = %(gen)s AND n.upto > %(upto)s AND n.term <> '' "
-                "GROUP BY n.term HAVING (SELECT count(*) FROM clawmem_postings AS o WHERE o.agent = %(agent)s "
-                "AND o.generation = %(gen)s AND o.term = n.term) > %(most)s)",
+            # (one pass over the agent's segments, whatever the table's statistics say)
+            many_terms = [r[0] for r in conn.execute(
+                "SELECT term FROM clawmem_postings WHERE agent = %(agent)s AND generation = %(gen)s AND term <> '' "
+                "GROUP BY term HAVING count(*) > %(most)s AND max(upto) > %(upto)s",
                 args,
-            ).fetchall()
+            ).fetchall()]
+            sizes = conn.execute(
+                "SELECT term, upto, length(tfs) FROM clawmem_postings WHERE agent = %s AND generation = %s "
+                "AND term = ANY(%s::text[])",
+                (self.agent, gen, many_terms),
+            ).fetchall() if many_terms else []
             if sizes:
                 largest: dict[str, tuple[int, int]] = {}
                 for term, upto_, size in sizes:
