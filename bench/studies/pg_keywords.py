@@ -146,14 +146,21 @@ def _index(code: Path, kind: str, n: int, url: str, agents: int = len(AGENTS)) -
         "from clawmem_core import MemoryIndex\n"
         "from bench.studies.pg_keywords import workspace, _cfg, _state, AGENTS\n"
         "out = []\n"
+        "from clawmem_core.store import postgres as _pg\n"
+        "_spent = [0.0]\n"
+        "_settle = getattr(_pg.PostgresStore, 'settle', None)\n"
+        "def _timed(self, _s=_settle):\n"
+        "    t = time.perf_counter(); _s(self); _spent[0] += time.perf_counter() - t\n"
+        "if _settle is not None: _pg.PostgresStore.settle = _timed\n"
         f"for i in range({agents}):\n"
         f"    ws, _ = workspace({n}, i)\n"
         f"    with MemoryIndex(ws, agent_id=AGENTS[i], config=_cfg({url!r}), state_dir=_state({kind!r}, {n}, i)) as m:\n"
-        "        t = time.perf_counter(); rep = m.sync(); s = time.perf_counter() - t\n"
+        "        _spent[0] = 0.0; t = time.perf_counter(); rep = m.sync(); s = time.perf_counter() - t\n"
+        "        in_sync = _spent[0]\n"
         "        t = time.perf_counter(); settle = getattr(m._store, 'settle', None)\n"
         "        settle and settle()  # what the first sync that changes something writes after an upgrade\n"
         "        out.append({'seconds': s, 'files': rep.files_indexed, 'chunks': m.status().chunks,\n"
-        "                    'settle_seconds': time.perf_counter() - t})\n"
+        "                    'settle_seconds': time.perf_counter() - t, 'settle_in_sync_seconds': in_sync})\n"
         "print(json.dumps(out))\n"
     )
     got = subprocess.run([sys.executable, "-c", script], env=_env(), cwd=str(ROOT), check=True, capture_output=True,
@@ -220,7 +227,8 @@ def write_cost(server: Server, n: int, old: Path, rounds: int) -> dict[str, Any]
             rec["sizes"] = _sizes(url)
             rec["load"] = os.getloadavg()
             out[name].append(rec)
-            log(f"write {name}: {rec['agents'][0]['seconds']:.1f} s, {rec['sizes']}")
+            log(f"write {name}: {rec['agents'][0]['seconds']:.1f} s (writing the postings "
+                f"{rec['agents'][0]['settle_in_sync_seconds']:.1f} s of it), {rec['sizes']}")
             from clawmem_core.store.postgres import PostgresBackend
 
             PostgresBackend.close_pools()
