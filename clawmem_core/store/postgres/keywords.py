@@ -672,6 +672,8 @@ class _Keywords:
         for term, upto, rids, tfs in segments:
             by_term.setdefault(term, []).append(self._unpack(rids, tfs))
             uptos.setdefault(term, []).append(int(upto))
+        if not any(len(p[0]) for parts in by_term.values() for p in parts):
+            return
         low = min(int(p[0].min()) for parts in by_term.values() for p in parts if len(p[0]))
         got = conn.execute(
             "SELECT string_agg(int8send(rid), ''::bytea ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
