@@ -209,6 +209,7 @@ class Syncer:
         self.last_scan = scan.started
         # Persisted, so that the next process can trust size + mtime of files older than this scan.
         writer.set_value("last_scan", repr(scan.started))
+        writer.settle()
         report.seconds = time.perf_counter() - started
         return report
 

@@ -355,6 +355,10 @@ class Store(ABC):
         """Remove what crashed rebuilds left behind (call only while holding the sync lock);
         returns how many pieces were removed."""
 
+    def settle(self) -> None:
+        """Work a store leaves to the end of a sync (called with the sync lock held, after the
+        sync's writes): nothing by default."""
+
     def follow(self) -> None:
         """Catch up with changes made to the index behind this handle's back (a read-only handle
         whose file was rewritten in place reopens it); raises :class:`StoreError` when the index

@@ -66,7 +66,10 @@ def _hits_in_sql(store: PostgresStore, terms: list[str]) -> tuple[int, list[int]
 
 
 @pytest.fixture
-def store(pg_url: str) -> PostgresStore:
+def store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
+    from clawmem_core.store.postgres import keywords
+
+    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1, raising=False)  # every settle writes postings
     KEYWORD_CACHE.clear()
     s = PostgresBackend(pg_url, "kw").open()
     yield s
@@ -169,3 +172,108 @@ def test_a_generation_switch_reloads(pg_url: str) -> None:
     with s.rebuild() as tmp:
         _file(tmp, "memory/z.md", ["coffee in the new generation"])
     assert [i for i, _ in s.keyword_search(["coffee"], 10)] == ["memory/z.md:0:" + f"{hash('coffee in the new generation') & 0xFFFFFF:x}"]
+
+
+def _segments(url: str, agent: str) -> dict[str, list[int]]:
+    """Per term, the ``upto`` of each of its segments."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT term, array_agg(upto) FROM clawmem_postings WHERE agent = %s GROUP BY term",
+                                 (agent,)).fetchall())
+
+
+def test_postings_written_at_sync_answer_as_the_rows(store: PostgresStore, pg_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packed postings written at the end of syncs (segments, merged as they pile up, with rows
+    deleted since left in them) give the same answers as the server's scoring of the rows, read
+    cold (the cache emptied) or carried from version to version."""
+    from clawmem_core.store.postgres import keywords
+
+    monkeypatch.setattr(keywords, "MAX_POSTING_SEGMENTS", 4)
+    monkeypatch.setattr(keywords, "SETTLE_BATCH_ROWS", 5)  # a sync's rows in two segments
+    rng = random.Random(11)
+    paths = [f"memory/n{i}.md" for i in range(10)]
+    for p in paths:
+        _file(store, p, [_doc(rng, rng.randint(3, 40)) for _ in range(rng.randint(1, 4))])
+    store.settle()
+    assert _segments(pg_url, "kw")
+    written: dict[str, set[int]] = {}
+    for step in range(30):
+        if rng.random() < 0.3:
+            KEYWORD_CACHE.clear()  # the next searches read every term from the table
+        for q in QUERIES:
+            assert _same(store.keyword_search(q, 50), _in_sql(store, q)), (step, q)
+        assert _hits(store, ["alpha", "deploy migration", "咖啡"]) == _hits_in_sql(store, ["alpha", "deploy migration", "咖啡"])
+        op = rng.random()
+        p = rng.choice(paths)
+        if op < 0.6:
+            _file(store, p, [_doc(rng, rng.randint(1, 60)) for _ in range(rng.randint(1, 5))])
+        elif op < 0.8:
+            store.delete_files("memory", [p])
+        if rng.random() < 0.5:
+            store.settle()
+            segments = _segments(pg_url, "kw")
+            assert max(len(u) for u in segments.values()) <= 4  # merged over MAX_POSTING_SEGMENTS
+            for t, u in segments.items():
+                written.setdefault(t, set()).update(u)
+    assert max(len(u) for u in written.values()) > 4  # merges happened
+    KEYWORD_CACHE.clear()
+    for q in QUERIES:
+        assert _same(store.keyword_search(q, 50), _in_sql(store, q)), q
+
+
+def test_a_terms_first_search_reads_its_packed_postings(store: PostgresStore, pg_url: str) -> None:
+    """After a sync's postings are written, a term's first search reads them, not the terms of
+    every row holding it: with the rows' terms blanked behind the store's back (no new data
+    version), the answer is still the one of before."""
+    import psycopg
+
+    rng = random.Random(3)
+    for i in range(6):
+        _file(store, f"memory/n{i}.md", [_doc(rng, 30) for _ in range(3)])
+    store.settle()
+    _file(store, "memory/late.md", ["alpha jazz written after the postings", "coffee"])  # read from its terms
+    KEYWORD_CACHE.clear()
+    expected = {tuple(q): store.keyword_search(q, 50) for q in QUERIES}  # read from the rows' terms
+    assert all(_same(expected[tuple(q)], _in_sql(store, q)) for q in QUERIES[:4])
+    KEYWORD_CACHE.clear()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        upto = conn.execute("SELECT upto FROM clawmem_postings WHERE agent = 'kw' AND term = ''").fetchone()[0]
+        assert upto > 0
+        conn.execute("UPDATE clawmem_chunks SET terms = NULL WHERE agent = 'kw' AND rid <= %s", (upto,))
+    for q in QUERIES:
+        assert store.keyword_search(q, 50) == expected[tuple(q)], q
+    assert any(i.startswith("memory/late.md") for i, _ in store.keyword_search(["alpha"], 50))
+
+
+def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents searched in turn over the cache's budget evict each other's least recently used
+    terms, not each other whole: an agent's hot term and row lengths stay while another agent's
+    one-off terms come and go."""
+    from clawmem_core.store.postgres import keywords
+
+    KEYWORD_CACHE.clear()
+    a = PostgresBackend(pg_url, "hot-a").open()
+    b = PostgresBackend(pg_url, "hot-b").open()
+    _file(a, "memory/a.md", [f"hot filler{i}" for i in range(40)], agent_tag="A:")
+    _file(b, "memory/b.md", [" ".join(f"cold{k}" for k in range(10) if (i + k) % 2 == 0) + f" pad{i}"
+                             for i in range(40)], agent_tag="B:")
+    # room for both agents' rows, A's hot term and three of B's one-off terms (as bytes, and as
+    # rows plus postings for a cache that counts those)
+    monkeypatch.setattr(keywords, "MAX_CACHED_BYTES", 40 * 24 * 2 + 40 * 6 + 3 * 20 * 6, raising=False)
+    monkeypatch.setattr(keywords, "MAX_CACHED_POSTINGS", 40 * 3 + 3 * 20, raising=False)
+    try:
+        expected = _in_sql(a, ["hot"], 10)
+        for k in range(10):
+            assert _same(a.keyword_search(["hot"], 10), expected)
+            held = KEYWORD_CACHE.get((pg_url, "hot-a"))
+            assert b.keyword_search([f"cold{k}"], 50)
+            assert KEYWORD_CACHE.get((pg_url, "hot-a")) is held, k  # A kept whole
+            assert "hot" in held.terms, k
+        stats_b = KEYWORD_CACHE.get((pg_url, "hot-b"))
+        assert stats_b is not None and set(stats_b.terms) == {"cold7", "cold8", "cold9"}
+        assert KEYWORD_CACHE.nbytes <= keywords.MAX_CACHED_BYTES
+    finally:
+        a.close()
+        b.close()

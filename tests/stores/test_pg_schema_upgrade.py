@@ -30,6 +30,9 @@ V2_DDL = SCHEMA_DDL[2]
 #: Schema version 3 as clawmem wrote it (upgraded in place from version 2 by running it over it).
 V3_DDL = SCHEMA_DDL[3]
 
+#: Schema version 4 as clawmem wrote it (no packed keyword postings).
+V4_DDL = SCHEMA_DDL[4]
+
 #: Columns every version has, by table (what is copied into the old schema).
 COLUMNS = {
     "clawmem_agents": "agent, generation, data_version",
@@ -68,10 +71,10 @@ def fingerprint(mem: MemoryIndex) -> tuple[Any, ...]:
 
 
 def make_old(url: str, ref: str, kind: str) -> None:
-    """``url`` holding ``ref``'s rows under an old schema: ``v2``, ``v3``, or ``v3-from-v2`` (a
-    version 2 database upgraded by the code of version 3)."""
+    """``url`` holding ``ref``'s rows under an old schema: ``v2``, ``v3``, ``v4``, or ``v3-from-v2``
+    (a version 2 database upgraded by the code of version 3)."""
     with psycopg.connect(url, autocommit=True) as dst, psycopg.connect(ref, autocommit=True) as src:
-        dst.execute(V3_DDL if kind == "v3" else V2_DDL)
+        dst.execute({"v3": V3_DDL, "v4": V4_DDL}.get(kind, V2_DDL))
         for table, cols in COLUMNS.items():
             with src.cursor().copy(f"COPY (SELECT {cols} FROM {table}) TO STDOUT") as out, \
                     dst.cursor().copy(f"COPY {table} ({cols}) FROM STDIN") as into:
@@ -82,7 +85,7 @@ def make_old(url: str, ref: str, kind: str) -> None:
         dst.execute("SELECT setval(pg_get_serial_sequence('clawmem_chunks', 'rid'), (SELECT max(rid) FROM clawmem_chunks))")
         if kind == "v3-from-v2":
             dst.execute(V3_DDL)
-        dst.execute("INSERT INTO clawmem_schema VALUES (%s)", (2 if kind == "v2" else 3,))
+        dst.execute("INSERT INTO clawmem_schema VALUES (%s)", ({"v2": 2, "v4": 4}.get(kind, 3),))
 
 
 def out_of_line(url: str) -> int:
@@ -111,16 +114,19 @@ def reference(tmp_path: Path, pg_server: Any) -> Any:
         drop_database(pg_server, url)
 
 
-@pytest.mark.parametrize("kind", ["v2", "v3", "v3-from-v2"])
+@pytest.mark.parametrize("kind", ["v2", "v3", "v3-from-v2", "v4"])
 def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, reference: Any, pg_url: str,
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clawmem_core.store.postgres import SCHEMA_VERSION
+
+    from clawmem_core.store.postgres import keywords
 
     ws, ref, before, rows = reference
     make_old(pg_url, ref, kind)
     assert table_rows(pg_url) == rows
+    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1)  # the sync writes the postings of every row
     leftovers = out_of_line(pg_url)
-    assert (leftovers > 0) == (kind != "v3"), "version 2 rows keep their vectors out of line"
+    assert (leftovers > 0) == (kind in ("v2", "v3-from-v2")), "version 2 rows keep their vectors out of line"
     with open_index(ws, tmp_path / "state", pg_url) as mem:
         assert fingerprint(mem) == before  # searches answer as before the upgrade
         rep = mem.sync()
@@ -132,6 +138,13 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT version FROM clawmem_schema").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT vectors_inline FROM clawmem_agents").fetchall() == [(True,)]
+        # the sync wrote the agent's keyword postings: every keyword row's terms, packed
+        upto, top = conn.execute(
+            "SELECT (SELECT upto FROM clawmem_postings AS p WHERE p.agent = a.agent AND p.generation = a.generation "
+            "AND p.term = ''), (SELECT max(rid) FROM clawmem_chunks WHERE part = 0) FROM clawmem_agents AS a").fetchone()
+        assert upto == top
+        assert conn.execute("SELECT sum(length(tfs)) / 2 FROM clawmem_postings").fetchone()[0] == conn.execute(
+            "SELECT sum(length(terms)) FROM clawmem_chunks WHERE part = 0").fetchone()[0]
 
 
 def test_an_edit_after_the_upgrade_is_indexed(reference: Any, pg_url: str, tmp_path: Path) -> None:

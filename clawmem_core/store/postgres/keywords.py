@@ -1,13 +1,19 @@
 """Keyword search in the PostgreSQL store: BM25 (FTS5's ``bm25()``) over an agent's keyword rows.
 
 The agent's row lengths and the postings of the terms searched so far are kept in process
-(:data:`KEYWORD_CACHE`), per data version of the agent; the server answers what the cache cannot
-(:meth:`_Keywords._keyword_search_sql`: the same scores, computed in SQL)."""
+(:data:`KEYWORD_CACHE`), per data version of the agent, the terms' postings evicted term by term
+(least recently used first, over every agent of the process); the server answers what the cache
+cannot (:meth:`_Keywords._keyword_search_sql`: the same scores, computed in SQL).
+
+A term's postings come packed from ``clawmem_postings`` (written at the end of each sync that added
+rows: :meth:`_Keywords.settle`) for the rows up to the rid its row of the empty term names, and
+from the terms of the rows above it; never from the terms of every row holding the term."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 import math
 import threading
 import time
@@ -25,8 +31,19 @@ log = logging.getLogger("clawmem")
 _K1, _B = 1.2, 0.75
 
 
-#: Postings (rows) the in-process keyword statistics keep, over every agent of the process.
-MAX_CACHED_POSTINGS = 8_000_000
+#: Bytes the in-process keyword statistics keep, over every agent of the process: 24 a row of an
+#: agent searched (its rid and length), 6 a posting of a term searched (the 8M postings of before).
+MAX_CACHED_BYTES = 48_000_000
+_ROW_BYTES = 24
+_POSTING_BYTES = 6
+#: Segments of one term's postings an agent's generation keeps before they are merged into one.
+MAX_POSTING_SEGMENTS = 8
+#: Keyword rows a sync leaves to be read from their terms before it writes their postings: a
+#: sync that changes a file or two costs one more statement, not a write of every term it holds.
+SETTLE_MIN_ROWS = 256
+#: Rows of which a sync writes the postings in one statement (more when that would make more than
+#: half of :data:`MAX_POSTING_SEGMENTS` segments).
+SETTLE_BATCH_ROWS = 25_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -42,40 +59,48 @@ class _KeywordStats:
     (ascending ``rid``), their lengths, and the postings of the terms searched so far. Scores are
     FTS5's ``bm25()`` (same formula, constants and order of additions as :mod:`.bm25`)."""
 
-    def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray") -> None:
+    def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray", upto: int = 0) -> None:
         self.token = token
+        #: The rows ``clawmem_postings`` holds at this data version: those up to this rid.
+        self.upto = upto
         self.rids = rids
         self.doc_len = doc_len
         self.rows = len(rids)
         avgdl = float(doc_len.sum()) / self.rows if self.rows else 1.0
         #: Per row: ``k1 * (1 - b + b * D / avgdl)``, evaluated as fts5Bm25Function does.
         self.length_norm = _K1 * (1 - _B + _B * doc_len / avgdl)
-        #: token -> (row positions ascending, the token's count in each)
+        #: token -> (row positions ascending, the token's count in each); kept and evicted by
+        #: :class:`_KeywordCache`
         self.terms: dict[str, tuple[Any, Any]] = {}
-        self.postings = 0
         self.used = time.monotonic()
 
     @property
-    def size(self) -> int:
-        return self.rows + self.postings
+    def nbytes(self) -> int:
+        """Bytes the row arrays take (the terms' postings are counted by the cache)."""
+        return self.rows * _ROW_BYTES
 
-    def add(self, token: str, rids: "np.ndarray", tf: "np.ndarray") -> tuple[Any, Any]:
-        """Keep the postings of ``token``: its rows (ascending) and its count in each."""
+    def entry(self, rids: "np.ndarray", tf: "np.ndarray", live_only: bool = False) -> tuple[Any, Any]:
+        """The postings of a term as kept: ``rids`` (ascending) as row positions, with its count
+        in each. ``live_only``: rows these statistics do not hold (deleted since the postings
+        were written) are left out; else such a row means the statistics are out of date."""
         import numpy as np
 
         pos = np.searchsorted(self.rids, rids)
-        if len(rids) and (pos.max() >= self.rows or not np.array_equal(self.rids[pos], rids)):
-            raise _StaleKeywords(f"postings of {token!r} name rows the statistics do not hold")
-        entry = (pos.astype(np.int32), tf.astype(np.uint16))  # 6 bytes a posting (tf <= 256)
-        self.terms[token] = entry
-        self.postings += len(pos)
-        return entry
+        if len(rids):
+            held = pos < self.rows
+            held[held] = self.rids[pos[held]] == rids[held]
+            if not held.all():
+                if not live_only:
+                    raise _StaleKeywords("postings name rows the statistics do not hold")
+                pos, tf = pos[held], tf[held]
+        return pos.astype(np.int32), tf.astype(np.uint16)  # 6 bytes a posting (tf <= 256)
 
     def advance(self, token: Any, live: "np.ndarray | None", rids: "np.ndarray", doc_len: "np.ndarray",
-                postings: dict[str, tuple["np.ndarray", "np.ndarray"]]) -> "_KeywordStats":
+                postings: dict[str, tuple["np.ndarray", "np.ndarray"]], upto: int) -> "_KeywordStats":
         """These statistics carried to a later data version of the same generation: of the rows
         held, those in ``live`` stay (all when ``None``); ``rids`` (all above the ones held) come
-        with their lengths and, for each term held, its ``postings`` among them."""
+        with their lengths and, for each term held, its ``postings`` among them; ``upto``: the
+        rows ``clawmem_postings`` holds at that version."""
         import numpy as np
 
         if live is None:
@@ -85,14 +110,13 @@ class _KeywordStats:
         kept = int(keep.sum())
         moved = np.cumsum(keep) - 1  # old position -> new position (where kept)
         out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
-                            np.concatenate([self.doc_len[keep], doc_len]))
+                            np.concatenate([self.doc_len[keep], doc_len]), upto)
         for term, (pos, tf) in list(self.terms.items()):
             alive = keep[pos]
             new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
             new_pos = kept + np.searchsorted(rids, new_rids)
             out.terms[term] = (np.concatenate([moved[pos[alive]], new_pos]).astype(np.int32),
                                np.concatenate([tf[alive], new_tf]).astype(np.uint16))
-            out.postings += len(out.terms[term][0])
         return out
 
     def idf(self, hits: int) -> float:
@@ -140,11 +164,23 @@ class _KeywordStats:
 class _KeywordCache:
     """The in-process keyword statistics of every agent this process searches, by database and
     agent, each valid for one data version of its agent (bumped by every write transaction, in
-    any process): a search checks the version in the same statement that fetches its results."""
+    any process): a search checks the version in the same statement that fetches its results.
+
+    Bounded by :data:`MAX_CACHED_BYTES`: the postings of the term least recently searched, of
+    whichever agent, go first; an agent whose every term went goes with them (its row lengths).
+    Several large agents searched in turn keep their hot terms, not evict each other whole."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stats: dict[tuple[str, str], _KeywordStats] = {}
+        #: (agent key, term) -> bytes of the term's postings, least recently used first
+        self._lru: "OrderedDict[tuple[tuple[str, str], str], int]" = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes kept now (row arrays and postings)."""
+        return self._bytes
 
     def get(self, key: tuple[str, str]) -> _KeywordStats | None:
         with self._lock:
@@ -154,36 +190,79 @@ class _KeywordCache:
             return stats
 
     def put(self, key: tuple[str, str], stats: _KeywordStats) -> None:
+        """``stats`` for ``key`` from now on (its terms keep their places in the order of use)."""
         with self._lock:
+            old = self._stats.get(key)
+            if old is not None:
+                self._bytes -= old.nbytes
+                for term in old.terms:
+                    if term not in stats.terms:
+                        self._bytes -= self._lru.pop((key, term), 0)
             self._stats[key] = stats
+            self._bytes += stats.nbytes
+            for term, (pos, _) in stats.terms.items():
+                size = len(pos) * _POSTING_BYTES
+                self._bytes += size - self._lru.get((key, term), 0)
+                self._lru[(key, term)] = size
             self._trim(keep=key)
 
-    def grew(self, key: tuple[str, str]) -> None:
+    def add(self, key: tuple[str, str], stats: _KeywordStats, entries: dict[str, tuple[Any, Any]]) -> None:
+        """Keep ``entries`` (term -> postings) in ``stats``, the statistics of ``key`` (not when
+        they were replaced meanwhile), as the terms used last."""
         with self._lock:
+            if self._stats.get(key) is not stats:
+                return
+            for term, entry in entries.items():
+                stats.terms[term] = entry
+                size = len(entry[0]) * _POSTING_BYTES
+                self._bytes += size - self._lru.get((key, term), 0)
+                self._lru[(key, term)] = size
+                self._lru.move_to_end((key, term))
             self._trim(keep=key)
+
+    def touch(self, key: tuple[str, str], terms: Sequence[str]) -> None:
+        """``terms`` of ``key`` were used now."""
+        with self._lock:
+            for term in terms:
+                if (key, term) in self._lru:
+                    self._lru.move_to_end((key, term))
 
     def drop(self, key: tuple[str, str], stats: _KeywordStats | None = None) -> None:
         with self._lock:
             if stats is None or self._stats.get(key) is stats:
-                self._stats.pop(key, None)
+                self._forget(key)
 
     def clear(self) -> None:
         with self._lock:
             self._stats.clear()
+            self._lru.clear()
+            self._bytes = 0
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        stats = self._stats.pop(key, None)
+        if stats is None:
+            return
+        self._bytes -= stats.nbytes
+        for term in stats.terms:
+            self._bytes -= self._lru.pop((key, term), 0)
 
     def _trim(self, keep: tuple[str, str]) -> None:
-        """Forget the least recently used agents, then the kept agent's postings, over the budget."""
-        total = sum(s.size for s in self._stats.values())
-        for key, s in sorted(self._stats.items(), key=lambda kv: kv[1].used):
-            if total <= MAX_CACHED_POSTINGS:
-                return
-            if key != keep:
-                total -= s.size
-                del self._stats[key]
-        s = self._stats.get(keep)
-        if s is not None and total > MAX_CACHED_POSTINGS:
-            s.terms.clear()  # the kept agent alone is over the budget: its row lengths stay
-            s.postings = 0
+        """Forget the least recently used terms, and the agents left without any (``keep``'s row
+        lengths stay), then the least recently used agents, over the budget."""
+        while self._bytes > MAX_CACHED_BYTES and self._lru:
+            (key, term), size = self._lru.popitem(last=False)
+            self._bytes -= size
+            stats = self._stats.get(key)
+            if stats is not None:
+                stats.terms.pop(term, None)
+                if not stats.terms and key != keep:
+                    self._forget(key)
+        if self._bytes > MAX_CACHED_BYTES:
+            for key, _ in sorted(self._stats.items(), key=lambda kv: kv[1].used):
+                if self._bytes <= MAX_CACHED_BYTES:
+                    return
+                if key != keep:
+                    self._forget(key)
 
 
 KEYWORD_CACHE = _KeywordCache()
@@ -213,6 +292,10 @@ class _Keywords:
     # process (each write transaction bumps the version) is seen by the next search.
 
     _VERSION = "SELECT a.generation, a.data_version{cols} FROM clawmem_agents AS a {join} WHERE a.agent = %(agent)s"
+    #: The rows ``clawmem_postings`` holds for the live generation: those up to this rid (its row
+    #: of the empty term says; none: no row).
+    _UPTO = ("coalesce((SELECT max(w.upto) FROM clawmem_postings AS w WHERE w.agent = a.agent "
+             "AND w.generation = a.generation AND w.term = ''), 0)")
 
     def _kw_key(self) -> tuple[str, str]:
         return (self.backend._url, self.agent)
@@ -222,7 +305,7 @@ class _Keywords:
 
         row = conn.execute(
             self._VERSION.format(
-                cols=", s.rids, s.lens",
+                cols=f", s.rids, s.lens, {self._UPTO}",
                 join="CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
                 "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
                 "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0) AS s",
@@ -231,13 +314,21 @@ class _Keywords:
         ).fetchone()
         if row is None:
             return _KeywordStats(None, self._ints(None), self._ints(None, "float64"))
-        return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"))
+        return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"), int(row[4]))
+
+    #: A term's rows packed (8 bytes big-endian each, ascending) and its counts (2 bytes each), as
+    #: ``clawmem_postings`` keeps them, from rows ``c`` and lexemes ``x`` grouped by lexeme.
+    _PACKED = ("string_agg(int8send(c.rid), ''::bytea ORDER BY c.rid) AS rids, "
+               "string_agg(int2send(array_length(x.positions, 1)::int2), ''::bytea ORDER BY c.rid) AS tfs")
+
+    #: :attr:`_PACKED` in the order the rows come (a hash aggregate, no sort of every posting).
+    _PACKED_HASHED = ("string_agg(int8send(c.rid), ''::bytea) AS rids, "
+                      "string_agg(int2send(array_length(x.positions, 1)::int2), ''::bytea) AS tfs")
 
     #: Per lexeme of ``%(tokens)s``: the agent's keyword rows holding it (``{where}``) and its count in
     #: each (a row's tsvector cut down to the tokens: a lexeme's positions count its occurrences).
     _POSTINGS = (
-        "SELECT x.lexeme, string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
-        "string_agg(array_length(x.positions, 1)::text, ',' ORDER BY c.rid) AS tfs "
+        "SELECT x.lexeme, " + _PACKED + " "
         "FROM clawmem_chunks AS c CROSS JOIN LATERAL "
         "unnest(ts_filter(setweight(c.terms, 'A', %(tokens)s::text[]), '{{a}}')) AS x "
         "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND {where} GROUP BY x.lexeme"
@@ -248,6 +339,14 @@ class _Keywords:
         import numpy as np
 
         return np.array(text.split(","), dtype=dtype) if text else np.zeros(0, dtype=dtype)
+
+    @staticmethod
+    def _unpack(rids: bytes | None, tfs: bytes | None) -> tuple["np.ndarray", "np.ndarray"]:
+        """Packed postings (see :attr:`_PACKED`) as arrays: rids (int64) and counts."""
+        import numpy as np
+
+        return (np.frombuffer(rids or b"", dtype=">i8").astype(np.int64),
+                np.frombuffer(tfs or b"", dtype=">i2").astype(np.int64))
 
     def _refresh_keyword_stats(self, conn: "psycopg.Connection", stats: _KeywordStats) -> _KeywordStats | None:
         """``stats`` carried to the agent's current data version without reading again what did
@@ -261,7 +360,7 @@ class _Keywords:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
             rows = conn.execute(
                 self._VERSION.format(
-                    cols=", o.kept, n.rids, n.lens, p.lexeme, p.rids, p.tfs",
+                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs",
                     join="CROSS JOIN LATERAL (SELECT count(*) AS kept FROM clawmem_chunks AS c WHERE c.agent = a.agent "
                     "AND c.generation = a.generation AND c.part = 0 AND c.rid <= %(top)s) AS o "
                     "CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
@@ -285,30 +384,44 @@ class _Keywords:
                     {"agent": self.agent, "gen": rows[0][0], "top": top},
                 ).fetchone()
                 live = self._ints(row[0] if row else None)
-        postings = {r[5]: (self._ints(r[6]), self._ints(r[7])) for r in rows if r[5] is not None}
+        postings = {r[6]: self._unpack(r[7], r[8]) for r in rows if r[6] is not None}
         return stats.advance((rows[0][0], rows[0][1]), live, self._ints(rows[0][3]), self._ints(rows[0][4], "float64"),
-                             postings)
+                             postings, int(rows[0][5]))
 
     def _load_postings(self, conn: "psycopg.Connection", stats: _KeywordStats, tokens: list[str]) -> dict[str, tuple[Any, Any]]:
-        """Read the postings of ``tokens`` into ``stats``; :class:`_StaleKeywords` when the agent's
-        data version is no longer that of ``stats``."""
+        """The postings of ``tokens`` at the data version of ``stats`` (:class:`_StaleKeywords` when
+        the agent's is no longer that): packed in ``clawmem_postings`` for the rows up to
+        ``stats.upto`` (less the rows deleted since), from the terms of the rows above it."""
         import numpy as np
 
         rows = conn.execute(
             self._VERSION.format(
                 cols=", p.lexeme, p.rids, p.tfs",
-                join=f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.terms @@ %(query)s::tsquery')}) AS p ON true",
+                join="LEFT JOIN LATERAL (SELECT s.term AS lexeme, s.rids, s.tfs FROM clawmem_postings AS s "
+                "WHERE s.agent = a.agent AND s.generation = a.generation AND s.term = ANY(%(tokens)s::text[]) "
+                f"UNION ALL {self._POSTINGS.format(where='c.rid > %(upto)s AND c.terms @@ %(query)s::tsquery')}"
+                ") AS p ON true",
             ),
-            {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens)},
+            {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
+            prepare=False,  # planned for these values: few rows above ``upto`` are read by rid, many through the index
         ).fetchall()
         token = (rows[0][0], rows[0][1]) if rows else None
         if token != stats.token:
             raise _StaleKeywords("the agent's keyword rows changed")
-        got = {r[2]: r for r in rows if r[2] is not None}
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in tokens}
+        for r in rows:
+            if r[2] in parts:
+                parts[r[2]].append(self._unpack(r[3], r[4]))
         out = {}
-        for t in tokens:
-            r = got.get(t)
-            out[t] = stats.add(t, self._ints(r[3] if r else None), self._ints(r[4] if r else None))
+        for t, got in parts.items():
+            if not got:
+                rids, tf = self._unpack(None, None)
+            else:  # segments of disjoint rows, each in the order its rows were read: in rid order
+                rids, tf = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+                if len(rids) > 1 and not (rids[1:] > rids[:-1]).all():
+                    order = np.argsort(rids, kind="stable")
+                    rids, tf = rids[order], tf[order]
+            out[t] = stats.entry(rids, tf, live_only=True)
         return out
 
     def _keyword_postings(self, conn: "psycopg.Connection", tokens: list[str], stale: _KeywordStats | None = None,
@@ -327,13 +440,15 @@ class _Keywords:
                 checked = True
             entries = {t: stats.terms.get(t) for t in tokens}
             missing = [t for t, e in entries.items() if e is None]
+            KEYWORD_CACHE.touch(key, [t for t in tokens if entries[t] is not None])
             if missing:
                 try:
-                    entries.update(self._load_postings(conn, stats, missing))
+                    loaded = self._load_postings(conn, stats, missing)
                 except _StaleKeywords:
                     stale = stats
                     continue
-                KEYWORD_CACHE.grew(key)
+                entries.update(loaded)
+                KEYWORD_CACHE.add(key, stats, loaded)
                 checked = True
             return stats, entries, checked  # type: ignore[return-value]
         raise _StaleKeywords("the agent's keyword rows kept changing")
@@ -459,3 +574,127 @@ class _Keywords:
             ).fetchone()
             out.append(int(row[0]))  # type: ignore[index]
         return int(n), out
+
+    # -- the postings written at index time --------------------------------------------------
+
+    def settle(self) -> None:
+        """Write the packed postings (``clawmem_postings``) of the keyword rows added to the live
+        generation since the last time: one segment per term, for the rows up to the newest;
+        a term's segments merged into one (less the rows deleted since) once they are more than
+        :data:`MAX_POSTING_SEGMENTS`. Run at the end of a sync, with the sync lock held; one
+        server-side statement over the new rows, nothing while fewer than
+        :data:`SETTLE_MIN_ROWS` were added (searches read those from their terms)."""
+        if self._gen is not None:
+            return
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT (SELECT count(*) FROM (SELECT 1 FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+                f"AND c.generation = a.generation AND c.part = 0 AND c.rid > {self._UPTO} LIMIT %s) AS t) "
+                "FROM clawmem_agents AS a WHERE a.agent = %s",
+                (SETTLE_MIN_ROWS, self.agent),
+            ).fetchone()
+        if row is None or int(row[0]) < max(1, SETTLE_MIN_ROWS):
+            return
+        with self._write() as (conn, gen):
+            # under the agent's row lock: no keyword row of the agent is written meanwhile
+            upto, top = conn.execute(
+                f"SELECT {self._UPTO}, (SELECT max(c.rid) FROM clawmem_chunks AS c WHERE c.agent = a.agent "
+                "AND c.generation = a.generation AND c.part = 0) FROM clawmem_agents AS a WHERE a.agent = %s",
+                (self.agent,),
+            ).fetchone()  # type: ignore[misc]
+            if top is None or int(top) <= int(upto):
+                return
+            args = {"agent": self.agent, "gen": gen, "upto": int(upto), "top": int(top), "most": MAX_POSTING_SEGMENTS}
+            # the new rows in a few batches of rows, a segment each: each term's postings of a
+            # batch gathered in one hash table (unordered: in the order the rows are read, sorted
+            # by the reader where they are not)
+            got = conn.execute(
+                "SELECT string_agg(int8send(rid), ''::bytea ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
+                "AND generation = %(gen)s AND part = 0 AND rid > %(upto)s AND rid <= %(top)s",
+                args,
+            ).fetchone()
+            new, _ = self._unpack(got[0] if got else None, None)
+            step = max(SETTLE_BATCH_ROWS, -(-len(new) // max(1, MAX_POSTING_SEGMENTS // 2)))
+            cuts = [int(x) for x in new[step - 1::step]]
+            if not cuts or cuts[-1] != int(top):
+                cuts.append(int(top))
+            conn.execute("SET LOCAL work_mem = '64MB'")
+            low = int(upto)
+            for high in cuts:
+                conn.execute(
+                    "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                    f"SELECT %(agent)s, %(gen)s, x.lexeme, %(high)s, {self._PACKED_HASHED} "
+                    "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
+                    "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(low)s AND c.rid <= %(high)s "
+                    "GROUP BY x.lexeme",
+                    {**args, "low": low, "high": high},
+                )
+                low = high
+            conn.execute("DELETE FROM clawmem_postings WHERE agent = %(agent)s AND generation = %(gen)s AND term = ''",
+                         args)
+            conn.execute("INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                         "VALUES (%(agent)s, %(gen)s, '', %(top)s, ''::bytea, ''::bytea)", args)
+            # the terms just written that now have too many segments: all but the largest of each
+            # merged into one (a term's postings are rewritten about once per MAX_POSTING_SEGMENTS
+            # syncs that touch it, its bulk only once the rest outgrows it)
+            # (one pass over the agent's segments, whatever the table's statistics say)
+            many_terms = [r[0] for r in conn.execute(
+                "SELECT term FROM clawmem_postings WHERE agent = %(agent)s AND generation = %(gen)s AND term <> '' "
+                "GROUP BY term HAVING count(*) > %(most)s AND max(upto) > %(upto)s",
+                args,
+            ).fetchall()]
+            sizes = conn.execute(
+                "SELECT term, upto, length(tfs) FROM clawmem_postings WHERE agent = %s AND generation = %s "
+                "AND term = ANY(%s::text[])",
+                (self.agent, gen, many_terms),
+            ).fetchall() if many_terms else []
+            if sizes:
+                largest: dict[str, tuple[int, int]] = {}
+                for term, upto_, size in sizes:
+                    if term not in largest or (size, -upto_) > (largest[term][1], -largest[term][0]):
+                        largest[term] = (upto_, size)
+                chosen = [(t, u) for t, u, _ in sizes if largest[t][0] != u]
+                many = conn.execute(
+                    "SELECT s.term, s.upto, s.rids, s.tfs FROM clawmem_postings AS s "
+                    "JOIN unnest(%s::text[], %s::bigint[]) AS d (term, upto) ON s.term = d.term AND s.upto = d.upto "
+                    "WHERE s.agent = %s AND s.generation = %s ORDER BY s.term, s.upto",
+                    ([t for t, _ in chosen], [u for _, u in chosen], self.agent, gen),
+                ).fetchall()
+                self._merge_segments(conn, args, many)
+
+    def _merge_segments(self, conn: "psycopg.Connection", args: dict[str, Any], segments: list[Any]) -> None:
+        """Replace each term's ``segments`` (``(term, upto, rids, tfs)``, in rid order) by one,
+        without the rows deleted since."""
+        import numpy as np
+
+        by_term: dict[str, list[tuple[Any, Any]]] = {}
+        uptos: dict[str, list[int]] = {}
+        for term, upto, rids, tfs in segments:
+            by_term.setdefault(term, []).append(self._unpack(rids, tfs))
+            uptos.setdefault(term, []).append(int(upto))
+        if not any(len(p[0]) for parts in by_term.values() for p in parts):
+            return
+        low = min(int(p[0].min()) for parts in by_term.values() for p in parts if len(p[0]))
+        got = conn.execute(
+            "SELECT string_agg(int8send(rid), ''::bytea ORDER BY rid) FROM clawmem_chunks WHERE agent = %(agent)s "
+            "AND generation = %(gen)s AND part = 0 AND rid >= %(low)s AND rid <= %(top)s",
+            {**args, "low": low},
+        ).fetchone()
+        live, _ = self._unpack(got[0] if got else None, None)
+        merged = []
+        for term, parts in by_term.items():
+            rids, tf = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            order = np.argsort(rids, kind="stable")
+            rids, tf = rids[order], tf[order]
+            keep = np.isin(rids, live, assume_unique=True)
+            if keep.any():
+                merged.append((self.agent, args["gen"], term, max(uptos[term]), rids[keep].astype(">i8").tobytes(),
+                               tf[keep].astype(">i2").tobytes()))
+        conn.execute("DELETE FROM clawmem_postings AS s USING unnest(%s::text[], %s::bigint[]) AS d (term, upto) "
+                     "WHERE s.agent = %s AND s.generation = %s AND s.term = d.term AND s.upto = d.upto",
+                     ([t for t, us in uptos.items() for _ in us], [u for us in uptos.values() for u in us],
+                      self.agent, args["gen"]))
+        if merged:
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                                "VALUES (%s, %s, %s, %s, %s, %s)", merged)

@@ -2,7 +2,9 @@
 
 Version 2 created the tables; version 3 added the keyword index and kept vectors inside their
 rows; version 4 stores the terms uncompressed and marks the agents whose vectors (written under
-version 2) are still out of line, moved into their rows at each agent's next sync."""
+version 2) are still out of line, moved into their rows at each agent's next sync; version 5 keeps
+each term's postings (rows and counts, packed) per agent and generation, written at the end of a sync
+(:meth:`~clawmem_core.store.postgres.keywords._Keywords.settle`), so that a keyword search reads a term without reading the terms of its rows."""
 
 from __future__ import annotations
 
@@ -17,11 +19,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawmem")
 
-SCHEMA_VERSION = 4
-#: Older schema versions this code upgrades in place (the changes are only added indexes, columns
-#: and storage settings; vectors a version 2 database keeps out of line are moved into their rows
+SCHEMA_VERSION = 5
+#: Older schema versions this code upgrades in place (the changes are only added tables, indexes,
+#: columns and storage settings; an agent's keyword postings are written at its next sync; vectors a version 2 database keeps out of line are moved into their rows
 #: agent by agent, at each agent's next sync: see :meth:`PostgresStore.remove_leftovers`).
-_UPGRADES_FROM = (2, 3)
+_UPGRADES_FROM = (2, 3, 4)
 #: Out-of-line vectors (written under schema version 2) moved into their rows per statement.
 _INLINE_BATCH = 2_000
 
@@ -77,6 +79,17 @@ ALTER TABLE clawmem_chunks ALTER COLUMN terms SET STORAGE EXTERNAL;
 -- their rows at its next sync (version 4)
 ALTER TABLE clawmem_agents ADD COLUMN IF NOT EXISTS vectors_inline boolean NOT NULL DEFAULT true;
 """
+#: What version 5 added.
+_ADDED_IN_5 = """-- each term's postings in an agent's generation, packed: the rows (rid, 8 bytes big-endian each,
+-- ascending) and the term's count in each (2 bytes each), for the rows up to ``upto`` written at
+-- the time (a segment per sync that added rows, merged as they pile up); rows deleted since are
+-- left to the reader. The empty term's row (no postings) names the rows all terms' postings
+-- cover: those up to its ``upto`` (none without it) (version 5)
+CREATE TABLE IF NOT EXISTS clawmem_postings (
+    agent text NOT NULL, generation bigint NOT NULL, term text NOT NULL, upto bigint NOT NULL,
+    rids bytea NOT NULL, tfs bytea NOT NULL,
+    PRIMARY KEY (agent, generation, term, upto));
+"""
 #: The embedding cache shared by every agent (the same in every version).
 _CACHE = """CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
     provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL, hash text NOT NULL,
@@ -90,6 +103,7 @@ SCHEMA_DDL = {
     2: _TABLES + _CACHE,
     3: _TABLES + _ADDED_IN_3 + _CACHE,
     4: _TABLES + _ADDED_IN_3 + _ADDED_IN_4 + _CACHE,
+    5: _TABLES + _ADDED_IN_3 + _ADDED_IN_4 + _ADDED_IN_5 + _CACHE,
 }
 _SCHEMA = SCHEMA_DDL[SCHEMA_VERSION]
 
@@ -127,10 +141,11 @@ class _Schema:
                 )
             if version != SCHEMA_VERSION:
                 conn.execute(_SCHEMA)
-                if version is not None:
+                if version is not None and version < 4:
                     # an agent indexed under version 2 (or a version 3 upgraded from it) may
                     # hold vectors out of line: each is moved into its rows at the agent's next sync
                     conn.execute("UPDATE clawmem_agents SET vectors_inline = false")
+                if version is not None:
                     upgraded = version
                     log.info("upgraded the clawmem schema of %s from version %s to %s", redact_url(self._url),
                              version, SCHEMA_VERSION)

@@ -256,8 +256,10 @@ class _Writes:
         with self._conn() as conn, conn.transaction():
             live = self._generation(conn)
             n = 0
-            for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta"):
-                cur = conn.execute(f"DELETE FROM {table} WHERE agent = %s AND generation <> %s", (self.agent, live))
+            for table in ("clawmem_chunks", "clawmem_files", "clawmem_meta", "clawmem_postings"):
+                # two ranges of the (agent, generation, ...) indexes, not every row of the agent
+                cur = conn.execute(f"DELETE FROM {table} WHERE agent = %s AND (generation < %s OR generation > %s)",
+                                   (self.agent, live, live))
                 n += cur.rowcount or 0
         return n
 
