@@ -96,6 +96,24 @@ def warm_up(embedder: Embedder | None) -> None:
         load()
 
 
+def _forget_loaded(mem: MemoryIndex) -> None:
+    """Drop what ``mem``'s searches loaded that the process keeps beyond the index: on PostgreSQL,
+    the agent's keyword statistics and postings (kept per database and agent, for any index of the
+    agent in the process). The registry keeps them while the agent stays open and frees them when
+    it closes the agent, so that memory follows the agents open, not every agent ever served
+    (another index of the agent in the process loads them again at its next search). On SQLite
+    what a search loads belongs to the index, freed with it."""
+    url = getattr(getattr(getattr(mem, "_stores", None), "backend", None), "_url", None)
+    if not isinstance(url, str):
+        return
+    try:
+        from .store.postgres import KEYWORD_CACHE
+
+        KEYWORD_CACHE.drop((url, mem.agent_id))
+    except Exception as exc:  # pragma: no cover - freeing memory never fails a close
+        log.debug("could not drop the keyword statistics of agent %s: %s", mem.agent_id, exc)
+
+
 class _Entry:
     """One agent's index: being opened (``ready`` unset), open, or failed to open (``error``)."""
 
@@ -261,6 +279,7 @@ class MemoryIndexes:
             mem.close()
         except Exception as exc:  # one index failing to close does not keep the others open
             log.warning("closing the index of agent %s failed: %s", mem.agent_id, exc)
+        _forget_loaded(mem)
 
     # -- the public calls ---------------------------------------------------------------------
 
