@@ -50,7 +50,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-MODES = ("registry", "naive")
+MODES = ("registry", "naive", "registry-unfreed", "registry-own-calibration")
+#: What each worker mode is, as the results page labels it.
+LABELS = {"registry": "registry", "naive": "naive (a `MemoryIndex` per request)",
+          "registry-unfreed": "registry, closed agents' keyword statistics left in memory (as before)",
+          "registry-own-calibration": "registry, each index its own calibration vectors (as before)"}
 
 
 def log(msg: str) -> None:
@@ -118,6 +122,10 @@ def sync_templates(work: Path, sizes: list[int], url: str | None, dims: int, see
                          state_dir=work / ("state-pg" if url else "state-sqlite")) as mem:
             rep = mem.sync()
             chunks = mem.status().chunks if hasattr(mem.status(), "chunks") else rep.chunks_indexed
+            # a search embeds the embedder's calibration vectors and the next sync caches them, as
+            # in any index that has been searched and synced: the copies have them in their cache
+            mem.search(man["queries_en"][0], record=False)
+            mem.sync()
         queries = man["queries_en"][:60] + man["queries_zh"][:20]
         out.append({"agent": f"tpl-{i:02d}", "workspace": str(ws), "chunks": int(chunks), "files": man["files"],
                     "seconds": time.perf_counter() - t0, "queries": queries})
@@ -266,9 +274,15 @@ def worker(args: argparse.Namespace) -> int:
     cfg = _config(args.url, args.pool_size)
     state = Path(args.state)
     emb = HashEmbedder(args.dims)
+    if args.worker == "registry-unfreed":  # the registry as it was: closing an agent left its statistics
+        import clawmem_core.registry as registry
+
+        registry._forget_loaded = lambda mem: None  # type: ignore[assignment]
+    if args.worker == "registry-own-calibration":  # the registry as it was: each index its own
+        MemoryIndexes._share_calibration = lambda self, mem: None  # type: ignore[method-assign]
     root = Path(args.root) if args.root else None  # SQLite: the agents' workspaces (<root>/<agent>)
     indexes = (MemoryIndexes(cfg, max_open=args.max_open, state_dir=state, embedder=emb, workspace_root=root)
-               if args.worker == "registry" else None)
+               if args.worker.startswith("registry") else None)
     seen: set[str] = set()
     pool = ThreadPoolExecutor(max(1, args.concurrency))
 
@@ -406,10 +420,11 @@ def serve_stream(store: str, url: str | None, state: Path, agents: list[dict[str
     for p in picks:
         a = agents[p]
         stream.append([a["agent"], qrng.choice(templates[a["template"]]["queries"])])
-    workers = {m: Worker(m, store, url, state, args, max_open) for m in MODES}
+    modes = args.modes
+    workers = {m: Worker(m, store, url, state, args, max_open) for m in modes}
     sampler = ConnectionSampler(url) if url else None
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-    rss: dict[str, list[int]] = {m: [] for m in MODES}
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    rss: dict[str, list[int]] = {m: [] for m in modes}
     try:
         # process-wide first costs (imports, the pool, numpy) on a template agent outside the stream
         for w in workers.values():
@@ -420,16 +435,16 @@ def serve_stream(store: str, url: str | None, state: Path, agents: list[dict[str
         t0 = time.perf_counter()
         for b, i in enumerate(range(0, len(stream), step)):
             batch = stream[i:i + step]
-            order = MODES if b % 2 == 0 else MODES[::-1]
-            for m in order:
+            k = b % len(modes)
+            for m in (modes[k:] + modes[:k]) if b % 2 == 0 else (modes[k:] + modes[:k])[::-1]:
                 results[m] += workers[m].ask({"batch": batch})["results"]
             if b % 50 == 0:
-                for m in MODES:
+                for m in modes:
                     rss[m].append(workers[m].ask({"stats": True})["rss"])
                 if b % 500 == 0:
                     log(f"{store}: {i}/{len(stream)} searches")
         wall = time.perf_counter() - t0
-        stats = {m: workers[m].ask({"stats": True}) for m in MODES}
+        stats = {m: workers[m].ask({"stats": True}) for m in modes}
     finally:
         if sampler is not None:
             sampler.close()
@@ -437,7 +452,7 @@ def serve_stream(store: str, url: str | None, state: Path, agents: list[dict[str
             w.close()
     out: dict[str, Any] = {"searches": len(stream), "distinct_agents": len({s[0] for s in stream}),
                            "agents": len(agents), "max_open": max_open, "wall_seconds": wall, "modes": {}}
-    for m in MODES:
+    for m in modes:
         rs = results[m]
         row: dict[str, Any] = {"all": _summary(rs)}
         for kind in ("cold", "reopened", "warm"):
@@ -454,9 +469,10 @@ def serve_stream(store: str, url: str | None, state: Path, agents: list[dict[str
             row["connections_most"] = sampler.most.get(app, 0)
             row["connections_most_active"] = sampler.most_active.get(app, 0)
         out["modes"][m] = row
-    a, b = out["modes"]["registry"]["all"], out["modes"]["naive"]["all"]
-    out["ratio_p50_registry_over_naive"] = a["p50"] / b["p50"] if b["p50"] else float("nan")
-    out["ratio_p95_registry_over_naive"] = a["p95"] / b["p95"] if b["p95"] else float("nan")
+    if "registry" in out["modes"] and "naive" in out["modes"]:
+        a, b = out["modes"]["registry"]["all"], out["modes"]["naive"]["all"]
+        out["ratio_p50_registry_over_naive"] = a["p50"] / b["p50"] if b["p50"] else float("nan")
+        out["ratio_p95_registry_over_naive"] = a["p95"] / b["p95"] if b["p95"] else float("nan")
     return out
 
 
@@ -573,37 +589,38 @@ def markdown(res: dict[str, Any]) -> str:
                   f"{s['agents']} agents, {r['chunks']:,} chunks (per agent {r['sizes']['min']}-{r['sizes']['max']}, "
                   f"median {r['sizes']['median']}), {s['searches']} searches over {s['distinct_agents']} agents, "
                   f"registry bounded at {s['max_open']}", ""]
-        lines += ["| | registry | naive (a `MemoryIndex` per request) |", "|---|---|---|"]
-        reg, nai = s["modes"]["registry"], s["modes"]["naive"]
+        rows = s["modes"]
+        modes = list(rows)
+        lines += ["| | " + " | ".join(LABELS.get(m, m) for m in modes) + " |", "|---" * (len(modes) + 1) + "|"]
 
         def cell(row: dict[str, Any], kind: str, key: str) -> str:
             v = row.get(kind)
             return f"{v[key]:.1f}" if v else "-"
 
+        def line(label: str, fn: Any) -> None:
+            lines.append(f"| {label} | " + " | ".join(fn(rows[m]) for m in modes) + " |")
+
         for kind, label in (("all", "all requests"), ("cold", "cold (first search of an agent in the process)"),
                             ("reopened", "reopened (closed by the bound, asked again)"), ("warm", "warm")):
-            if kind not in reg and kind not in nai:
+            if not any(kind in rows[m] for m in modes):
                 continue
-            n_r, n_n = reg.get(kind, {}).get("n", 0), nai.get(kind, {}).get("n", 0)
-            lines.append(f"| {label}: n | {n_r} | {n_n} |")
-            lines.append(f"| {label}: p50 / p95 ms | {cell(reg, kind, 'p50')} / {cell(reg, kind, 'p95')} | "
-                         f"{cell(nai, kind, 'p50')} / {cell(nai, kind, 'p95')} |")
-            lines.append(f"| {label}: open p50 / search p50 ms | {cell(reg, kind, 'open_p50')} / "
-                         f"{cell(reg, kind, 'search_p50')} | {cell(nai, kind, 'open_p50')} / {cell(nai, kind, 'search_p50')} |")
-        lines.append(f"| RSS at end / peak MB | {reg['rss_mb_end']:.0f} / {reg['rss_mb_peak']:.0f} | "
-                     f"{nai['rss_mb_end']:.0f} / {nai['rss_mb_peak']:.0f} |")
-        lines.append(f"| indexes open at end | {reg['open_at_end']} | 0 |")
-        kc_r, kc_n = reg.get("keyword_cache") or {}, nai.get("keyword_cache") or {}
-        if kc_r or kc_n:
-            lines.append(f"| agents with keyword statistics in memory at end (rows + postings) | "
-                         f"{kc_r.get('agents', '-')} ({kc_r.get('rows_and_postings', 0):,}) | "
-                         f"{kc_n.get('agents', '-')} ({kc_n.get('rows_and_postings', 0):,}) |")
-        if "connections_most" in reg:
-            lines.append(f"| connections held, most seen (of them active) | {reg['connections_most']} "
-                         f"({reg['connections_most_active']}) | {nai['connections_most']} ({nai['connections_most_active']}) |")
-        lines.append(f"| open file descriptors at end | {reg['fds']} | {nai['fds']} |")
-        lines.append(f"| p50 / p95 ratio registry / naive | {s['ratio_p50_registry_over_naive']:.2f} / "
-                     f"{s['ratio_p95_registry_over_naive']:.2f} | |")
+            line(f"{label}: n", lambda r, k=kind: str(r.get(k, {}).get("n", 0)))
+            line(f"{label}: p50 / p95 ms", lambda r, k=kind: f"{cell(r, k, 'p50')} / {cell(r, k, 'p95')}")
+            line(f"{label}: open p50 / search p50 ms",
+                 lambda r, k=kind: f"{cell(r, k, 'open_p50')} / {cell(r, k, 'search_p50')}")
+        line("RSS at end / peak MB", lambda r: f"{r['rss_mb_end']:.0f} / {r['rss_mb_peak']:.0f}")
+        line("indexes open at end", lambda r: str(r["open_at_end"]))
+        if any(rows[m].get("keyword_cache") for m in modes):
+            line("agents with keyword statistics in memory at end (rows + postings)",
+                 lambda r: f"{(r.get('keyword_cache') or {}).get('agents', '-')} "
+                           f"({(r.get('keyword_cache') or {}).get('rows_and_postings', 0):,})")
+        if all("connections_most" in rows[m] for m in modes):
+            line("connections held, most seen (of them active)",
+                 lambda r: f"{r['connections_most']} ({r['connections_most_active']})")
+        line("open file descriptors at end", lambda r: str(r["fds"]))
+        if "ratio_p50_registry_over_naive" in s:
+            lines.append(f"| p50 / p95 ratio registry / naive | {s['ratio_p50_registry_over_naive']:.2f} / "
+                         f"{s['ratio_p95_registry_over_naive']:.2f} |" + " |" * (len(modes) - 1))
         lines.append("")
     return "\n".join(lines)
 
@@ -621,6 +638,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=4, help="requests a worker serves at once (threads)")
     ap.add_argument("--pool-size", type=int, default=None, help="store.pool_size (unset: the default, 4)")
     ap.add_argument("--dims", type=int, default=384)
+    ap.add_argument("--modes", default="registry,naive",
+                    help="the workers, interleaved: registry, naive, and two registries as they were: "
+                    "registry-unfreed (closing an agent left its keyword statistics in memory), "
+                    "registry-own-calibration (each index read its own calibration vectors)")
     ap.add_argument("--sqlite-agents", type=int, default=200, help="0: no SQLite variant")
     ap.add_argument("--sqlite-searches", type=int, default=None)
     ap.add_argument("--no-postgres", action="store_true")
@@ -636,7 +657,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
+    ap.add_argument("--report", default=None, metavar="JSON", help="only print the tables of a saved run")
     args = ap.parse_args(argv)
+    if args.report:
+        print(markdown(json.loads(Path(args.report).read_text())))
+        return 0
+    if not args.worker:
+        args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        if not args.modes or any(m not in MODES for m in args.modes):
+            ap.error(f"--modes: a comma-separated list of {', '.join(MODES)}")
     if args.worker:
         return worker(args)
     res = run(args)

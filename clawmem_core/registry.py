@@ -24,6 +24,7 @@ from .config import MemoryConfig
 from .embeddings.base import Embedder
 from .errors import ConfigError, StoreError
 from .index import MemoryIndex
+from .index_parts.calibration_vectors import CalibrationVectors
 from .index_parts.embedder import EmbedderChoice, wrap
 from .store.base import check_agent_id
 
@@ -175,6 +176,9 @@ class MemoryIndexes:
         self._embedding = EmbedderChoice(config, wrap(embedder) if embedder is not None else None)
         self._shared: SharedEmbedder | None = None
         self._embedder_ready = False
+        #: The shared embedder's calibration vectors, one set for every index (they depend on the
+        #: embedder only): read or embedded once per process, not once per agent opened.
+        self._calibration = CalibrationVectors(config.cache.enabled)
         if warm:
             self.warm()
 
@@ -212,8 +216,18 @@ class MemoryIndexes:
 
     def _open(self, agent_id: str) -> MemoryIndex:
         """Open ``agent_id``'s index (a subclass may add to it)."""
-        return MemoryIndex(self.workspace_of(agent_id), agent_id=agent_id, config=self.config,
-                           embedder=self.embedder, state_dir=self.state_dir)
+        mem = MemoryIndex(self.workspace_of(agent_id), agent_id=agent_id, config=self.config,
+                          embedder=self.embedder, state_dir=self.state_dir)
+        self._share_calibration(mem)
+        return mem
+
+    def _share_calibration(self, mem: MemoryIndex) -> None:
+        """Give ``mem`` the registry's calibration vectors (those of the one embedder every index
+        uses) in place of its own: each open index held its own copy (about 1 MB at 384
+        dimensions) and read or embedded it again at its first search."""
+        mem._calibration = self._calibration
+        mem._searching.calibration = self._calibration
+        mem._syncing.after_sync = self._calibration.save  # a sync caches what a search embedded
 
     def _acquire(self, agent_id: str, lease: bool) -> _Entry:
         check_agent_id(agent_id)  # before the id names a folder or a file (ConfigError)

@@ -363,6 +363,28 @@ def test_closing_an_agent_frees_what_its_searches_loaded(config: dict[str, Any],
         assert not cached("carol") and not cached("代理人")
 
 
+def test_the_embedders_calibration_is_read_once_for_every_agent(config: dict[str, Any], root: Path,
+                                                               tmp_path: Path) -> None:
+    """The calibration vectors depend on the embedder alone: with one embedder for every agent,
+    the registry's indexes share one set, embedded (or read) once, not once per agent opened."""
+    from clawmem_core.calibration import BACKGROUND_TEXTS
+
+    class Counting(HashEmbedder):
+        backgrounds = 0
+
+        def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+            if list(texts) == list(BACKGROUND_TEXTS):
+                self.backgrounds += 1
+            return super()._embed_documents(texts)
+
+    emb = Counting()
+    with _registry(config, root, tmp_path, embedder=emb, max_open=2) as indexes:
+        for agent in ("alice", "bob", "carol"):  # carol's open closes alice: bob and carol share it still
+            assert _found(indexes.get(agent), "cello 钢琴 Seagullgamma")
+        assert "Whiskeralpha" in _found(indexes.get("alice"), "Whiskeralpha")
+    assert emb.backgrounds == 1
+
+
 def test_the_mcp_server_loads_the_model_at_start(root: Path, tmp_path: Path) -> None:
     from clawmem_core.mcp_server import _start
 
