@@ -21,7 +21,8 @@ nearest its size, made inside PostgreSQL by ``INSERT ... SELECT`` over every tab
 a new generation rewritten. Copies are written agent after agent, as a sync writes them. The run
 checks that copies answer as their template does, and that a sync of a copy against its template's
 files finds nothing to do. The SQLite variant (``--sqlite-agents``) copies each template's index file
-once per agent (one file per agent) and runs the same two workers with ``--max-open`` scaled to the
+and its Markdown once per agent (one file and one workspace per agent; a real sync of each, its vectors from
+the embedding cache) and runs the same workers with ``--max-open`` scaled to the
 same share of the agents.
 
 Vectors come from the deterministic hash embedder (``clawmem_core.testing.HashEmbedder``, ``--dims``
@@ -188,8 +189,9 @@ def clone_pg(url: str, copies: dict[str, list[str]]) -> dict[str, Any]:
 def clone_sqlite(state: Path, root: Path, templates: list[dict[str, Any]], copies: dict[str, list[str]],
                  dims: int) -> dict[str, Any]:
     """One workspace and one index file per agent: the template's Markdown copied to
-    ``root/<agent>`` and its index file under the agent's name, then a sync of each agent (which
-    finds the files unchanged: it records their new inodes, indexes and embeds nothing)."""
+    ``root/<agent>`` and its index file under the agent's name, then a real sync of each agent
+    (the copied files are new files to it: it indexes them again, every vector from the index's
+    embedding cache, so that it embeds nothing)."""
     from clawmem_core import MemoryIndex
     from clawmem_core.testing import HashEmbedder
 
