@@ -1,8 +1,9 @@
 """Many agents in one process: :class:`MemoryIndexes` opens a :class:`~clawmem_core.index.MemoryIndex`
 per agent on one store (one SQLite file per agent, or one PostgreSQL URL whose connection pool
 the process already shares), hands every index the same embedder (one model in memory for all
-agents), keeps the most recently used ones open up to a bound (with what each loaded, such as its
-keyword statistics) and closes the rest, never one that a caller holds a lease on.
+agents) and the same calibration vectors of it, keeps the most recently used ones open up to a bound
+(with what each loaded, such as its keyword statistics) and closes the rest, freeing what they
+loaded, never one that a caller holds a lease on.
 
 >>> indexes = MemoryIndexes({"store": {"url": url}}, workspace_root=None)  # doctest: +SKIP
 >>> with indexes.lease(user_id) as mem:                                    # doctest: +SKIP
