@@ -1,8 +1,9 @@
 """Many agents in one process: :class:`MemoryIndexes` opens a :class:`~clawmem_core.index.MemoryIndex`
 per agent on one store (one SQLite file per agent, or one PostgreSQL URL whose connection pool
 the process already shares), hands every index the same embedder (one model in memory for all
-agents), keeps the most recently used ones open up to a bound (with what each loaded, such as its
-keyword statistics) and closes the rest, never one that a caller holds a lease on.
+agents) and the same calibration vectors of it, keeps the most recently used ones open up to a bound
+(with what each loaded, such as its keyword statistics) and closes the rest, freeing what they
+loaded, never one that a caller holds a lease on.
 
 >>> indexes = MemoryIndexes({"store": {"url": url}}, workspace_root=None)  # doctest: +SKIP
 >>> with indexes.lease(user_id) as mem:                                    # doctest: +SKIP
@@ -24,6 +25,7 @@ from .config import MemoryConfig
 from .embeddings.base import Embedder
 from .errors import ConfigError, StoreError
 from .index import MemoryIndex
+from .index_parts.calibration_vectors import CalibrationVectors
 from .index_parts.embedder import EmbedderChoice, wrap
 from .store.base import check_agent_id
 
@@ -96,6 +98,24 @@ def warm_up(embedder: Embedder | None) -> None:
         load()
 
 
+def _forget_loaded(mem: MemoryIndex) -> None:
+    """Drop what ``mem``'s searches loaded that the process keeps beyond the index: on PostgreSQL,
+    the agent's keyword statistics and postings (kept per database and agent, for any index of the
+    agent in the process). The registry keeps them while the agent stays open and frees them when
+    it closes the agent, so that memory follows the agents open, not every agent ever served
+    (another index of the agent in the process loads them again at its next search). On SQLite
+    what a search loads belongs to the index, freed with it."""
+    url = getattr(getattr(getattr(mem, "_stores", None), "backend", None), "_url", None)
+    if not isinstance(url, str):
+        return
+    try:
+        from .store.postgres import KEYWORD_CACHE
+
+        KEYWORD_CACHE.drop((url, mem.agent_id))
+    except Exception as exc:  # pragma: no cover - freeing memory never fails a close
+        log.debug("could not drop the keyword statistics of agent %s: %s", mem.agent_id, exc)
+
+
 class _Entry:
     """One agent's index: being opened (``ready`` unset), open, or failed to open (``error``)."""
 
@@ -157,6 +177,9 @@ class MemoryIndexes:
         self._embedding = EmbedderChoice(config, wrap(embedder) if embedder is not None else None)
         self._shared: SharedEmbedder | None = None
         self._embedder_ready = False
+        #: The shared embedder's calibration vectors, one set for every index (they depend on the
+        #: embedder only): read or embedded once per process, not once per agent opened.
+        self._calibration = CalibrationVectors(config.cache.enabled)
         if warm:
             self.warm()
 
@@ -194,8 +217,18 @@ class MemoryIndexes:
 
     def _open(self, agent_id: str) -> MemoryIndex:
         """Open ``agent_id``'s index (a subclass may add to it)."""
-        return MemoryIndex(self.workspace_of(agent_id), agent_id=agent_id, config=self.config,
-                           embedder=self.embedder, state_dir=self.state_dir)
+        mem = MemoryIndex(self.workspace_of(agent_id), agent_id=agent_id, config=self.config,
+                          embedder=self.embedder, state_dir=self.state_dir)
+        self._share_calibration(mem)
+        return mem
+
+    def _share_calibration(self, mem: MemoryIndex) -> None:
+        """Give ``mem`` the registry's calibration vectors (those of the one embedder every index
+        uses) in place of its own: each open index held its own copy (about 1 MB at 384
+        dimensions) and read or embedded it again at its first search."""
+        mem._calibration = self._calibration
+        mem._searching.calibration = self._calibration
+        mem._syncing.after_sync = self._calibration.save  # a sync caches what a search embedded
 
     def _acquire(self, agent_id: str, lease: bool) -> _Entry:
         check_agent_id(agent_id)  # before the id names a folder or a file (ConfigError)
@@ -261,6 +294,7 @@ class MemoryIndexes:
             mem.close()
         except Exception as exc:  # one index failing to close does not keep the others open
             log.warning("closing the index of agent %s failed: %s", mem.agent_id, exc)
+        _forget_loaded(mem)
 
     # -- the public calls ---------------------------------------------------------------------
 

@@ -329,6 +329,62 @@ def test_postgres_keyword_statistics_are_loaded_once_per_agent(pg_url: str, root
         assert loads == ["alice", "bob"]
 
 
+def test_closing_an_agent_frees_what_its_searches_loaded(config: dict[str, Any], root: Path, tmp_path: Path,
+                                                        backend_kind: str) -> None:
+    """An index the bound closes is freed, and so is what its searches loaded into the process
+    (on PostgreSQL, the agent's keyword statistics and postings): memory follows the agents
+    open, not every agent the process ever served. The agents still open keep theirs."""
+    import gc
+    import weakref
+
+    from clawmem_core.store.postgres import KEYWORD_CACHE
+
+    def cached(agent: str) -> bool:
+        return KEYWORD_CACHE.get((config["store"]["url"], agent)) is not None
+
+    KEYWORD_CACHE.clear()
+    with _registry(config, root, tmp_path, max_open=2) as indexes:
+        for agent in ("alice", "bob"):
+            _found(indexes.get(agent), "cello 钢琴")
+        alice = weakref.ref(indexes.get("alice"))
+        if backend_kind == "postgres":
+            assert cached("alice") and cached("bob")
+        _found(indexes.get("carol"), "Seagullgamma")  # bob, the least recently used, is closed
+        assert indexes.open_agents() == ["alice", "carol"]
+        if backend_kind == "postgres":
+            assert not cached("bob")
+            assert cached("alice") and cached("carol")
+        _found(indexes.get("代理人"), "红灯笼德尔塔")  # then alice
+        gc.collect()
+        assert alice() is None
+        if backend_kind == "postgres":
+            assert not cached("alice") and cached("carol") and cached("代理人")
+    if backend_kind == "postgres":  # closing the registry frees every agent's
+        assert not cached("carol") and not cached("代理人")
+
+
+def test_the_embedders_calibration_is_read_once_for_every_agent(config: dict[str, Any], root: Path,
+                                                               tmp_path: Path) -> None:
+    """The calibration vectors depend on the embedder alone: with one embedder for every agent,
+    the registry's indexes share one set, embedded (or read) once, not once per agent opened."""
+    from clawmem_core.calibration import BACKGROUND_TEXTS
+
+    class Counting(HashEmbedder):
+        backgrounds = 0
+
+        def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+            if list(texts) == list(BACKGROUND_TEXTS):
+                self.backgrounds += 1
+            return super()._embed_documents(texts)
+
+    emb = Counting()
+    with _registry(config, root, tmp_path, embedder=emb, max_open=2) as indexes:
+        for agent in ("alice", "bob", "carol"):  # carol's open closes alice: bob and carol share it still
+            assert _found(indexes.get(agent), "cello 钢琴 Seagullgamma")
+        assert "Whiskeralpha" in _found(indexes.get("alice"), "Whiskeralpha")
+    assert emb.backgrounds == 1
+
+
 def test_the_mcp_server_loads_the_model_at_start(root: Path, tmp_path: Path) -> None:
     from clawmem_core.mcp_server import _start
 
