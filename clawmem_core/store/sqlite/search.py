@@ -62,10 +62,16 @@ class _Search:
         token = self._data_token()
         if self._vector_counts is not None and self._vector_counts[0] == token:
             return self._vector_counts[1]
-        total, pending, chars = self.conn.execute(
-            "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
-            "FROM chunks WHERE part = 0"
-        ).fetchall()[0]
+        if self.windows_index:  # from the indexes: no chunk row read but the pending ones
+            total, pending, chars = self.conn.execute(
+                "SELECT (SELECT count(*) FROM chunks) - (SELECT count(*) FROM chunks WHERE part = 1), "
+                "count(*), coalesce(sum(length(text)), 0) FROM chunks WHERE pending = 1 AND part = 0"
+            ).fetchall()[0]
+        else:
+            total, pending, chars = self.conn.execute(
+                "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
+                "FROM chunks WHERE part = 0"
+            ).fetchall()[0]
         counts = VectorCounts(int(total) - int(pending), int(total), int(chars))
         self._vector_counts = (token, counts)
         return counts
