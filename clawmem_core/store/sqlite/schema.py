@@ -34,7 +34,6 @@ CREATE TABLE IF NOT EXISTS chunks (
     hash TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB,
     updated_at INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0, pending INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks (source, path);
-CREATE INDEX IF NOT EXISTS idx_chunks_windows ON chunks (rid) WHERE part = 1;
 CREATE TABLE IF NOT EXISTS embedding_cache (
     provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL, hash TEXT NOT NULL,
     embedding BLOB NOT NULL, dims INTEGER NOT NULL, updated_at INTEGER NOT NULL,
@@ -160,6 +159,7 @@ class _Schema:
                 if name not in have:
                     self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         self.conn.execute("CREATE INDEX IF NOT EXISTS idx_chunks_pending ON chunks (pending, rid)")
+        self.conn.execute(_WINDOWS_INDEX)
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:

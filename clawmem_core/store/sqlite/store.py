@@ -22,8 +22,8 @@ from ..base import CorruptIndexError, MissingIndexError, Store, StoreCounts, Vec
 from ..bm25 import Bm25Index
 from .cache import _EmbeddingCache
 from .common import VectorTableError, _locked
-from .schema import (_ADDED_COLUMNS, _OPEN_ATTEMPTS, _SCHEMA, _SCHEMA_OBJECTS, _WINDOWS_INDEX, SCHEMA_VERSION, _check_file_header,
-                     _Schema, remove_index_files, remove_stale_temp_files)
+from .schema import (_ADDED_COLUMNS, _OPEN_ATTEMPTS, _SCHEMA, _SCHEMA_OBJECTS, _WINDOWS_INDEX, SCHEMA_VERSION,
+                     _check_file_header, _Schema, remove_index_files, remove_stale_temp_files)
 from .search import _Search
 from .writes import _Writes
 
