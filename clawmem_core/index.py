@@ -155,7 +155,8 @@ class MemoryIndex:
         self._syncer = Syncer(ws or Path(), config, self.sessions_dir, self._sessions, last_scan)
         self._changes = Changes()
         self._syncing = SyncRunner(config, self._stores, self._embedding, self._syncer, self._identity,
-                                   self._changes, after_sync=self._calibration.save)
+                                   self._changes, after_sync=self._calibration.save,
+                                   after_sync_due=self._calibration.unsaved)
         self._namespaces = SharedNamespaces(config, self.agent_id, self._stores, lock)
         self._background = BackgroundWork(config, ws, self.sessions_dir, self._sessions, self._stores, self._syncing,
                                           self._changes, sync=self._resync, lock=lock)

@@ -66,7 +66,8 @@ class SyncRunner:
 
     def __init__(self, config: MemoryConfig, stores: StoreHandles, embedder: EmbedderChoice, syncer: Syncer,
                  identity: Callable[[Embedder | None], dict[str, Any]], changes: Changes,
-                 after_sync: Callable[[Store], None] | None = None) -> None:
+                 after_sync: Callable[[Store], None] | None = None,
+                 after_sync_due: Callable[[], bool] | None = None) -> None:
         self.config = config
         self.stores = stores
         self.embedder = embedder
@@ -74,6 +75,8 @@ class SyncRunner:
         self.identity = identity
         self.changes = changes
         self.after_sync = after_sync
+        #: Whether ``after_sync`` has work even when no file changed.
+        self.after_sync_due = after_sync_due
         self.lock = threading.Lock()
         #: The index's freshness checks (:class:`~.freshness.Freshness`, set by it): a sync the
         #: change journal vouches for checks only the files it saw change.
@@ -109,6 +112,10 @@ class SyncRunner:
                 report = self.nothing_changed(scan, reason, gen, started)
                 if mark is not None:
                     fresh.confirm_fresh(scan.store, scan.version, mark)
+                if self.after_sync is not None and self.after_sync_due is not None and self.after_sync_due():
+                    with self.stores.process_lock():  # what a search left to write (no file changed)
+                        if self.config.cache.enabled:
+                            self.after_sync(self.stores.writer_store())
                 return report
             lock = self.stores.process_lock()
             with lock:

@@ -92,9 +92,11 @@ class _Search:
                 out[row[0]] = (row[1], row[2], row[3], row[4])
         return out
 
-    def _read_meta(self, rids: Iterable[int]) -> dict[int, str]:
+    def _read_meta(self, rids: Iterable[int], positions: Any = None) -> dict[int, str]:
         """``rid -> id`` of search candidates; their metadata is kept for :meth:`get_chunk_meta`
-        while the index is unchanged (looked up by rid, which is cheaper than by id)."""
+        while the index is unchanged (looked up by rid, which is cheaper than by id). Rows of the
+        vector matrix (``positions``: theirs, when the caller knows them) are read from it, the
+        others from the index."""
         token = self._data_token()
         memo_token, memo = self._meta_memo
         if memo_token != token or len(memo) > _META_MEMO_MAX:
@@ -102,6 +104,24 @@ class _Search:
             self._meta_memo = (token, memo)
         rids = [int(r) for r in rids]
         out: dict[int, str] = {}
+        matrix = self._matrix
+        if matrix is not None and matrix[0] == token and rids:
+            _, ids, _, rid_of, metas = matrix
+            if positions is None:
+                import numpy as np
+
+                want = np.asarray(rids, dtype=np.int64)
+                positions = np.minimum(np.searchsorted(rid_of, want), max(len(rid_of) - 1, 0))
+                positions = [int(p) if len(rid_of) and rid_of[p] == r else -1 for p, r in zip(positions, rids)]
+            rest = []
+            for rid, p in zip(rids, positions):
+                if p < 0:
+                    rest.append(rid)
+                    continue
+                cid = ids[p]
+                out[rid] = cid
+                memo[cid] = metas[p]
+            rids = rest
         for part, marks in _batches(rids):
             for rid, cid, path, source, start, end in self.conn.execute(
                 f"SELECT rid, id, path, source, start_line, end_line FROM chunks WHERE rid IN ({marks})", part
@@ -273,7 +293,8 @@ class _Search:
         return self._matrix is not None and self._matrix[0] == self._data_token()
 
     def _matrix_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
-        """Exact cosine search over a float32 matrix kept in memory while the index is unchanged."""
+        """Exact cosine search over a float32 matrix kept in memory while the index is unchanged,
+        with each row's chunk id and metadata (a search reads nothing else from the index)."""
         import numpy as np
 
         q = np.asarray(query, dtype=np.float32)
@@ -282,21 +303,26 @@ class _Search:
             ids: list[str] = []
             rids: list[int] = []
             blobs: list[bytes] = []
-            for rid, cid, blob in self.conn.execute(
-                "SELECT rid, id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
+            metas: list[tuple[str, str, int, int]] = []
+            shared: dict[str, str] = {}  # one string per path, not one per chunk
+            for rid, cid, path, source, start, end, blob in self.conn.execute(
+                "SELECT rid, id, path, source, start_line, end_line, embedding FROM chunks "
+                "WHERE embedding IS NOT NULL AND length(embedding) = ?",
                 (self.vector_dims * 4,),  # type: ignore[operator]
             ):
                 rids.append(rid)
                 ids.append(cid)
                 blobs.append(blob)
+                metas.append((shared.setdefault(path, path), shared.setdefault(source, source), start, end))
             if blobs:
                 m = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
                 norms = np.linalg.norm(m, axis=1, keepdims=True)
                 np.divide(m, norms, out=m, where=norms > 0)
             else:
                 m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
-            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64))
-        _, ids, m, rid_of = self._matrix  # type: ignore[misc]
+            del blobs
+            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64), metas)
+        _, ids, m, rid_of, _ = self._matrix  # type: ignore[misc]
         if not ids:
             return []
         qn = float(np.linalg.norm(q))
@@ -306,5 +332,10 @@ class _Search:
         k = min(int(limit), len(ids))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
         top = top[np.argsort(-scores[top], kind="stable")]
-        self._read_meta(rid_of[top])
-        return [(ids[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
+        best = scores[top]
+        finite = np.isfinite(best)
+        if not finite.all():
+            top, best = top[finite], best[finite]
+        positions = top.tolist()
+        self._read_meta(rid_of[top].tolist(), positions)
+        return [(ids[i], s) for i, s in zip(positions, best.tolist())]

@@ -82,7 +82,7 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
         self._opens = 0
         self._writes = 0
         self._vec_queries = 0
-        self._matrix: tuple[Any, list[str], Any, Any] | None = None
+        self._matrix: tuple[Any, list[str], Any, Any, list[tuple[str, str, int, int]]] | None = None
         self._seen_token: Any = None
         self._bm25: tuple[Any, Bm25Index] | None = None
         self._kw_token: Any = None
