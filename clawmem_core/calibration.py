@@ -115,6 +115,17 @@ def calibrated_cosine(cosine: float, level: float) -> float:
     return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
 
 
+def calibrated_cosines(cosines: Sequence[float], level: float) -> list[float]:
+    """:func:`calibrated_cosine` of each of ``cosines`` against one ``level`` (the same arithmetic,
+    checked once)."""
+    isfinite = math.isfinite
+    if not isfinite(level):
+        return [max(0.0, min(1.0, c)) if isfinite(c) else 0.0 for c in cosines]
+    level = min(level, 0.999)
+    span = 1.0 - level
+    return [max(0.0, min(1.0, (c - level) / span)) if isfinite(c) else 0.0 for c in cosines]
+
+
 _MEMO: dict[tuple[str, int], tuple[Sequence[Sequence[float]], Any]] = {}
 
 
