@@ -807,10 +807,6 @@ def _choose(
         # a sync replaced chunks between these reads (a file's old chunks are gone, and its new
         # ones were not among the candidates): read the candidates again, not a file in neither state
 
-    def cand(cid: str, **scores: float) -> Candidate | None:
-        m = meta.get(cid)  # None: removed since the candidate lists were read
-        return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
-
     no_vectors = keyword_only or qvec is None or blind
     vw, tw = hybrid.weights
     conf = 1.0
@@ -887,8 +883,12 @@ def _choose(
                 part_conf = {prefix: c for prefix, (c, _) in judged.items()}
                 info["namespace_confidence"] = {prefix[1:-1]: {"confidence": round(c, 4), "confidence_signals": sig}
                                                 for prefix, (c, sig) in judged.items() if prefix}
-    kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
-    vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
+    # (a candidate whose metadata is gone was removed since the candidate lists were read)
+    new = tuple.__new__  # (Candidate's own constructor, without its keyword handling)
+    kw = [new(Candidate, (i, m[0], m[1], m[2], m[3], "", 0.0, t, 0.0, False))
+          for (i, _), t in zip(kw_hits, scores) if (m := meta.get(i))]
+    vec = [new(Candidate, (i, m[0], m[1], m[2], m[3], "", s, 0.0, 0.0, False))
+           for (i, _), s in zip(vec_hits, vec_scores) if (m := meta.get(i))]
     if no_vectors:
         merged = merge_hybrid([], kw, 0.0, 1.0)
     elif not keyword_side:

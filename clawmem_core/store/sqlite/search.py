@@ -211,6 +211,8 @@ class _Search:
         for term in terms:
             n = known.get(term)
             if n is None:
+                n = self._cached_term_rows(term, token)
+            if n is None:
                 try:
                     n = self._term_rows(term)
                 except apsw.SQLError as exc:  # never expected: the term is quoted
@@ -220,6 +222,17 @@ class _Search:
                     known[term] = n
             out.append(n)
         return rows, out
+
+    def _cached_term_rows(self, term: str, token: Any) -> int | None:
+        """Rows holding ``term`` from the in-process keyword scoring's postings of its token, when
+        it has them for this state of the index (a keyword search just read them), else ``None``."""
+        bm25 = self._bm25
+        if bm25 is None or bm25[0] != token or self.fts_tokenizer == "trigram":
+            return None
+        tokens = self._fts_tokens([term])
+        if tokens is None:
+            return None
+        return bm25[1].cached_rows(tokens[0])
 
     def _term_rows(self, term: str) -> int:
         """Rows holding ``term``: the FTS5 vocabulary's row count for one token, else a count of
