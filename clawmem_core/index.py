@@ -268,10 +268,12 @@ class MemoryIndex:
     fresh_max_bytes = FreshnessLimits.fresh_max_bytes
     #: ... and it waits at most this long (seconds) for that sync and its vectors.
     fresh_budget = FreshnessLimits.fresh_budget
-    #: From its second search on, an index trusts kernel change notifications (Linux inotify, see
-    #: :mod:`clawmem_core.journal`): with none since the index last matched the Markdown (and no
-    #: other writer since), a search checks no file. Elsewhere, or when the journal cannot vouch
-    #: for the files (closed, overflowed, out of watches), a search stats every file.
+    #: From its second search or sync on, an index trusts kernel change notifications (Linux
+    #: inotify, see :mod:`clawmem_core.journal`): with none since the index last matched the
+    #: Markdown (and no other writer since), a search checks no file, and a sync checks only the
+    #: files they name. Elsewhere, or when the journal cannot vouch for the files (closed,
+    #: overflowed, out of watches, a directory created, removed or renamed, ``mark_dirty()``
+    #: called), every file is checked.
     change_journal = FreshnessLimits.change_journal
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None, *,

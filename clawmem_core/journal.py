@@ -11,8 +11,11 @@ arrive after a delay); this journal is read synchronously, by the search itself.
 
 It watches the directories discovery lists (``memory/`` and extra directories, recursively, minus
 ignored directories and symlinks) and, through their parents, the targets themselves
-(``MEMORY.md``, ``memory.md``, ``memory/``, each extra path). A directory created, deleted or
-moved, a watch lost, or an overflowed queue re-plans the watches before the caller walks.
+(``MEMORY.md``, ``memory.md``, ``memory/``, each extra path; a target whose parent is missing,
+through the nearest directory above it that exists, so that the parent's creation re-plans). It
+names the memory files that changed (:meth:`ChangeJournal.changed_paths`), so that a sync reads
+only those; a directory created, deleted or moved, a watch lost, or an overflowed queue re-plans
+the watches, and the caller walks every file.
 Changes it cannot see: edits through a hard link from outside the watched directories, writes
 through a shared memory mapping (``mmap``), and edits made by another machine or a virtual
 machine's host on a shared file system (NFS, SMB, FUSE, 9p, virtiofs...): it only starts where

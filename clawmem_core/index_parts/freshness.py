@@ -1,7 +1,8 @@
 """What a search syncs before it answers: a new index gets its keyword phase; an index in use gets
 the changes made on disk when they are few (a small sync within a budget), else it answers stale
-while a background sync catches up. From the second search on, a kernel change journal
-(:mod:`clawmem_core.journal`) vouches for the files, so a search with no change checks none."""
+while a background sync catches up. From the second search or sync on, a kernel change journal
+(:mod:`clawmem_core.journal`) vouches for the files, so a search with no change checks none, and a
+sync (or a search's small sync) checks only the files the journal saw change."""
 
 from __future__ import annotations
 
