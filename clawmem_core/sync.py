@@ -268,9 +268,10 @@ class Syncer:
         return self.compare(store, items, known, version)
 
     def compare(self, store: Store, items: list[Entry], known: dict[str, dict[str, FileState]],
-                version: Hashable) -> Scan:
+                version: Hashable, *, recheck: bool = False) -> Scan:
         """Stat ``items`` and compare them with ``known`` (what ``store`` held at ``version``):
-        see :meth:`scan`. An indexed file of ``known`` that is not among ``items`` is gone."""
+        see :meth:`scan`. An indexed file of ``known`` that is not among ``items`` is gone.
+        ``recheck``: every file is to be read (something changed it, whatever its stat says)."""
         started = time.time()
         cutoff = self.last_scan - _RACY_SECONDS
         todo: list[tuple[Item, StatKey]] = []
@@ -294,7 +295,7 @@ class Syncer:
             key = stat_key(st)
             if source == "sessions":
                 session_sizes[abs_path] = st.st_size
-            if prev is not None and prev[2:] == key and st.st_mtime < cutoff:
+            if not recheck and prev is not None and prev[2:] == key and st.st_mtime < cutoff:
                 unchanged += 1
             else:
                 todo.append((Item._make(item), key))
@@ -327,7 +328,9 @@ class Syncer:
             known: dict[str, dict[str, FileState]] = {"memory": store.file_states_of("memory", checked),
                                                       "sessions": {}}
             indexed = store.file_count("memory")
-            scan = self.compare(store, items, known, version)
+            # each of them changed, whatever its stat says (a same-size edit with its mtime put
+            # back within one tick of the inode clock): read, and compared by content
+            scan = self.compare(store, items, known, version, recheck=True)
         except (StoreError, *store.driver_errors):
             return None
         new = sum(1 for item in items if item[0] not in known["memory"])

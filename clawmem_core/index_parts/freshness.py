@@ -273,7 +273,7 @@ class Freshness:
                 self.confirm_fresh(scan.store, scan.version, mark)
                 return False
             changed = changed_files(scan) if scan is not None else -1
-            if changed == 0:
+            if changed == 0 and scan.items is None:  # type: ignore[union-attr]
                 # only files written just before the last scan, each with the size, mtime, ctime
                 # and inode it was indexed with: nothing to write (a sync re-reads them later)
                 self.confirm_fresh(scan.store, scan.version, mark)  # type: ignore[union-attr]
