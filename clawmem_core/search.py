@@ -587,10 +587,8 @@ def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Ev
             box.append((True, fn()))
         except BaseException as exc:  # handed to the caller
             box.append((False, exc))
-        finally:
-            done.set()
 
-    _Worker.take().jobs.put(run)
+    _Worker.take().jobs.put((run, done))
     if not done.wait(max(0.0, seconds)):
         return False, None
     ok, value = box[0]
@@ -614,7 +612,7 @@ class _Worker:
     def __init__(self) -> None:
         import queue
 
-        self.jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self.jobs: "queue.SimpleQueue[tuple[Callable[[], None], threading.Event]]" = queue.SimpleQueue()
         threading.Thread(target=self._loop, name="clawmem-deadline", daemon=True).start()
 
     @classmethod
@@ -635,12 +633,18 @@ class _Worker:
 
         pid = os.getpid()
         while True:
-            job = self.jobs.get()
-            contextvars.Context().run(job)
-            with self._lock:
-                if self._pid != pid or len(self._idle) >= self.KEEP:
-                    return
-                self._idle.append(self)
+            job, done = self.jobs.get()
+            try:
+                contextvars.Context().run(job)
+            finally:
+                # idle again before the caller hears of it: its next call finds this worker
+                with self._lock:
+                    keep = self._pid == pid and len(self._idle) < self.KEEP
+                    if keep:
+                        self._idle.append(self)
+                done.set()
+            if not keep:
+                return
 
 
 class LateCalls:
