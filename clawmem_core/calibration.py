@@ -102,6 +102,10 @@ def _percentile(values: Sequence[float], percentile: float) -> float:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
+#: The highest level a cosine is calibrated against (a level of 1 would divide by zero).
+_LEVEL_CAP = 0.999
+
+
 def calibrated_cosine(cosine: float, level: float) -> float:
     """``(cos - level) / (1 - level)`` clipped to [0, 1]: 0 for a chunk no closer to the query than
     an unrelated passage, 1 for an identical text. Without a level (``nan``) the raw cosine,
@@ -110,8 +114,19 @@ def calibrated_cosine(cosine: float, level: float) -> float:
         return 0.0
     if not math.isfinite(level):
         return max(0.0, min(1.0, cosine))
-    level = min(level, 0.999)
+    level = min(level, _LEVEL_CAP)
     return max(0.0, min(1.0, (cosine - level) / (1.0 - level)))
+
+
+def calibrated_cosines(cosines: Sequence[float], level: float) -> list[float]:
+    """:func:`calibrated_cosine` of each of ``cosines`` against one ``level`` (the same arithmetic,
+    checked once)."""
+    isfinite = math.isfinite
+    if not isfinite(level):
+        return [max(0.0, min(1.0, c)) if isfinite(c) else 0.0 for c in cosines]
+    level = min(level, _LEVEL_CAP)
+    span = 1.0 - level
+    return [max(0.0, min(1.0, (c - level) / span)) if isfinite(c) else 0.0 for c in cosines]
 
 
 _MEMO: dict[tuple[str, int], tuple[Sequence[Sequence[float]], Any]] = {}

@@ -155,7 +155,8 @@ class MemoryIndex:
         self._syncer = Syncer(ws or Path(), config, self.sessions_dir, self._sessions, last_scan)
         self._changes = Changes()
         self._syncing = SyncRunner(config, self._stores, self._embedding, self._syncer, self._identity,
-                                   self._changes, after_sync=self._calibration.save)
+                                   self._changes, after_sync=self._calibration.save,
+                                   after_sync_due=self._calibration.unsaved)
         self._namespaces = SharedNamespaces(config, self.agent_id, self._stores, lock)
         self._background = BackgroundWork(config, ws, self.sessions_dir, self._sessions, self._stores, self._syncing,
                                           self._changes, sync=self._resync, lock=lock)
@@ -267,10 +268,12 @@ class MemoryIndex:
     fresh_max_bytes = FreshnessLimits.fresh_max_bytes
     #: ... and it waits at most this long (seconds) for that sync and its vectors.
     fresh_budget = FreshnessLimits.fresh_budget
-    #: From its second search on, an index trusts kernel change notifications (Linux inotify, see
-    #: :mod:`clawmem_core.journal`): with none since the index last matched the Markdown (and no
-    #: other writer since), a search checks no file. Elsewhere, or when the journal cannot vouch
-    #: for the files (closed, overflowed, out of watches), a search stats every file.
+    #: From its second search or sync on, an index trusts kernel change notifications (Linux
+    #: inotify, see :mod:`clawmem_core.journal`): with none since the index last matched the
+    #: Markdown (and no other writer since), a search checks no file, and a sync checks only the
+    #: files they name. Elsewhere, or when the journal cannot vouch for the files (closed,
+    #: overflowed, out of watches, a directory created, removed or renamed, ``mark_dirty()``
+    #: called), every file is checked.
     change_journal = FreshnessLimits.change_journal
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None, *,

@@ -11,8 +11,11 @@ arrive after a delay); this journal is read synchronously, by the search itself.
 
 It watches the directories discovery lists (``memory/`` and extra directories, recursively, minus
 ignored directories and symlinks) and, through their parents, the targets themselves
-(``MEMORY.md``, ``memory.md``, ``memory/``, each extra path). A directory created, deleted or
-moved, a watch lost, or an overflowed queue re-plans the watches before the caller walks.
+(``MEMORY.md``, ``memory.md``, ``memory/``, each extra path; a target whose parent is missing,
+through the nearest directory above it that exists, so that the parent's creation re-plans). It
+names the memory files that changed (:meth:`ChangeJournal.changed_paths`), so that a sync reads
+only those; a directory created, deleted or moved, a watch lost, or an overflowed queue re-plans
+the watches, and the caller walks every file.
 Changes it cannot see: edits through a hard link from outside the watched directories, writes
 through a shared memory mapping (``mmap``), and edits made by another machine or a virtual
 machine's host on a shared file system (NFS, SMB, FUSE, 9p, virtiofs...): it only starts where
@@ -102,6 +105,9 @@ class ChangeJournal:
         self._watches: dict[int, _Watch] = {}
         #: Something relevant happened (or may have) since the last confirm.
         self._pending = True
+        #: The memory files (absolute paths) that changed since the last confirm, or ``None`` when
+        #: the journal cannot name them all (a directory came or went, a re-plan, an overflow).
+        self._paths: set[str] | None = None
         #: Every target could be watched: False makes :meth:`changed` always True.
         self._complete = False
         self._broken = False
@@ -140,6 +146,18 @@ class ChangeJournal:
         """Whether the journal can vouch for the files (open, in this process, every target watched)."""
         return not self._broken and self._complete and os.getpid() == self._pid
 
+    def changed_paths(self) -> set[str] | None:
+        """Read the queue without waiting: the memory files (absolute paths, as the watched
+        directories spell them) that may have changed since the last :meth:`confirm`, every other
+        file being unchanged since; ``None`` when the journal cannot say which (closed, broken,
+        overflowed, a directory created, deleted or renamed, a watch re-planned, a target
+        unwatchable): the caller then walks every file."""
+        if not self.changed():
+            return set()
+        if self._paths is None or not self.healthy:
+            return None
+        return set(self._paths)
+
     def changed(self) -> bool:
         """Read the queue without waiting: True when something relevant happened since the last
         :meth:`confirm`, or the journal cannot vouch for the files. Re-plans the watches when
@@ -153,6 +171,7 @@ class ChangeJournal:
             self._broken = True
             return True
         replan = False
+        paths = self._paths
         for wd, mask, _cookie, name in events:
             if mask & _Q_OVERFLOW:
                 self._pending = replan = True
@@ -168,18 +187,26 @@ class ChangeJournal:
                 continue
             if name in watch.names:  # a target itself (MEMORY.md, memory/, an extra path)
                 self._pending = True
-                replan = replan or not name.endswith(".md") or bool(mask & _ISDIR)
+                if name.endswith(".md") and not mask & _ISDIR:
+                    if paths is not None:
+                        paths.add(os.path.join(watch.path, name))
+                else:
+                    replan = True
             elif watch.deep and (mask & _ISDIR or name.endswith(".md")):
                 self._pending = True
-                replan = replan or bool(mask & _ISDIR)  # a directory came, went, or changed access
+                if mask & _ISDIR:
+                    replan = True  # a directory came, went, or changed access
+                elif paths is not None:
+                    paths.add(os.path.join(watch.path, name))
         if replan:
-            self._plan()
+            self._plan()  # (which forgets the paths: the caller walks)
         return self._pending or not self.healthy
 
     def confirm(self) -> None:
         """The index was found to match the files after the last :meth:`changed`: clear what it
         reported (changes since are still in the kernel's queue)."""
         self._pending = False
+        self._paths = set()
 
     def close(self) -> None:
         try:
@@ -195,6 +222,7 @@ class ChangeJournal:
         subdirectory created meanwhile raises an event), and drop the watches no longer needed."""
         self.plans += 1
         self._pending = True
+        self._paths = None
         new: dict[int, _Watch] = {}
         complete = True
         ws = str(self._workspace)
@@ -206,7 +234,9 @@ class ChangeJournal:
             for target, may_be_dir in targets:
                 parent, name = os.path.split(target)
                 if not self._add(new, parent, deep=False, names={name}, follow=True):
-                    complete = False  # its parent cannot be watched: the target may appear unseen
+                    # Its parent is missing: watch the nearest directory above that exists, for
+                    # the next missing one to appear (which re-plans: then the target is watched).
+                    complete = self._add_ancestor(new, parent) and complete
                     continue
                 if may_be_dir and os.path.isdir(target) and not os.path.islink(target):
                     complete = self._add_tree(new, target) and complete
@@ -241,6 +271,20 @@ class ChangeJournal:
             watch.deep = watch.deep or deep
             watch.names |= names or set()
         return True
+
+    def _add_ancestor(self, into: dict[int, _Watch], missing: str) -> bool:
+        """Watch the nearest existing directory above ``missing`` for the name of the next
+        directory down; whether that directory could be watched."""
+        child = missing
+        parent = os.path.dirname(child)
+        while parent != child:
+            if os.path.lexists(parent):
+                if not os.path.isdir(parent) or not self._add(into, parent, deep=False,
+                                                              names={os.path.basename(child)}, follow=True):
+                    return False  # a file, or no access: the target cannot appear unseen... nor be watched
+                return True
+            child, parent = parent, os.path.dirname(parent)
+        return False
 
     def _add_tree(self, into: dict[int, _Watch], root: str) -> bool:
         """Watch ``root`` and the directories under it discovery enters."""

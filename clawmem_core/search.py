@@ -8,6 +8,7 @@ or strict abstention) -> cut to ``max_results``.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -209,7 +210,7 @@ def chunk_vector_scores(vec_hits: Sequence[tuple[str, float]], meta: Mapping[str
     reaches by chance (:func:`~clawmem_core.calibration.best_of_level`, ``n`` the windows of the
     chunk among ``vec_hits``; a chunk embedded whole is one draw, ``level``). Without the query's
     cosines to the calibration passages, against ``level``."""
-    from .calibration import best_of_level, calibrated_cosine
+    from .calibration import best_of_level, calibrated_cosines
 
     best: dict[Any, float] = {}
     draws: dict[Any, int] = {}
@@ -220,13 +221,16 @@ def chunk_vector_scores(vec_hits: Sequence[tuple[str, float]], meta: Mapping[str
         draws[key] = draws.get(key, 0) + 1
         best[key] = max(cos, best.get(key, -math.inf))
     levels: dict[int, float] = {1: level}
-    out = {}
-    for key, cos in best.items():
+    by_level: dict[float, list[Any]] = {}
+    for key in best:
         n = draws[key] if to_background else 1
         if n not in levels:
             lvl = best_of_level(to_background, n)
             levels[n] = lvl if math.isfinite(lvl) else level
-        out[key] = calibrated_cosine(cos, levels[n])
+        by_level.setdefault(levels[n], []).append(key)
+    out = dict.fromkeys(best, 0.0)  # (in the order of ``best``)
+    for lvl, keys in by_level.items():
+        out.update(zip(keys, calibrated_cosines([best[key] for key in keys], lvl)))
     return out
 
 
@@ -274,10 +278,15 @@ def is_curated(path: str, source: str) -> bool:
 def name_terms(path: str) -> set[str]:
     """The terms of a file's name (its stem) that can name a thing: words and CJK character pairs,
     not numbers (daily notes are named by date) and not single characters."""
+    return set(_name_terms(path))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _name_terms(path: str) -> frozenset[str]:
+    """:func:`name_terms`, kept per path (the keyword hits of every search ask again)."""
     stem = path.rsplit("/", 1)[-1]
     stem = stem[: -len(".md")] if stem.lower().endswith(".md") else stem
-    return {t for t in index_terms(stem)
-            if len(t) > 1 and not t.isdigit()}
+    return frozenset(t for t in index_terms(stem) if len(t) > 1 and not t.isdigit())
 
 
 #: The importance a promoted entry carries (:mod:`clawmem_core.dreaming` writes it on every entry it
@@ -320,7 +329,7 @@ def prior_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str,
             continue
         if m[0] not in named:
             own_path = m[0][len(id_prefix(cid)):]  # a namespace's paths are "@<ns>/<path>"
-            named[m[0]] = is_curated(own_path, m[1]) or bool(wanted and not wanted.isdisjoint(name_terms(own_path)))
+            named[m[0]] = is_curated(own_path, m[1]) or bool(wanted and not wanted.isdisjoint(_name_terms(own_path)))
         out.append(r * CURATED_PRIOR if named[m[0]] else r)
     return out
 
@@ -566,7 +575,7 @@ def check_args(query: Any, max_results: Any, min_score: Any, cfg: "QueryConfig")
 
 
 def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Event | None" = None) -> tuple[bool, Any]:
-    """Run ``fn`` in a daemon thread and wait at most ``seconds``: ``(True, result)``, or
+    """Run ``fn`` in a daemon thread (a kept one, see :class:`_Worker`) and wait at most ``seconds``: ``(True, result)``, or
     ``(False, None)`` on time-out (the call is left to finish on its own; a daemon thread never
     holds up interpreter exit; ``done``, when given, is set when it has). An exception from ``fn``
     is raised here."""
@@ -578,16 +587,64 @@ def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Ev
             box.append((True, fn()))
         except BaseException as exc:  # handed to the caller
             box.append((False, exc))
-        finally:
-            done.set()
 
-    threading.Thread(target=run, name="clawmem-deadline", daemon=True).start()
+    _Worker.take().jobs.put((run, done))
     if not done.wait(max(0.0, seconds)):
         return False, None
     ok, value = box[0]
     if not ok:
         raise value
     return True, value
+
+
+class _Worker:
+    """A daemon thread that runs the calls of :func:`run_with_deadline` one at a time and, idle,
+    waits for the next: starting a thread per query costs more than a fast embedder's own work on
+    a busy machine. A call that runs out of time keeps its worker (the next call takes another).
+    Each call runs in a fresh :mod:`contextvars` context, as in a new thread."""
+
+    _idle: "list[_Worker]" = []
+    _lock = threading.Lock()
+    _pid = 0
+    #: Idle workers kept at most (more finish once their call returns).
+    KEEP = 4
+
+    def __init__(self) -> None:
+        import queue
+
+        self.jobs: "queue.SimpleQueue[tuple[Callable[[], None], threading.Event]]" = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="clawmem-deadline", daemon=True).start()
+
+    @classmethod
+    def take(cls) -> "_Worker":
+        """An idle worker, or a new one (none survives a fork: the child starts its own)."""
+        import os
+
+        with cls._lock:
+            if cls._pid != os.getpid():
+                cls._idle, cls._pid = [], os.getpid()
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
+    def _loop(self) -> None:
+        import contextvars
+        import os
+
+        pid = os.getpid()
+        while True:
+            job, done = self.jobs.get()
+            try:
+                contextvars.Context().run(job)
+            finally:
+                # idle again before the caller hears of it: its next call finds this worker
+                with self._lock:
+                    keep = self._pid == pid and len(self._idle) < self.KEEP
+                    if keep:
+                        self._idle.append(self)
+                done.set()
+            if not keep:
+                return
 
 
 class LateCalls:
@@ -732,6 +789,7 @@ def _choose(
     import time
 
     from .calibration import (background_cosines, background_level, best_of_level, blind_scripts, calibrated_cosine,
+                              calibrated_cosines,
                               translation_strength)
 
     hybrid = cfg.hybrid
@@ -752,10 +810,6 @@ def _choose(
             break
         # a sync replaced chunks between these reads (a file's old chunks are gone, and its new
         # ones were not among the candidates): read the candidates again, not a file in neither state
-
-    def cand(cid: str, **scores: float) -> Candidate | None:
-        m = meta.get(cid)  # None: removed since the candidate lists were read
-        return Candidate(cid, m[0], m[1], m[2], m[3], "", **scores) if m else None
 
     no_vectors = keyword_only or qvec is None or blind
     vw, tw = hybrid.weights
@@ -788,7 +842,7 @@ def _choose(
         if background and qvec is not None and vec_hits:
             to_background = background_cosines(qvec, background)
             level = background_level(to_background)
-        vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
+        vec_scores = calibrated_cosines([s for _, s in vec_hits], level)
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms
             # the index knows (no keyword hit: none), the vector side's best calibrated score, and
@@ -833,8 +887,12 @@ def _choose(
                 part_conf = {prefix: c for prefix, (c, _) in judged.items()}
                 info["namespace_confidence"] = {prefix[1:-1]: {"confidence": round(c, 4), "confidence_signals": sig}
                                                 for prefix, (c, sig) in judged.items() if prefix}
-    kw = [c for c in (cand(i, text_score=t) for (i, _), t in zip(kw_hits, scores)) if c]
-    vec = [c for c in (cand(i, vector_score=s) for (i, _), s in zip(vec_hits, vec_scores)) if c]
+    # (a candidate whose metadata is gone was removed since the candidate lists were read)
+    new = tuple.__new__  # (Candidate's own constructor, without its keyword handling)
+    kw = [new(Candidate, (i, m[0], m[1], m[2], m[3], "", 0.0, t, 0.0, False))
+          for (i, _), t in zip(kw_hits, scores) if (m := meta.get(i))]
+    vec = [new(Candidate, (i, m[0], m[1], m[2], m[3], "", s, 0.0, 0.0, False))
+           for (i, _), s in zip(vec_hits, vec_scores) if (m := meta.get(i))]
     if no_vectors:
         merged = merge_hybrid([], kw, 0.0, 1.0)
     elif not keyword_side:

@@ -90,6 +90,10 @@ class Scan:
     #: Files left out because their path is longer than the store can key a file by: ``"path:
     #: reason"``, reported as skipped.
     too_long: list[str] = field(default_factory=list)
+    #: A scan of only the files a change journal saw change (:meth:`Syncer.journal_scan`): those
+    #: of them that are memory files now, which the locked sync indexes without a walk (``None``:
+    #: a scan of every file).
+    items: list[Entry] | None = None
 
     @property
     def clean(self) -> bool:
@@ -174,6 +178,16 @@ class Syncer:
         meta = writer.get_meta()
         full = force or meta is None or any(meta.get(k) != v for k, v in identity.items())
         report = SyncReport(full=full, reason=reason)
+        # A scan taken before the locks still holds if no other connection has written since.
+        reuse = (
+            scan is not None and not full and not self.config.sessions_enabled
+            and scan.store is reader and scan.version == reader.data_version()
+        )
+        if scan is not None and scan.items is not None and reuse:
+            # only the files a change journal saw change: no walk (the others are unchanged)
+            return self._run_journal_scan(writer, scan, report, listener, emb, started)
+        if scan is not None and scan.items is not None:
+            scan = None  # written meanwhile: walk
         bad_names: list[str] = []
         items = self.memory_items(bad_names)
         if self.config.sessions_enabled:
@@ -183,11 +197,6 @@ class Syncer:
         report.files_scanned = len(items)
         report.files_skipped.extend(f"{name}: {BAD_NAME_REASON}" for name in bad_names)
         report.files_skipped.extend(too_long)
-        # A scan taken before the locks still holds if no other connection has written since.
-        reuse = (
-            scan is not None and not full and not self.config.sessions_enabled
-            and scan.store is reader and scan.version == reader.data_version()
-        )
         if full:
             with writer.rebuild() as tmp:
                 scan = self.scan(tmp, items, full=True)
@@ -210,6 +219,17 @@ class Syncer:
         # Persisted, so that the next process can trust size + mtime of files older than this scan.
         writer.set_value("last_scan", repr(scan.started))
         writer.settle()
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _run_journal_scan(self, writer: Store, scan: Scan, report: SyncReport, listener: Listener | None,
+                          emb: Embedder | None, started: float) -> SyncReport:
+        """The keyword phase of a scan of only the files a change journal saw change. ``last_scan``
+        stays that of the last walk (the files this scan did not check are not re-dated)."""
+        report.files_scanned = scan.scanned
+        report.files_skipped.extend(f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names)
+        report.files_skipped.extend(scan.too_long)
+        self.index_items(writer, scan, scan.scanned, report, listener, emb)
         report.seconds = time.perf_counter() - started
         return report
 
@@ -250,6 +270,13 @@ class Syncer:
         read; the others are to be read and hashed. Reads the index, writes nothing."""
         version = store.data_version()  # before reading: a later write makes this scan stale
         known = {"memory": {}, "sessions": {}} if full else self.file_states(store, version)
+        return self.compare(store, items, known, version)
+
+    def compare(self, store: Store, items: list[Entry], known: dict[str, dict[str, FileState]],
+                version: Hashable, *, recheck: bool = False) -> Scan:
+        """Stat ``items`` and compare them with ``known`` (what ``store`` held at ``version``):
+        see :meth:`scan`. An indexed file of ``known`` that is not among ``items`` is gone.
+        ``recheck``: every file is to be read (something changed it, whatever its stat says)."""
         started = time.time()
         cutoff = self.last_scan - _RACY_SECONDS
         todo: list[tuple[Item, StatKey]] = []
@@ -273,7 +300,7 @@ class Syncer:
             key = stat_key(st)
             if source == "sessions":
                 session_sizes[abs_path] = st.st_size
-            if prev is not None and prev[2:] == key and st.st_mtime < cutoff:
+            if not recheck and prev is not None and prev[2:] == key and st.st_mtime < cutoff:
                 unchanged += 1
             else:
                 todo.append((Item._make(item), key))
@@ -283,6 +310,41 @@ class Syncer:
                 present = {path for path, _, src, _ in items if src == source}
                 gone[source] = [p for p in indexed if p not in present]
         return Scan(todo, len(items), unchanged, gone, known, store, version, started, session_sizes=session_sizes)
+
+    def journal_scan(self, store: Store, identity: Callable[[], dict[str, Any]], items: list[Entry],
+                     checked: Sequence[str], bad_names: Sequence[str] = ()) -> Scan | None:
+        """A scan of only the memory files a change journal saw change, every other file being
+        unchanged since the index last matched the Markdown: ``items`` are those of them that are
+        memory files now, ``checked`` the display paths of all of them (an indexed one no longer
+        listed is gone). ``None`` where :meth:`unlocked_scan` would be (the locked sync decides).
+        Its ``scanned`` and ``unchanged`` count every memory file, as a walk's would."""
+        if self.config.sessions_enabled:
+            return None
+        try:
+            meta = store.get_meta()
+            if meta is None:
+                return None
+            want = identity()
+            if any(meta.get(k) != v for k, v in want.items()):
+                return None
+            too_long: list[str] = []
+            items = admit_paths(items, store, too_long)
+            version = store.data_version()  # before reading: a later write makes this scan stale
+            known: dict[str, dict[str, FileState]] = {"memory": store.file_states_of("memory", checked),
+                                                      "sessions": {}}
+            indexed = store.file_count("memory")
+            # each of them changed, whatever its stat says (a same-size edit with its mtime put
+            # back within one tick of the inode clock): read, and compared by content
+            scan = self.compare(store, items, known, version, recheck=True)
+        except (StoreError, *store.driver_errors):
+            return None
+        new = sum(1 for item in items if item[0] not in known["memory"])
+        scan.unchanged += indexed - len(known["memory"])
+        scan.scanned = indexed + new - len(scan.gone.get("memory", ()))
+        scan.items = items
+        scan.bad_names = list(bad_names)
+        scan.too_long = too_long
+        return scan
 
     def file_states(self, store: Store, version: Hashable) -> dict[str, dict[str, FileState]]:
         """Every indexed file's state by source, as ``store`` holds them at ``version`` (read just

@@ -111,7 +111,7 @@ class BackgroundWork:
                 self.sessions.observe(p)
             if sessions and len(sessions) == len(paths) and not self.sessions.dirty_files:
                 return  # transcripts grew, but not past the delta thresholds yet
-            self.changes.mark_dirty()
+            self.changes.mark_dirty(journaled=True)  # kernel events: the change journal has them too
             try:
                 report = self._sync(reason="watch")
             except Exception as exc:  # logged, the watcher keeps running

@@ -85,6 +85,10 @@ class CalibrationVectors:
 
         threading.Thread(target=work, name="clawmem-calibration", daemon=True).start()
 
+    def unsaved(self) -> bool:
+        """Whether calibration vectors wait for a sync to cache them."""
+        return bool(self._unsaved)
+
     def save(self, store: Store) -> None:
         """Cache calibration vectors embedded by an earlier search, in a sync (a search never
         writes to the index)."""

@@ -36,15 +36,23 @@ class Changes:
         #: Whether this process has synced (a sync's unlocked scan counts).
         self.synced_here = False
 
-    def mark_dirty(self) -> None:
-        """A change notice."""
+    def mark_dirty(self, *, journaled: bool = False) -> None:
+        """A change notice; ``journaled``: of a change the change journal sees too (a watcher's
+        event, a small sync put off), which a sync may then take from the journal. Any other (the
+        caller's own ``mark_dirty()``) makes the next sync walk every file."""
         self.gen += 1
         self.dirty = True
+        if not journaled:
+            self.blind = True
+
+    #: A change was noticed that the change journal may not have seen: the next sync walks.
+    blind = False
 
     def synced(self, gen: int) -> None:
         """A sync that started at notice ``gen`` finished."""
         if self.gen == gen:  # a change noticed during this sync keeps the index dirty
             self.dirty = False
+            self.blind = False
         self.synced_here = True
 
 
@@ -58,7 +66,8 @@ class SyncRunner:
 
     def __init__(self, config: MemoryConfig, stores: StoreHandles, embedder: EmbedderChoice, syncer: Syncer,
                  identity: Callable[[Embedder | None], dict[str, Any]], changes: Changes,
-                 after_sync: Callable[[Store], None] | None = None) -> None:
+                 after_sync: Callable[[Store], None] | None = None,
+                 after_sync_due: Callable[[], bool] | None = None) -> None:
         self.config = config
         self.stores = stores
         self.embedder = embedder
@@ -66,7 +75,12 @@ class SyncRunner:
         self.identity = identity
         self.changes = changes
         self.after_sync = after_sync
+        #: Whether ``after_sync`` has work even when no file changed.
+        self.after_sync_due = after_sync_due
         self.lock = threading.Lock()
+        #: The index's freshness checks (:class:`~.freshness.Freshness`, set by it): a sync the
+        #: change journal vouches for checks only the files it saw change.
+        self.freshness: Any = None
 
     def sync(self, force: bool, listener: Listener | None, reason: str, *, vectors: bool = True,
              vector_seconds: float | None = None, wait_for_others: bool = True) -> SyncReport:
@@ -91,12 +105,25 @@ class SyncRunner:
         """The keyword phase under the sync locks (nothing is locked when nothing changed)."""
         with self.lock:
             started, gen = time.perf_counter(), self.changes.gen
+            fresh = self.freshness
+            mark = fresh.before_sync() if fresh is not None and not force else None
             scan = None if force else self.unlocked_scan()
             if scan is not None and scan.clean:
-                return self.nothing_changed(scan, reason, gen, started)
+                report = self.nothing_changed(scan, reason, gen, started)
+                if mark is not None:
+                    fresh.confirm_fresh(scan.store, scan.version, mark)
+                if self.after_sync is not None and self.after_sync_due is not None and self.after_sync_due():
+                    with self.stores.process_lock():  # what a search left to write (no file changed)
+                        if self.config.cache.enabled:
+                            self.after_sync(self.stores.writer_store())
+                return report
             lock = self.stores.process_lock()
             with lock:
-                return self.guarded(force, listener, reason, scan=scan)
+                report = self.guarded(force, listener, reason, scan=scan)
+            if mark is not None:  # the index now matches the files, as the journal read before it saw them
+                store = self.stores.store
+                fresh.confirm_fresh(store, store.data_version(), mark)
+            return report
 
     def vectors(
         self,
@@ -227,7 +254,12 @@ class SyncRunner:
 
     def unlocked_scan(self) -> Scan | None:
         """A scan before taking the locks, so that a sync with nothing to do takes no lock and
-        writes nothing (see :meth:`Syncer.unlocked_scan`)."""
+        writes nothing (see :meth:`Syncer.unlocked_scan`): of only the files the change journal
+        saw change when it vouches for the others, else of every file."""
+        if self.freshness is not None:
+            scan = self.freshness.journal_scan()
+            if scan is not None:
+                return scan
         return self.syncer.unlocked_scan(self.stores.store, lambda: self.identity(self.embedder.now().embedder))
 
     def nothing_changed(self, scan: Scan, reason: str, gen: int, started: float) -> SyncReport:

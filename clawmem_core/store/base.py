@@ -239,6 +239,15 @@ class Store(ABC):
         """The ``(path, hash, size, mtime, ctime, ino)`` of each indexed file of ``source``, by path
         (one query)."""
 
+    def file_states_of(self, source: str, paths: Iterable[str]) -> dict[str, FileState]:
+        """:meth:`file_states` of only ``paths`` (those the index holds)."""
+        states = self.file_states(source)
+        return {p: states[p] for p in paths if p in states}
+
+    def file_count(self, source: str) -> int:
+        """How many files of ``source`` the index holds."""
+        return len(self.file_states(source))
+
     @abstractmethod
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         """Atomically replace files' rows and all their chunks (keyword and vector rows too):

@@ -113,6 +113,13 @@ class Bm25Index:
                 self._cached -= len(old)
         return entry
 
+    def cached_rows(self, token: str) -> int | None:
+        """How many rows hold ``token`` (FTS5's vocabulary ``doc`` count), when its postings are
+        cached; ``None`` otherwise."""
+        with self._lock:
+            hit = self._terms.get(token)
+        return None if hit is None else len(hit[0])
+
     def search(self, tokens: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """``(rowid, bm25)`` of the best ``limit`` rows matching any of ``tokens`` (one FTS5
         phrase each, repeats counted again as FTS5 does), best first; ties by rowid."""
@@ -122,20 +129,30 @@ class Bm25Index:
         top_row = max((int(r[-1]) for r, _, _ in terms if len(r)), default=-1)
         if top_row < 0 or limit <= 0:
             return []
-        scores = np.zeros(top_row + 1, dtype=np.float64)
         norm = self.length_norm
-        for rows, tf, idf in terms:  # one addition per row and phrase, in phrase order, as FTS5
+        # fts5Bm25Function: score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * D / avgdl))),
+        # one addition per row and phrase, in phrase order, from 0.0, as FTS5 (a term's rows are
+        # distinct, so each addition is one element's).
+        if len(terms) == 1:
+            rows, tf, idf = terms[0]
             freq = tf.astype(np.float64)
-            # fts5Bm25Function: score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * D / avgdl)))
-            np.add.at(scores, rows, idf * ((freq * (K1 + 1.0)) / (freq + norm[rows])))
-        # Every matching row scores above 0 (IDF >= 1e-6): the rows at least as good as the
-        # limit-th score, then ordered by score and rowid.
-        cut = len(scores) - limit
-        kth = np.partition(scores, cut)[cut] if cut > 0 else 0.0
-        found = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores)
-        order = np.lexsort((found, -scores[found]))[:limit]
-        best = found[order]
-        return [(int(r), -float(s)) for r, s in zip(best, scores[best])]
+            found = rows.astype(np.int64)
+            values = 0.0 + idf * ((freq * (K1 + 1.0)) / (freq + norm[rows]))
+        else:
+            scores = np.zeros(top_row + 1, dtype=np.float64)
+            for rows, tf, idf in terms:
+                freq = tf.astype(np.float64)
+                scores[rows] += idf * ((freq * (K1 + 1.0)) / (freq + norm[rows]))
+            # Every matching row scores above 0 (IDF >= 1e-6), and no other row does.
+            found = np.flatnonzero(scores)
+            values = scores[found]
+        if len(found) > limit:  # the rows at least as good as the limit-th score
+            cut = len(found) - limit
+            kth = np.partition(values, cut)[cut]
+            keep = values >= kth
+            found, values = found[keep], values[keep]
+        order = np.lexsort((found, -values))[:limit]  # by score, ties by rowid
+        return [(int(r), -float(v)) for r, v in zip(found[order], values[order])]
 
 
 def _column_total(sz: bytes) -> int:

@@ -178,12 +178,13 @@ def test_a_dead_journal_falls_back_to_a_walk(make_workspace: WorkspaceFactory, o
     assert paths(mem, "bebop") == {"MEMORY.md"} and walks.count > n  # every search walks now
 
 
-def test_a_watch_set_missing_a_parent_directory_is_reported_incomplete(make_workspace: WorkspaceFactory,
-                                                                     open_index: IndexFactory,
-                                                                     tmp_path: Path) -> None:
-    """An extra path whose parent directory does not exist yet cannot be watched (nothing would
-    report the parent's creation): the journal says it cannot vouch for the files, so every search
-    walks and a note later created there is found."""
+def test_a_missing_parent_directory_is_watched_from_above_and_its_creation_replans(make_workspace: WorkspaceFactory,
+                                                                                  open_index: IndexFactory,
+                                                                                  tmp_path: Path) -> None:
+    """An extra path whose parent directory does not exist yet: the journal watches the nearest
+    directory above it that exists, so the parent's creation re-plans the watches (the search
+    walks once, and finds a note created there at once), and from then on searches trust the
+    journal again (it used to stay unable to vouch, and every search walked)."""
     ws = make_workspace(SAMPLE_FILES)
     notes = tmp_path / "team" / "notes"
     mem = open_index(ws, embedder=None, config=MemoryConfig(provider="none", extra_paths=[str(notes)]))
@@ -195,15 +196,26 @@ def test_a_watch_set_missing_a_parent_directory_is_reported_incomplete(make_work
     journal = mem._freshness.journal
     if journal is None:
         pytest.skip("no change journal here (no inotify instance left?)")
-    assert not journal.healthy
-    journal.confirm()
-    assert journal.changed()  # no event came, yet it cannot say that nothing changed
+    assert journal.healthy
     n = walks.count
-    assert paths(mem, "espresso") == {"MEMORY.md"} and walks.count > n  # so the search walked
-    notes.mkdir(parents=True)  # the parent, then the extra path, then a note: no watch saw them
+    assert paths(mem, "espresso") == {"MEMORY.md"} and walks.count == n  # trusted: no file checked
+    notes.mkdir(parents=True)  # the parent, then the extra path, then a note: no watch on them yet
     (notes / "tapir.md").write_text("The tapir sleeps by the river. 貘在河边睡觉。\n", encoding="utf-8")
     assert paths(mem, "tapir") == {"../team/notes/tapir.md"}
-    assert paths(mem, "貘") == {"../team/notes/tapir.md"}
+    assert walks.count > n  # re-planned, so walked
+    assert journal.healthy
+    n = walks.count
+    assert paths(mem, "貘") == {"../team/notes/tapir.md"} and walks.count == n  # trusted again
+    (notes / "tapir.md").write_text("The okapi sleeps by the river now.\n", encoding="utf-8")
+    assert paths(mem, "okapi") == {"../team/notes/tapir.md"}  # an edit there is seen through the watches
+    assert paths(mem, "tapir") == set()
+    # the same for a sync: a sync the journal vouches for checks only the changed file
+    scans = mem._freshness.journal_scans
+    (notes / "tapir.md").write_text("The tapir is back.\n", encoding="utf-8")
+    n = walks.count
+    report = mem.sync()
+    assert report.files_indexed == 1 and walks.count == n and mem._freshness.journal_scans == scans + 1
+    assert paths(mem, "tapir") == {"../team/notes/tapir.md"}
 
 
 def test_a_running_watcher_inside_its_debounce_does_not_hide_an_edit(make_workspace: WorkspaceFactory,

@@ -553,6 +553,28 @@ def test_deadline_helper_returns_errors_and_times_out() -> None:
         run_with_deadline(lambda: 1 / 0, 5)
 
 
+def test_deadline_calls_reuse_their_threads_and_a_late_call_blocks_no_other() -> None:
+    """The calls run on kept worker threads (no thread started per query), each in a fresh
+    context; a call that runs out of time keeps its worker while the next calls run on others."""
+    import contextvars
+
+    from clawmem_core.search import run_with_deadline
+
+    def worker() -> threading.Thread:
+        return threading.current_thread()
+
+    first = run_with_deadline(worker, 5)[1]
+    assert {run_with_deadline(worker, 5)[1] for _ in range(20)} == {first}  # one thread, kept
+    gate = threading.Event()
+    assert run_with_deadline(lambda: gate.wait(30), 0.05) == (False, None)  # takes the kept thread
+    other = run_with_deadline(worker, 5)[1]
+    assert other != first  # the late call still holds it: another thread answers, at once
+    gate.set()
+    var: contextvars.ContextVar[int] = contextvars.ContextVar("var", default=0)
+    assert run_with_deadline(lambda: var.set(7) and var.get(), 5) == (True, 7)
+    assert run_with_deadline(var.get, 5) == (True, 0)  # nothing leaks from one call to the next
+
+
 def test_default_blend_weight_holds_the_fused_order_against_a_reversing_reranker() -> None:
     """At the default weight a reranker that ranks the fused order backwards (a useless one) changes
     nothing over a full candidate pool, while one that disagrees broadly still reorders."""

@@ -199,6 +199,7 @@ def test_index_without_the_part_column_is_upgraded_and_rebuilt(make_workspace: W
     path = next(state_dir.rglob("main.sqlite"))
     conn = apsw.Connection(str(path))
     conn.execute("DELETE FROM chunks WHERE part = 1")
+    conn.execute("DROP INDEX idx_chunks_windows")  # (an index of the window rows came later)
     conn.execute("ALTER TABLE chunks DROP COLUMN part")  # as written before windows existed
     conn.execute("UPDATE meta SET value = json_remove(value, '$.embed_window') WHERE key = 'memory_index_meta_v1'")
     conn.close()
@@ -208,3 +209,48 @@ def test_index_without_the_part_column_is_upgraded_and_rebuilt(make_workspace: W
     assert mem.search("grey cat Pixel", min_score=0)[0].path == "MEMORY.md"
     conn = apsw.Connection(str(path))
     assert conn.execute("SELECT count(*) FROM chunks WHERE part = 1").fetchall()[0][0] > 0
+
+
+def test_vector_counts_count_chunks_not_windows_from_the_indexes(make_workspace: WorkspaceFactory,
+                                                                 open_index: IndexFactory, state_dir: Path) -> None:
+    """The vector counts come from indexes (no chunk row read but the pending ones) and equal a
+    count of the rows: windows are not chunks. An index of an earlier release, without the
+    windows' index, gets it on its next writable open, and is counted the slow way until then."""
+    from clawmem_core.store.sqlite import SQLiteStore
+
+    ws = make_workspace({"MEMORY.md": _note(30), "memory/2026-01-05.md": "今天和小明玩成语接龙游戏。\n" * 3})
+    mem = open_index(ws, embedder=_windowed(200))
+    db = next(state_dir.rglob("main.sqlite"))
+
+    def counted(store: SQLiteStore) -> tuple[int, int, int]:
+        store._vector_counts = None
+        c = store.vector_counts()
+        return c.done, c.total, c.pending_chars
+
+    def by_rows() -> tuple[int, int, int]:
+        conn = apsw.Connection(str(db))
+        total, pending, chars = conn.execute(
+            "SELECT count(*), sum(pending), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
+            "FROM chunks WHERE part = 0").fetchall()[0]
+        conn.close()
+        return total - pending, total, chars
+
+    mem.sync(vectors=False)  # every chunk pending
+    store = mem._store
+    assert store.windows_index
+    assert counted(store) == by_rows() and counted(store)[0] == 0
+    mem.sync()  # windows written
+    assert counted(store) == by_rows() and counted(store)[0] == counted(store)[1] > 0
+    mem.close()
+    conn = apsw.Connection(str(db))
+    conn.execute("DROP INDEX idx_chunks_windows")
+    conn.close()
+    reader = SQLiteStore(db, read_only=True)  # a reader writes nothing: counted the slow way
+    assert not reader.windows_index and counted(reader) == by_rows()
+    reader.close()
+    writer = SQLiteStore(db)
+    assert writer.windows_index and counted(writer) == by_rows()
+    writer.close()
+    conn = apsw.Connection(str(db))
+    assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'idx_chunks_windows'").fetchall()
+    conn.close()

@@ -43,6 +43,9 @@ CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache (up
 #: Tables and indexes of :data:`_SCHEMA`, and columns added to it since the first schema.
 _SCHEMA_OBJECTS = {"meta", "files", "chunks", "embedding_cache", "idx_chunks_path", "idx_embedding_cache_updated_at",
                    "idx_chunks_pending"}
+#: The window rows, so that counting the chunks reads no row (added after the first schema: an
+#: index without it gets it on its next writable open, and is counted the slow way until then).
+_WINDOWS_INDEX = "CREATE INDEX IF NOT EXISTS idx_chunks_windows ON chunks (rid) WHERE part = 1"
 _ADDED_COLUMNS = {
     "chunks": {
         "part": "INTEGER NOT NULL DEFAULT 0",  # 1 = a window row (vector side only)
@@ -156,6 +159,7 @@ class _Schema:
                 if name not in have:
                     self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         self.conn.execute("CREATE INDEX IF NOT EXISTS idx_chunks_pending ON chunks (pending, rid)")
+        self.conn.execute(_WINDOWS_INDEX)
 
     def _load_vector_extension(self) -> None:
         if not self.vector_enabled:

@@ -62,10 +62,16 @@ class _Search:
         token = self._data_token()
         if self._vector_counts is not None and self._vector_counts[0] == token:
             return self._vector_counts[1]
-        total, pending, chars = self.conn.execute(
-            "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
-            "FROM chunks WHERE part = 0"
-        ).fetchall()[0]
+        if self.windows_index:  # from the indexes: no chunk row read but the pending ones
+            total, pending, chars = self.conn.execute(
+                "SELECT (SELECT count(*) FROM chunks) - (SELECT count(*) FROM chunks WHERE part = 1), "
+                "count(*), coalesce(sum(length(text)), 0) FROM chunks WHERE pending = 1 AND part = 0"
+            ).fetchall()[0]
+        else:
+            total, pending, chars = self.conn.execute(
+                "SELECT count(*), coalesce(sum(pending), 0), coalesce(sum(CASE WHEN pending = 1 THEN length(text) END), 0) "
+                "FROM chunks WHERE part = 0"
+            ).fetchall()[0]
         counts = VectorCounts(int(total) - int(pending), int(total), int(chars))
         self._vector_counts = (token, counts)
         return counts
@@ -86,9 +92,11 @@ class _Search:
                 out[row[0]] = (row[1], row[2], row[3], row[4])
         return out
 
-    def _read_meta(self, rids: Iterable[int]) -> dict[int, str]:
+    def _read_meta(self, rids: Iterable[int], positions: Any = None) -> dict[int, str]:
         """``rid -> id`` of search candidates; their metadata is kept for :meth:`get_chunk_meta`
-        while the index is unchanged (looked up by rid, which is cheaper than by id)."""
+        while the index is unchanged (looked up by rid, which is cheaper than by id). Rows of the
+        vector matrix (``positions``: theirs, when the caller knows them) are read from it, the
+        others from the index."""
         token = self._data_token()
         memo_token, memo = self._meta_memo
         if memo_token != token or len(memo) > _META_MEMO_MAX:
@@ -96,6 +104,24 @@ class _Search:
             self._meta_memo = (token, memo)
         rids = [int(r) for r in rids]
         out: dict[int, str] = {}
+        matrix = self._matrix
+        if matrix is not None and matrix[0] == token and rids:
+            _, ids, _, rid_of, metas = matrix
+            if positions is None:
+                import numpy as np
+
+                want = np.asarray(rids, dtype=np.int64)
+                positions = np.minimum(np.searchsorted(rid_of, want), max(len(rid_of) - 1, 0))
+                positions = [int(p) if len(rid_of) and rid_of[p] == r else -1 for p, r in zip(positions, rids)]
+            rest = []
+            for rid, p in zip(rids, positions):
+                if p < 0:
+                    rest.append(rid)
+                    continue
+                cid = ids[p]
+                out[rid] = cid
+                memo[cid] = metas[p]
+            rids = rest
         for part, marks in _batches(rids):
             for rid, cid, path, source, start, end in self.conn.execute(
                 f"SELECT rid, id, path, source, start_line, end_line FROM chunks WHERE rid IN ({marks})", part
@@ -185,6 +211,8 @@ class _Search:
         for term in terms:
             n = known.get(term)
             if n is None:
+                n = self._cached_term_rows(term, token)
+            if n is None:
                 try:
                     n = self._term_rows(term)
                 except apsw.SQLError as exc:  # never expected: the term is quoted
@@ -194,6 +222,17 @@ class _Search:
                     known[term] = n
             out.append(n)
         return rows, out
+
+    def _cached_term_rows(self, term: str, token: Any) -> int | None:
+        """Rows holding ``term`` from the in-process keyword scoring's postings of its token, when
+        it has them for this state of the index (a keyword search just read them), else ``None``."""
+        bm25 = self._bm25
+        if bm25 is None or bm25[0] != token or self.fts_tokenizer == "trigram":
+            return None
+        tokens = self._fts_tokens([term])
+        if tokens is None:
+            return None
+        return bm25[1].cached_rows(tokens[0])
 
     def _term_rows(self, term: str) -> int:
         """Rows holding ``term``: the FTS5 vocabulary's row count for one token, else a count of
@@ -267,7 +306,8 @@ class _Search:
         return self._matrix is not None and self._matrix[0] == self._data_token()
 
     def _matrix_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
-        """Exact cosine search over a float32 matrix kept in memory while the index is unchanged."""
+        """Exact cosine search over a float32 matrix kept in memory while the index is unchanged,
+        with each row's chunk id and metadata (a search reads nothing else from the index)."""
         import numpy as np
 
         q = np.asarray(query, dtype=np.float32)
@@ -276,21 +316,26 @@ class _Search:
             ids: list[str] = []
             rids: list[int] = []
             blobs: list[bytes] = []
-            for rid, cid, blob in self.conn.execute(
-                "SELECT rid, id, embedding FROM chunks WHERE embedding IS NOT NULL AND length(embedding) = ?",
+            metas: list[tuple[str, str, int, int]] = []
+            shared: dict[str, str] = {}  # one string per path, not one per chunk
+            for rid, cid, path, source, start, end, blob in self.conn.execute(
+                "SELECT rid, id, path, source, start_line, end_line, embedding FROM chunks "
+                "WHERE embedding IS NOT NULL AND length(embedding) = ?",
                 (self.vector_dims * 4,),  # type: ignore[operator]
             ):
                 rids.append(rid)
                 ids.append(cid)
                 blobs.append(blob)
+                metas.append((shared.setdefault(path, path), shared.setdefault(source, source), start, end))
             if blobs:
                 m = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
                 norms = np.linalg.norm(m, axis=1, keepdims=True)
                 np.divide(m, norms, out=m, where=norms > 0)
             else:
                 m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
-            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64))
-        _, ids, m, rid_of = self._matrix  # type: ignore[misc]
+            del blobs
+            self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64), metas)
+        _, ids, m, rid_of, _ = self._matrix  # type: ignore[misc]
         if not ids:
             return []
         qn = float(np.linalg.norm(q))
@@ -300,5 +345,10 @@ class _Search:
         k = min(int(limit), len(ids))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
         top = top[np.argsort(-scores[top], kind="stable")]
-        self._read_meta(rid_of[top])
-        return [(ids[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
+        best = scores[top]
+        finite = np.isfinite(best)
+        if not finite.all():
+            top, best = top[finite], best[finite]
+        positions = top.tolist()
+        self._read_meta(rid_of[top].tolist(), positions)
+        return [(ids[i], s) for i, s in zip(positions, best.tolist())]

@@ -21,8 +21,8 @@ from ..base import CorruptIndexError, MissingIndexError, Store, StoreCounts, Vec
 from ..bm25 import Bm25Index
 from .cache import _EmbeddingCache
 from .common import VectorTableError, _locked
-from .schema import (_ADDED_COLUMNS, _OPEN_ATTEMPTS, _SCHEMA, _SCHEMA_OBJECTS, SCHEMA_VERSION, _check_file_header,
-                     _Schema, remove_index_files, remove_stale_temp_files)
+from .schema import (_ADDED_COLUMNS, _OPEN_ATTEMPTS, _SCHEMA, _SCHEMA_OBJECTS, _WINDOWS_INDEX, SCHEMA_VERSION,
+                     _check_file_header, _Schema, remove_index_files, remove_stale_temp_files)
 from .search import _Search
 from .writes import _Writes
 
@@ -81,7 +81,7 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
         self._opens = 0
         self._writes = 0
         self._vec_queries = 0
-        self._matrix: tuple[Any, list[str], Any, Any] | None = None
+        self._matrix: tuple[Any, list[str], Any, Any, list[tuple[str, str, int, int]]] | None = None
         self._seen_token: Any = None
         self._bm25: tuple[Any, Bm25Index] | None = None
         self._kw_token: Any = None
@@ -90,6 +90,8 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
         self._query_tokenizer: Any = None
         self._meta_memo: tuple[Any, dict[str, tuple[str, str, int, int]]] = (None, {})
         self._vector_counts: tuple[Any, VectorCounts] | None = None
+        #: Whether the index has ``idx_chunks_windows`` (chunks counted without reading rows).
+        self.windows_index = False
         #: Guards the connection and the caches (a ``MemoryIndex`` is shared by threads).
         self._lock = threading.RLock()
         self._open()
@@ -156,6 +158,18 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
                     conn.execute(_SCHEMA)
                     self._add_missing_columns()
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.windows_index = not complete or "idx_chunks_windows" in names
+            if not self.windows_index and not self.read_only:
+                # an index of an earlier release: add it now if nobody is writing (never waits)
+                conn.setbusytimeout(0)
+                try:
+                    with self._tx():
+                        conn.execute(_WINDOWS_INDEX)
+                    self.windows_index = True
+                except apsw.BusyError:
+                    pass
+                finally:
+                    conn.setbusytimeout(10_000)
             self._ensure_fts("chunks_fts" in names or self.read_only)
             self._read_vector_state()
             conn.execute("SELECT key, value FROM meta").fetchall()  # a damaged meta page fails here, not later

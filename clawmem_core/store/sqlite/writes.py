@@ -95,6 +95,22 @@ class _Writes:
         rows = self.conn.execute("SELECT path, hash, size, mtime, ctime, ino FROM files WHERE source=?", (source,))
         return {row[0]: row for row in rows}
 
+    @_locked
+    def file_states_of(self, source: str, paths: Iterable[str]) -> dict[str, FileState]:
+        """:meth:`file_states` of only ``paths`` (one lookup per 500 paths)."""
+        out: dict[str, FileState] = {}
+        for part, marks in _batches(list(paths)):
+            for row in self.conn.execute(
+                f"SELECT path, hash, size, mtime, ctime, ino FROM files WHERE source=? AND path IN ({marks})",
+                (source, *part),
+            ):
+                out[row[0]] = row
+        return out
+
+    @_locked
+    def file_count(self, source: str) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM files WHERE source=?", (source,)).fetchall()[0][0])
+
     def _delete_chunks(self, source: str, paths: Sequence[str], with_vectors: bool) -> None:
         """Delete the chunks (keywords, vectors) of ``paths``: one lookup per 500 paths, not per file."""
         conn = self.conn
@@ -107,7 +123,8 @@ class _Writes:
                 conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part_rids)
             if with_vectors:
                 with _vec_errors():
-                    conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part_rids)
+                    # one rowid at a time: sqlite-vec answers ``rowid IN (...)`` by a scan of the table
+                    conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", [(r,) for r in part_rids])
             conn.execute(f"DELETE FROM chunks WHERE rid IN ({marks})", part_rids)
 
     @_locked
