@@ -3,11 +3,14 @@ literals, and the time in milliseconds the rows are stamped with."""
 
 from __future__ import annotations
 
+import struct
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from collections import Counter
+
+    import psycopg
 
 
 def _now_ms() -> int:
@@ -23,6 +26,56 @@ def _pg_text(text: str) -> str:
 def _vec(v: Sequence[float]) -> str:
     """A pgvector text literal (``[1.0, 0.5]``: pgvector skips the spaces)."""
     return str(list(map(float, v)))
+
+
+class VectorArray:
+    """Vectors sent as one binary ``vector[]`` parameter (write it ``%b::vector[]``): pgvector's
+    binary form, so neither side prints or parses a float. ``oid``: the ``vector`` type's OID in
+    the database (the array's elements carry it); a ``None`` vector is a NULL element."""
+
+    __slots__ = ("oid", "vectors")
+
+    def __init__(self, oid: int, vectors: Sequence[Sequence[float] | None]) -> None:
+        self.oid = oid
+        self.vectors = vectors
+
+    def dump(self) -> bytes:
+        """PostgreSQL's binary array: a header (one dimension, whether a NULL is in it, the
+        element type, length, lower bound 1), then each element's length and pgvector's binary
+        ``vector`` (dimensions and an unused int16, then big-endian float4s); -1 for a NULL."""
+        parts = [b""]
+        nulls = 0
+        pack = struct.pack
+        for v in self.vectors:
+            if v is None:
+                parts.append(b"\xff\xff\xff\xff")
+                nulls = 1
+                continue
+            n = len(v)
+            parts.append(pack(f">iHH{n}f", 4 + 4 * n, n, 0, *v))
+        parts[0] = pack(">iiIii", 1, nulls, self.oid, len(self.vectors), 1)
+        return b"".join(parts)
+
+
+_DUMPER: Any = None
+
+
+def register_vector_array(conn: "psycopg.Connection") -> None:
+    """Teach ``conn`` to send a :class:`VectorArray` as a binary parameter of unknown type (the
+    statement's ``::vector[]`` names it)."""
+    global _DUMPER
+    if _DUMPER is None:
+        from psycopg.adapt import Dumper
+        from psycopg.pq import Format
+
+        class _VectorArrayDumper(Dumper):
+            format = Format.BINARY
+
+            def dump(self, obj: Any) -> bytes:
+                return obj.dump()  # type: ignore[no-any-return]
+
+        _DUMPER = _VectorArrayDumper
+    conn.adapters.register_dumper(VectorArray, _DUMPER)
 
 
 #: PostgreSQL keeps at most 256 positions per lexeme: a term's count in one chunk is capped there.

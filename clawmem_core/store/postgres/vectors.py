@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ..base import ChunkRow, VectorCounts
 from .connection import _again_if_lost
-from .values import _now_ms, _vec
+from .values import VectorArray, _now_ms, _vec, register_vector_array
 
 if TYPE_CHECKING:
     import psycopg
@@ -191,26 +191,32 @@ class _Vectors:
         if not first:
             return 0
         with self._write(read_generation=False) as (conn, gen):
-            # One statement a chunk, by its unique key, sent together: a single join against the
-            # batch may be planned as a scan of every pending row of the agent (statistics lag
-            # behind a keyword phase that just wrote them). A chunk no longer pending (replaced
-            # or deleted since it was read) is not updated and returns nothing. Without window
-            # rows to add, nothing is read before the COMMIT: one round trip in all.
+            register_vector_array(conn)
+            # One statement for the batch, the vectors binary: each chunk found by its unique key
+            # (``pending <> 0``, not ``= 1``: the partial index of pending rows, which the planner
+            # may otherwise prefer on statistics that lag behind a keyword phase that just wrote
+            # them, would be scanned for every chunk). A chunk no longer pending (replaced or
+            # deleted since it was read) is not updated and returns nothing. Without window rows
+            # to add, nothing is read before the COMMIT: one round trip in all (two the first
+            # time, for the ``vector`` type's OID).
             live = isinstance(gen, str)
+            ids = list(first)
+            vecs = [first[cid][0] or None for cid in ids]
             cur = conn.cursor()
-            cur.executemany(
-                "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
-                f"WHERE agent = %s AND generation = {gen if live else '%s'} AND id = %s AND pending = 1 RETURNING id",
-                [(_vec(v) if v else None, len(v) if v else None, now, self.agent, self.agent if live else gen, cid)
-                 for cid, (v, _) in first.items()],
-                returning=True,
+            cur.execute(
+                "UPDATE clawmem_chunks AS c SET embedding = u.embedding, dims = u.dims, pending = 0, updated_at = %s "
+                "FROM unnest(%s::text[], %s::int[], %b::vector[]) AS u(id, dims, embedding) "
+                f"WHERE c.agent = %s AND c.generation = {gen if live else '%s'} AND c.id = u.id AND c.pending <> 0 "
+                "RETURNING c.id",
+                (now, ids, [len(v) if v else None for v in vecs], VectorArray(self._vector_oid(conn), vecs),
+                 self.agent, self.agent if live else gen),
             )
             rows: list[tuple[str]] | None = None
             windows: list[tuple[Any, ...]] = []
             if any(ws for _, ws in first.values()):
-                rows = self._all_results(cur)
-                if live:
-                    gen = self._generation(conn)
+                rows = cur.fetchall()
+                if live:  # the generation read (as a number from here on)
+                    gen, live = self._generation(conn), False
                 windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
             if windows:
                 with conn.cursor() as wcur:
@@ -230,7 +236,7 @@ class _Vectors:
                     (self.agent, self.agent if live else gen, str(dims), self.agent, now, list(first)),
                 )
         if rows is None:
-            rows = self._all_results(cur)
+            rows = cur.fetchall()
         cur.close()
         done = len(rows)
         if dims and done:
@@ -239,14 +245,12 @@ class _Vectors:
                                    + sum(1 for w in windows if w[14] is not None))
         return done
 
-    @staticmethod
-    def _all_results(cur: "psycopg.Cursor[Any]") -> list[Any]:
-        """The rows of every statement an ``executemany(..., returning=True)`` ran."""
-        rows: list[Any] = []
-        while True:
-            rows.extend(cur.fetchall())
-            if not cur.nextset():
-                return rows
+    def _vector_oid(self, conn: "psycopg.Connection") -> int:
+        """The OID of pgvector's ``vector`` type in this database (asked once per backend)."""
+        oid = self.backend.vector_oid
+        if oid is None:
+            oid = self.backend.vector_oid = int(conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])  # type: ignore[index]
+        return oid
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(dict.fromkeys(ids))
