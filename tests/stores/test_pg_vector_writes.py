@@ -104,3 +104,18 @@ def test_a_refused_vector_leaves_the_whole_batch_pending(pg_url: str) -> None:
     assert s.vector_counts().pending == 2
     assert s.set_vectors([(rows[0].id, [1.0, 2.0], []), (rows[1].id, [0.5, 1.0], [])]) == 2
     s.close()
+
+
+def test_a_cache_write_leaves_the_commit_setting_as_it_was(pg_url: str) -> None:
+    """The cache's own commit does not wait for the disk; nothing else is committed that way: not
+    the connection's later transactions, nor a transaction the cache write runs inside."""
+    s = PostgresBackend(pg_url, "a").open()
+    s.cache_put("p", "m", "k", {"a": [1.0, 2.0]})
+    with s._conn() as conn, conn.transaction():
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    with s.writing():
+        with s._conn() as conn, conn.transaction():
+            s.cache_put("p", "m", "k", {"b": [3.0, 4.0]})  # on the same connection, inside its transaction
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    assert s.cache_get("p", "m", "k", ["a", "b"]) == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    s.close()

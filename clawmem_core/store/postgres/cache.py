@@ -29,16 +29,22 @@ class _EmbeddingCache:
         entries = [(h, v) for h, v in items.items() if len(v)]
         if not entries:
             return
-        with self._conn() as conn, conn.pipeline(), conn.transaction():  # one round trip
+        from psycopg.pq import TransactionStatus
+
+        with self._conn() as conn:  # one statement: atomic without a transaction around it
             register_vector_array(conn)
-            # Committed without waiting for the disk: the cache is only a cache (a server that
-            # crashed at once loses at most the last entries, embedded again when asked for),
-            # and a vector phase puts entries every few chunks.
-            conn.execute("SET LOCAL synchronous_commit = off")
+            # Committed without waiting for the disk (``synchronous_commit`` off for this
+            # statement's own transaction, set before its rows; never for a transaction the
+            # connection is in): the cache is only a cache (a server that crashed at once loses
+            # at most the last entries, embedded again when asked for), and a vector phase
+            # writes to it after every provider call.
+            own = conn.info.transaction_status == TransactionStatus.IDLE
+            setting = "'off'" if own else "current_setting('synchronous_commit')"
             conn.execute(
+                f"WITH s AS MATERIALIZED (SELECT set_config('synchronous_commit', {setting}, true)) "
                 "INSERT INTO clawmem_embedding_cache (provider, model, provider_key, hash, dims, embedding, updated_at) "
                 "SELECT %(provider)s, %(model)s, %(key)s, u.hash, vector_dims(u.emb), u.emb, %(now)s "
-                "FROM unnest(%(hashes)s::text[], %(embs)b::vector[]) AS u(hash, emb) "
+                "FROM unnest(%(hashes)s::text[], %(embs)b::vector[]) AS u(hash, emb) CROSS JOIN s "
                 "ON CONFLICT (provider, model, provider_key, hash) DO UPDATE SET embedding = excluded.embedding, "
                 "dims = excluded.dims, updated_at = excluded.updated_at",
                 {"provider": provider, "model": model, "key": provider_key, "now": _now_ms(),
