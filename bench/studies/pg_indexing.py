@@ -10,7 +10,7 @@ store after the other, the order rotating between rounds, with the deterministic
 another commit indexes into PostgreSQL too, in the same rounds: its ``clawmem_core`` is imported in a
 process of its own (``PYTHONPATH``), as is this checkout's, so the two are measured under the same load.
 Timed apart: the keyword phase (read, chunk, write for keyword search) and the vector phase (embed and
-write the vectors). Results go to ``bench/results/pg_indexing.json`` and ``bench/results/PG_INDEXING.md``;
+write the vectors). Results go to ``bench/results/pg_indexing.json`` and ``bench/results/PG_INDEXING.md`` (``--out``);
 the workspace is generated once under ``bench/results/raw/``.
 """
 
@@ -179,12 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--old", type=Path, help="a checkout of an older commit, measured in the same rounds")
-    ap.add_argument("--out", default="pg_indexing", help="name of the results (.json and .md) in bench/results/")
+    ap.add_argument("--out", default="pg_indexing",
+                    help="name of the results in bench/results/ (NAME.json, and the report in NAME in capitals .md)")
     a = ap.parse_args(argv)
     RAW.mkdir(parents=True, exist_ok=True)
     data = run(a.scale, a.rounds, a.old)
     (RESULTS / f"{a.out}.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-    (RESULTS / f"{a.out}.md").write_text(report(data), encoding="utf-8")
+    (RESULTS / f"{a.out.upper()}.md").write_text(report(data), encoding="utf-8")
     print(report(data))
     return 0
 

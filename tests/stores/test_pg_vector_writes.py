@@ -1,4 +1,4 @@
-"""The PostgreSQL vector phase's writes: one statement a batch, each chunk found by its unique key
+"""The PostgreSQL store's writes: the vector phase's one statement a batch, each chunk found by its unique key
 (never by scanning the agent's pending rows), the vectors sent binary and stored as the text form
 stored them, the embedding cache likewise."""
 
@@ -118,4 +118,56 @@ def test_a_cache_write_leaves_the_commit_setting_as_it_was(pg_url: str) -> None:
             s.cache_put("p", "m", "k", {"b": [3.0, 4.0]})  # on the same connection, inside its transaction
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
     assert s.cache_get("p", "m", "k", ["a", "b"]) == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    s.close()
+
+
+def test_the_vector_phase_builds_the_graph_once_its_models_chunks_are_all_done(pg_url: str) -> None:
+    """Past ``exact_below`` vectors the HNSW index is built when the vector phase has completed
+    every chunk of its model (one build over them all, not a graph grown a vector at a time);
+    a chunk of another model left pending does not hold it back. Searches are exact until then."""
+    import random
+
+    from clawmem_core.store.postgres.vectors import hnsw_index
+
+    s = PostgresBackend(pg_url, "a", exact_below=50).open()
+    rng = random.Random(5)
+    rows = [pending(f"f{i}.md", i, f"heron {i} 鹭") for i in range(120)]
+    other = replace(pending("g.md", 0, "another model's chunk"), model="other-model")
+    s.replace_files([(file(f"f{i}.md", f"c{i}"), [rows[i]]) for i in range(120)] + [(file("g.md", "g"), [other])])
+    vecs = {r.id: [rng.gauss(0, 1) for _ in range(8)] for r in rows}
+    for start in range(0, 112, 16):  # 112 of 120 done: more than exact_below, 8 still to do
+        s.set_vectors([(r.id, vecs[r.id], []) for r in rows[start:start + 16]])
+        with psycopg.connect(pg_url) as conn:
+            assert hnsw_index(conn, 8) is None
+    truth = s.vector_search(vecs[rows[3].id], 5)
+    assert truth[0][0] == rows[3].id
+    s.set_vectors([(r.id, vecs[r.id], []) for r in rows[112:]])
+    with psycopg.connect(pg_url) as conn:
+        assert hnsw_index(conn, 8) == "halfvec"
+    assert s.vector_counts().pending == 1  # the other model's chunk
+    assert s.vector_search(vecs[rows[3].id], 5)[0][0] == rows[3].id
+    s.close()
+
+
+def test_binary_terms_and_vectors_are_the_values_their_literals_give(pg_url: str) -> None:
+    """The keyword phase sends each chunk's terms (and a cached vector) binary: the server holds
+    exactly what the text literals gave, for Chinese, quotes, backslashes and counts past 256."""
+    from collections import Counter
+
+    from clawmem_core.store.postgres.values import BinaryTsVector, BinaryVector, _tsvector, register_binary
+
+    cases = [Counter({"茶": 3, "龙井": 1, "it's": 2, "a\\b": 1, "''": 1, "x" * 300: 1, "many": 300}),
+             Counter({"one": 1}), Counter()]
+    with psycopg.connect(pg_url) as conn:
+        register_binary(conn)
+        for counts in cases:
+            got = conn.execute("SELECT %b::tsvector = %s::tsvector, %b::tsvector::text",
+                               (BinaryTsVector(counts), _tsvector(counts), BinaryTsVector(counts))).fetchone()
+            assert got[0], (counts, got[1])
+        v = [0.1, -2.5, 1.0 / 3.0]
+        assert conn.execute("SELECT %b::vector = %s::vector", (BinaryVector(v), _vec(v))).fetchone() == (True,)
+    s = PostgresBackend(pg_url, "a").open()
+    s.replace_files([(file("a.md"), [chunk("a.md", 1, "龙井茶 tea, it's tea", [0.5, 0.5])])])
+    assert [h[0] for h in s.keyword_search(["龙井"], 5)] == [chunk("a.md", 1, "龙井茶 tea, it's tea").id]
+    assert s.vector_search([0.5, 0.5], 1)[0][1] > 0.99
     s.close()

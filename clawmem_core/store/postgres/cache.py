@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .connection import _again_if_lost
-from .values import VectorArray, _now_ms, register_vector_array
+from .values import VectorArray, _now_ms, register_binary
 
 
 class _EmbeddingCache:
@@ -32,7 +32,7 @@ class _EmbeddingCache:
         from psycopg.pq import TransactionStatus
 
         with self._conn() as conn:  # one statement: atomic without a transaction around it
-            register_vector_array(conn)
+            register_binary(conn)
             # Committed without waiting for the disk (``synchronous_commit`` off for this
             # statement's own transaction, set before its rows; never for a transaction the
             # connection is in): the cache is only a cache (a server that crashed at once loses

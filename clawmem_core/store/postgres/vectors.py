@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ..base import ChunkRow, VectorCounts
 from .connection import _again_if_lost
-from .values import VectorArray, _now_ms, _vec, register_vector_array
+from .values import VectorArray, _now_ms, _vec, register_binary
 
 if TYPE_CHECKING:
     import psycopg
@@ -191,7 +191,7 @@ class _Vectors:
         if not first:
             return 0
         with self._write(read_generation=False) as (conn, gen):
-            register_vector_array(conn)
+            register_binary(conn)
             # One statement for the batch, the vectors binary: each chunk found by its unique key
             # (``pending <> 0``, not ``= 1``: the partial index of pending rows, which the planner
             # may otherwise prefer on statistics that lag behind a keyword phase that just wrote
@@ -220,13 +220,7 @@ class _Vectors:
                 windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
             if windows:
                 with conn.cursor() as wcur:
-                    wcur.executemany(
-                        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
-                        "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
-                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
-                        "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
-                        windows,
-                    )
+                    wcur.executemany(self._CHUNK_INSERT + " ON CONFLICT (agent, generation, id) DO NOTHING", windows)
             if dims and dims != self.vector_dims:  # (nothing is written when no chunk was completed)
                 conn.execute(
                     f"INSERT INTO clawmem_meta (agent, generation, key, value) SELECT %s, {gen if live else '%s'}, "
@@ -242,7 +236,7 @@ class _Vectors:
         if dims and done:
             self.vector_dims = dims
             self._maybe_build_hnsw(dims, sum(1 for (cid,) in rows if first[cid][0])
-                                   + sum(1 for w in windows if w[14] is not None))
+                                   + sum(1 for w in windows if w[14] is not None), after=rows[0][0])
         return done
 
     def _vector_oid(self, conn: "psycopg.Connection") -> int:
@@ -411,11 +405,15 @@ class _Vectors:
                 self._hnsw[dims] = kind
         return kind
 
-    def _maybe_build_hnsw(self, dims: int, written: int) -> None:
+    def _maybe_build_hnsw(self, dims: int, written: int, after: str | None = None) -> None:
         """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
         (one index per dimension count, shared by every agent). ``written``: vectors just written.
         The agent's vectors are counted only when the last count plus those written since could
-        reach the threshold (not after every batch of a vector phase)."""
+        reach the threshold (not after every batch of a vector phase). ``after`` (the vector phase:
+        the id of a chunk it just completed): not while chunks of that chunk's model wait for their
+        vectors, so that the graph is built once over them all rather than grown a vector at a
+        time (an insert into the graph costs several times what a bulk build spends on a vector);
+        searches stay exact until then."""
         if dims in self._hnsw or hnsw_type(dims) is None:
             return
         bound = self._vec_bound.get(dims)
@@ -426,6 +424,8 @@ class _Vectors:
         with self._conn() as conn:
             if self._hnsw_type(conn, dims):
                 return
+            if after is not None and bound is not None and self._pending_left(conn, after):
+                return
             row = conn.execute(
                 f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND dims = {dims}",
@@ -434,4 +434,18 @@ class _Vectors:
             self._vec_bound[dims] = int(row[0])  # type: ignore[index]
             if self._vec_bound[dims] < self.backend.exact_below:
                 return
+            if after is not None and bound is None and self._pending_left(conn, after):
+                return
         self.backend.build_hnsw(dims)
+
+    def _pending_left(self, conn: "psycopg.Connection", like: str) -> bool:
+        """Whether any chunk of the agent of the same model as chunk ``like`` waits for its
+        vectors (chunks of other models are left pending by this model's vector phase)."""
+        g = self._g()
+        row = conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {g} "
+            f"AND pending = 1 AND model = (SELECT model FROM clawmem_chunks WHERE agent = %(agent)s "
+            f"AND generation = {g} AND id = %(id)s))",
+            {"agent": self.agent, "id": like},
+        ).fetchone()
+        return bool(row[0])  # type: ignore[index]
