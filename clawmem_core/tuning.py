@@ -160,3 +160,12 @@ PROMOTION_MAX_LOSS_FRACTION = 0.25
 #: A candidate's recency halves every this many days: the last two weeks' recalls lead, an old burst fades.
 #: docs/decisions.md#consolidations-defaults
 PROMOTION_HALF_LIFE_DAYS = 14.0
+
+# -- indexing speed ------------------------------------------------------------------------------
+
+#: The vector phase doubles its next group of chunks (up to the store's ``vector_group_max``) after a
+#: group quicker than this (seconds), and halves it after one over twice this: a store whose
+#: commits wait for a disk writes few large transactions, while a stop or a deadline is still seen
+#: within about a second.
+#: docs/decisions.md#the-vector-phases-group-size
+VECTOR_GROUP_SECONDS = 0.25

@@ -2,8 +2,9 @@
 
 The first phase writes every changed file's chunks for keyword search at once, with the vectors
 the embedding cache already holds; chunks without are written *pending*. This phase embeds them
-in index order, a small group at a time, each group written in one transaction and its vectors
-put in the cache as each provider call returns. A killed run leaves pending chunks behind, and
+in index order, a group at a time (growing while groups are quick, up to what the store allows),
+each group written in one transaction and its vectors put in the cache as each provider call
+returns. A killed run leaves pending chunks behind, and
 the next run carries on from them. A chunk replaced or deleted meanwhile is skipped when its
 vectors arrive (the store only completes chunks that are still pending).
 """
@@ -20,9 +21,16 @@ from .embeddings.batching import batches_by_bytes
 from .progress import PhaseMeter, SyncProgress
 from .results import SyncReport
 from .store.base import ChunkRow, Store
+from .tuning import VECTOR_GROUP_SECONDS
 
-#: Pending chunks embedded and written per transaction (a progress report each).
+#: Pending chunks embedded and written per transaction (a progress report each), at first: a
+#: store whose transactions cost more than the work in them (``Store.vector_group_max``) lets the
+#: group grow while a group takes less than :data:`GROUP_SECONDS`.
 GROUP_CHUNKS = 16
+#: A group (embed and write) faster than this (seconds) doubles the next one, up to the store's
+#: ``vector_group_max``; one over twice this halves it, down to :data:`GROUP_CHUNKS`. A stop or a
+#: deadline is then still seen within about a second.
+GROUP_SECONDS = VECTOR_GROUP_SECONDS
 
 Listener = Callable[[SyncProgress], None]
 
@@ -105,12 +113,13 @@ def fill_vectors(
     should_stop: Callable[[], bool] | None = None,
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
-    group_chunks: int = GROUP_CHUNKS,
+    group_chunks: int | None = None,
     paths: Sequence[str] | None = None,
 ) -> FillResult:
     """Embed every pending chunk of ``store`` (of ``paths`` only, when given; chunks of other
     models are left alone). Stops early when ``should_stop()`` says so or ``clock()`` passes
-    ``deadline``; what is done stays done."""
+    ``deadline``; what is done stays done. ``group_chunks``: chunks per transaction (by default
+    :data:`GROUP_CHUNKS`, growing up to the store's ``vector_group_max`` while groups are quick)."""
     with store.writing():
         return _fill(store, emb, cache_enabled, listener, report, should_stop, deadline, clock, group_chunks, paths)
 
@@ -124,10 +133,12 @@ def _fill(
     should_stop: Callable[[], bool] | None,
     deadline: float | None,
     clock: Callable[[], float],
-    group_chunks: int,
+    group_chunks: int | None,
     paths: Sequence[str] | None,
 ) -> FillResult:
     result = FillResult()
+    size = group_chunks or GROUP_CHUNKS
+    top = size if group_chunks else max(size, store.vector_group_max)
     counts = store.vector_counts()
     if counts.pending == 0:
         return result
@@ -141,7 +152,8 @@ def _fill(
         if (should_stop and should_stop()) or (deadline is not None and clock() >= deadline):
             result.interrupted = True
             break
-        rows = [(rid, r) for rid, r in store.pending_chunks(group_chunks, after, paths)]
+        began = clock()
+        rows = [(rid, r) for rid, r in store.pending_chunks(size, after, paths)]
         if not rows:
             # Chunks written pending by a sync that ran meanwhile sit before ``after``: one more
             # pass from the start picks them up; a pass finding only other models' chunks ends.
@@ -165,6 +177,11 @@ def _fill(
         ev = meter.advance(done, sent)
         if listener:
             listener(ev)
+        took = clock() - began
+        if took < GROUP_SECONDS and size < top:
+            size = min(top, size * 2)
+        elif took > 2 * GROUP_SECONDS and size > GROUP_CHUNKS:
+            size = max(GROUP_CHUNKS, size // 2)
     if listener and not result.interrupted:
         final = store.vector_counts()
         if final.pending == 0 and meter.done < meter.total:

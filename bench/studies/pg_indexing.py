@@ -1,13 +1,17 @@
 """Indexing speed, SQLite against PostgreSQL, side by side under the same load.
 
-    python -m bench.studies.pg_indexing --scale 10000 --rounds 2
+    python -m bench.studies.pg_indexing --scale 10000 --rounds 3
+    python -m bench.studies.pg_indexing --scale 10000 --rounds 3 --old ../clawmem-old   # and an older checkout
 
 Each round indexes the same generated workspace from nothing into a new SQLite file and into a new
-PostgreSQL database (the embedded server of :mod:`bench.postgres`), one store after
-the other, the order alternating between rounds, with the deterministic 384-d hash embedder (the
-same work for both stores). Timed apart: the keyword phase (read, chunk, write for keyword search)
-and the vector phase (embed and write the vectors). Results go to ``bench/results/pg_indexing.json``
-and ``bench/results/PG_INDEXING.md``; the workspace is generated once under ``bench/results/raw/``.
+PostgreSQL database (the embedded server of :mod:`bench.postgres`, one server for the whole run), one
+store after the other, the order rotating between rounds, with the deterministic 384-d hash embedder
+(the same work for both stores: embedding is not what is measured). With ``--old``, a checkout of
+another commit indexes into PostgreSQL too, in the same rounds: its ``clawmem_core`` is imported in a
+process of its own (``PYTHONPATH``), as is this checkout's, so the two are measured under the same load.
+Timed apart: the keyword phase (read, chunk, write for keyword search) and the vector phase (embed and
+write the vectors). Results go to ``bench/results/pg_indexing.json`` and ``bench/results/PG_INDEXING.md`` (``--out``);
+the workspace is generated once under ``bench/results/raw/``.
 """
 
 from __future__ import annotations
@@ -16,100 +20,172 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ..postgres import RAW, RESULTS, Server, log
 
-KINDS = ("sqlite", "postgres")
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Run in a process of its own, with the checkout to measure first on ``PYTHONPATH``: index the
+#: workspace from nothing, print the phases' seconds as JSON.
+_CHILD = r"""
+import json, os, sys, tempfile, time
+from pathlib import Path
+import clawmem_core
+from clawmem_core import MemoryIndex
+from clawmem_core.testing import HashEmbedder
+
+kind, ws, url, state_root = sys.argv[1:5]
+state = Path(tempfile.mkdtemp(prefix=f"clawmem-index-{kind}-", dir=state_root))
+cfg = {"store": {"url": url} if kind == "postgres" else {}, "sync": {"on_search": False}}
+load = os.getloadavg()[0]
+with MemoryIndex(Path(ws), agent_id="bench", config=cfg, embedder=HashEmbedder(dims=384), state_dir=state) as mem:
+    t0 = time.perf_counter()
+    mem.sync(vectors=False)
+    t1 = time.perf_counter()
+    mem.sync()
+    t2 = time.perf_counter()
+    st = mem.status()
+    chunks = st.chunks
+cpu = os.times()
+print(json.dumps({"chunks": chunks, "keyword_s": t1 - t0, "vector_s": t2 - t1, "total_s": t2 - t0,
+                  "chunks_per_second": chunks / (t2 - t0), "client_cpu_s": cpu.user + cpu.system,
+                  "load": [load, os.getloadavg()[0]], "code": os.path.dirname(os.path.dirname(clawmem_core.__file__))}))
+"""
 
 
-def index_once(kind: str, ws: Path, url: str, agent: str) -> dict[str, Any]:
-    """Index ``ws`` from nothing into a new store of ``kind``: seconds of each phase, chunks, load."""
-    from clawmem_core import MemoryIndex
-    from clawmem_core.testing import HashEmbedder
-
-    state = Path(tempfile.mkdtemp(prefix=f"clawmem-index-{kind}-", dir=RAW))
-    cfg = {"store": {"url": url} if kind == "postgres" else {}, "sync": {"on_search": False}}
-    load = os.getloadavg()[0]
-    with MemoryIndex(ws, agent_id=agent, config=cfg, embedder=HashEmbedder(dims=384), state_dir=state) as mem:
-        t0 = time.perf_counter()
-        mem.sync(vectors=False)
-        t1 = time.perf_counter()
-        mem.sync()
-        t2 = time.perf_counter()
-        chunks = mem.status().chunks
-    return {"chunks": chunks, "keyword_s": t1 - t0, "vector_s": t2 - t1, "total_s": t2 - t0,
-            "chunks_per_second": chunks / (t2 - t0), "load": [load, os.getloadavg()[0]]}
+def index_once(variant: str, tree: Path, ws: Path, url: str) -> dict[str, Any]:
+    """Index ``ws`` from nothing with the ``clawmem_core`` of ``tree``, in a new process."""
+    kind = "sqlite" if variant == "sqlite" else "postgres"
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(ws), url, str(RAW)], env=env, cwd=str(tree),
+                         capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"{variant} failed:\n{out.stderr[-3000:]}")
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(got["code"]).resolve() != tree.resolve():
+        raise RuntimeError(f"{variant} imported clawmem_core from {got['code']}, not {tree}")
+    return got
 
 
-def run(scale: int, rounds: int) -> dict[str, Any]:
+def _update_stats(url: str) -> dict[str, int]:
+    """Rows updated in the chunks table, and how many of those updates were HOT (in place)."""
+    import psycopg
+
+    time.sleep(1.0)  # the backends' statistics reach the cumulative view at their exit
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                           "WHERE relname = 'clawmem_chunks'").fetchone()
+    return {"updates": int(row[0]), "hot_updates": int(row[1])} if row else {}
+
+
+def run(scale: int, rounds: int, old: Path | None) -> dict[str, Any]:
     from ..synth import generate
 
     ws = RAW / "pg-speed" / f"ws-{scale}"
     if not ws.exists():
         log(f"generating a workspace of about {scale} chunks")
         generate(ws, scale)
+    variants = {"sqlite": ROOT, "postgres": ROOT}
+    if old is not None:
+        variants["postgres-old"] = old
+    names = list(variants)
     server = Server()
     try:
-        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
         for r in range(rounds):
-            # a new database each round: the embedding cache is shared by a database's agents
-            url = server.database(f"indexing_{scale}_{r}")
-            for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):
-                got = index_once(kind, ws, url, "bench")
-                runs[kind].append(got)
-                log(f"round {r} {kind}: {got['chunks']} chunks, keyword {got['keyword_s']:.1f} s, vector "
+            order = names[r % len(names):] + names[:r % len(names)]
+            for variant in order:
+                # a new database each run: the embedding cache is shared by a database's agents
+                url = server.database(f"indexing_{scale}_{r}_{variant.replace('-', '_')}")
+                got = index_once(variant, variants[variant], ws, url)
+                if variant != "sqlite":
+                    got.update(_update_stats(url))
+                    server.drop(f"indexing_{scale}_{r}_{variant.replace('-', '_')}")
+                got["round"] = r
+                runs[variant].append(got)
+                log(f"round {r} {variant}: {got['chunks']} chunks, keyword {got['keyword_s']:.1f} s, vector "
                     f"{got['vector_s']:.1f} s, {got['chunks_per_second']:.0f} chunks/s (load {got['load'][0]:.1f})")
     finally:
         server.close()
-    out: dict[str, Any] = {"scale": scale, "rounds": rounds, "runs": runs}
-    for kind in KINDS:
-        out[kind] = {k: statistics.median(r[k] for r in runs[kind])
-                     for k in ("keyword_s", "vector_s", "total_s", "chunks_per_second")}
-    out["ratio"] = {
-        "total": out["sqlite"]["chunks_per_second"] / out["postgres"]["chunks_per_second"],
-        "keyword": out["postgres"]["keyword_s"] / out["sqlite"]["keyword_s"],
-        "vector": out["postgres"]["vector_s"] / out["sqlite"]["vector_s"],
-        "per_round": [lite["total_s"] and pg["total_s"] / lite["total_s"]
-                      for lite, pg in zip(runs["sqlite"], runs["postgres"])],
-    }
+    out: dict[str, Any] = {"scale": scale, "rounds": rounds, "variants": names, "runs": runs,
+                           "commit": _commit(ROOT), "old_commit": _commit(old) if old else None,
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count()}
+    for v in names:
+        out[v] = {k: statistics.median(x[k] for x in runs[v])
+                  for k in ("keyword_s", "vector_s", "total_s", "chunks_per_second")}
+    out["ratio"] = {}
+    for v in names[1:]:
+        out["ratio"][v] = {
+            "total": statistics.median(pg["total_s"] / lite["total_s"] for lite, pg in zip(runs["sqlite"], runs[v])),
+            "keyword": statistics.median(pg["keyword_s"] / lite["keyword_s"] for lite, pg in zip(runs["sqlite"], runs[v])),
+            "vector": statistics.median(pg["vector_s"] / lite["vector_s"] for lite, pg in zip(runs["sqlite"], runs[v])),
+            "per_round": [pg["total_s"] / lite["total_s"] for lite, pg in zip(runs["sqlite"], runs[v])],
+        }
+    if old is not None:
+        out["ratio"]["old_over_new"] = [o["total_s"] / n["total_s"] for o, n in zip(runs["postgres-old"], runs["postgres"])]
     return out
 
 
+def _commit(tree: Path) -> str:
+    got = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return got.stdout.strip() + ("+changes" if dirty else "")
+
+
 def report(data: dict[str, Any]) -> str:
-    lines = ["# Indexing: SQLite against PostgreSQL", "",
-             "Regenerate with `python -m bench.studies.pg_indexing`. The same generated workspace indexed from nothing into "
-             "each store, one after the other, the order alternating between rounds (the machine's 2 cores are "
-             "shared with other jobs: read the ratios, measured side by side; the load average is shown). "
-             "Deterministic 384-d hash embedder, so both stores embed the same texts at the same cost; each round "
-             "starts from an empty index and an empty embedding cache.", "",
-             "| round | store | chunks | keyword phase s | vector phase s | chunks/s | load average |",
-             "|---|---|---|---|---|---|---|"]
+    names = data["variants"]
+    old = f" and `postgres-old` the code of commit `{data['old_commit']}`" if data.get("old_commit") else ""
+    lines = [f"# Indexing: SQLite against PostgreSQL ({data['scale']:,} chunks)", "",
+             f"Commit `{data['commit']}`{old}, {data['date']}, {data['cpus']} CPUs shared with other jobs "
+             "(the load average is shown: read the ratios, measured side by side). Regenerate with "
+             f"`python -m bench.studies.pg_indexing --scale {data['scale']} --rounds {data['rounds']}"
+             + (" --old <checkout of the older commit>" if data.get("old_commit") else "") + "`.", "",
+             "The same generated workspace indexed from nothing by each variant in turn (the order rotating "
+             "between rounds), each in a process of its own, PostgreSQL into a new database of one embedded "
+             "server (PostgreSQL 18, pgvector, default settings: `synchronous_commit` on). Deterministic 384-d "
+             "hash embedder, so every variant embeds the same texts at the same cost: embedding is not what is "
+             "measured. `updates (HOT)`: rows of the chunks table updated, and how many in place.", "",
+             "| round | variant | chunks | keyword phase s | vector phase s | chunks/s | client CPU s | updates (HOT) | load average |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in range(data["rounds"]):
-        for kind in KINDS:
-            x = data["runs"][kind][r]
-            lines.append(f"| {r} | {kind} | {x['chunks']} | {x['keyword_s']:.1f} | {x['vector_s']:.1f} | "
-                         f"{x['chunks_per_second']:.0f} | {x['load'][0]:.1f} -> {x['load'][1]:.1f} |")
-    ratio = data["ratio"]
-    lines += ["", f"Median over the rounds: PostgreSQL indexes {data['postgres']['chunks_per_second']:.0f} chunks/s against "
-              f"SQLite's {data['sqlite']['chunks_per_second']:.0f}: {ratio['total']:.2f}x slower (per round: "
-              + ", ".join(f"{x:.2f}x" for x in ratio["per_round"]) + f"); keyword phase {ratio['keyword']:.2f}x, "
-              f"vector phase {ratio['vector']:.2f}x SQLite's time.", ""]
+        for v in names:
+            x = data["runs"][v][r]
+            upd = f"{x['updates']} ({x['hot_updates']})" if "updates" in x else ""
+            lines.append(f"| {r} | {v} | {x['chunks']} | {x['keyword_s']:.1f} | {x['vector_s']:.1f} | "
+                         f"{x['chunks_per_second']:.0f} | {x['client_cpu_s']:.1f} | {upd} | "
+                         f"{x['load'][0]:.1f} -> {x['load'][1]:.1f} |")
+    lines.append("")
+    for v in names[1:]:
+        ratio = data["ratio"][v]
+        lines.append(f"- `{v}`: {data[v]['chunks_per_second']:.0f} chunks/s against SQLite's "
+                     f"{data['sqlite']['chunks_per_second']:.0f}; its time over SQLite's, median of the rounds: "
+                     f"**{ratio['total']:.2f}x** (per round: " + ", ".join(f"{x:.2f}x" for x in ratio["per_round"])
+                     + f"); keyword phase {ratio['keyword']:.2f}x, vector phase {ratio['vector']:.2f}x.")
+    if data.get("old_commit"):
+        lines.append("- `postgres-old` over `postgres` (time), per round: "
+                     + ", ".join(f"{x:.2f}x" for x in data["ratio"]["old_over_new"]) + ".")
+    lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.studies.pg_indexing")
     ap.add_argument("--scale", type=int, default=10000)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--old", type=Path, help="a checkout of an older commit, measured in the same rounds")
+    ap.add_argument("--out", default="pg_indexing",
+                    help="name of the results in bench/results/ (NAME.json, and the report in NAME in capitals .md)")
     a = ap.parse_args(argv)
     RAW.mkdir(parents=True, exist_ok=True)
-    data = run(a.scale, a.rounds)
-    (RESULTS / "pg_indexing.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-    (RESULTS / "PG_INDEXING.md").write_text(report(data), encoding="utf-8")
+    data = run(a.scale, a.rounds, a.old)
+    (RESULTS / f"{a.out}.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    (RESULTS / f"{a.out.upper()}.md").write_text(report(data), encoding="utf-8")
     print(report(data))
     return 0
 

@@ -185,6 +185,10 @@ class Store(ABC):
     #: when any path fits: sync skips a file with a longer path and reports it, so that one file
     #: never fails the writes of the others.
     max_path_bytes: int | None = None
+    #: The most pending chunks the vector phase writes in one transaction (it starts with fewer,
+    #: and grows the group while groups are quick): more where a transaction costs much (a
+    #: server's commit waits for its disk).
+    vector_group_max: int = 16
 
     @property
     def vector_backend(self) -> str:

@@ -105,3 +105,32 @@ def test_deadline_on_a_deterministic_clock(store: SQLiteStore) -> None:
     result = fill_vectors(store, Slow(), group_chunks=2, deadline=2.5, clock=lambda: now[0])
     assert result.interrupted and result.completed == 6  # calls end at t=1, 2, 3; none starts after 2.5
     assert store.vector_counts().done == 6
+
+
+def test_groups_grow_while_quick_up_to_the_stores_most_and_shrink_when_slow(store: SQLiteStore) -> None:
+    """A store whose transactions cost much (``vector_group_max``) gets bigger groups while they
+    are quick (each timed on the injected clock), and smaller ones again when they are slow."""
+    store.replace_files([_pending_file(i, [f"heron note {i}"]) for i in range(300)])
+    store.vector_group_max = 64  # type: ignore[misc]
+    now = [0.0]
+    slow_from = [10**9]
+
+    class Timed(HashEmbedder):
+        def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+            now[0] += 0.001 * len(texts) if self.texts_embedded < slow_from[0] else 0.1 * len(texts)
+            return super()._embed_documents(texts)
+
+    emb = Timed()
+    slow_from[0] = 16 + 32 + 64 + 64  # from the fifth group on, a chunk takes 0.1 s
+    events: list[SyncProgress] = []
+    result = fill_vectors(store, emb, listener=events.append, clock=lambda: now[0])
+    assert result.completed == 300
+    groups = [b.done - a.done for a, b in zip(events, events[1:])]
+    assert groups[:5] == [16, 32, 64, 64, 64]  # quick: doubled up to the store's most
+    assert groups[5:7] == [32, 16] and groups[7:] == [12]  # slow: halved down to the first size
+    # a group size the caller asks for stays as asked
+    store.replace_files([_pending_file(i, [f"egret note {i}"]) for i in range(300, 340)])
+    events.clear()
+    fill_vectors(store, HashEmbedder(), listener=events.append, group_chunks=8, clock=lambda: 0.0)
+    assert {b.done - a.done for a, b in zip(events, events[1:])} == {8}
+

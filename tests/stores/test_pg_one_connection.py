@@ -233,10 +233,11 @@ def test_searches_while_the_vector_phase_embeds_on_a_pool_of_one(one: Held, pg_u
 
 
 def test_connections_killed_while_the_vector_phase_and_searches_share_a_pool_of_one(
-        one: Held, pg_url: str, tmp_path: Path) -> None:
+        one: Held, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every connection of the database is killed again and again while the background vector
     phase embeds group by group and searches (English and Chinese) come: the searches answer,
     the phase carries on over new connections, and every chunk ends with its vector."""
+    monkeypatch.setattr(PostgresStore, "vector_group_max", 16)  # groups stay at 16 however quick
     many = {**NOTES, **{f"memory/notes/n{i:03d}.md": f"Note {i}: topic {i}. 第{i}个话题。\n" for i in range(120)}}
     ws = write(tmp_path / "ws", many)  # groups of 16 chunks: more groups than the loop below lets through
     emb = _Gated()

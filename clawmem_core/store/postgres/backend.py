@@ -59,6 +59,8 @@ class PostgresBackend(_Connections, _Locks, _Schema, _HnswBuild, StoreBackend):
         self._lock_depth = 0
         self._lock_guard = threading.RLock()
         self._schema_ready = False
+        #: the OID of pgvector's ``vector`` type in the database (vectors are sent binary)
+        self.vector_oid: int | None = None
         #: dims -> when the last automatic HNSW build failed (monotonic seconds)
         self._hnsw_failed: dict[int, float] = {}
 

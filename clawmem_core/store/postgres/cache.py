@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .connection import _again_if_lost
-from .values import _now_ms, _vec
+from .values import VectorArray, _now_ms, register_binary
 
 
 class _EmbeddingCache:
@@ -26,18 +26,29 @@ class _EmbeddingCache:
 
     @_again_if_lost
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
-        entries = [(h, _vec(v)) for h, v in items.items() if len(v)]
+        entries = [(h, v) for h, v in items.items() if len(v)]
         if not entries:
             return
+        from psycopg.pq import TransactionStatus
+
         with self._conn() as conn:  # one statement: atomic without a transaction around it
+            register_binary(conn)
+            # Committed without waiting for the disk (``synchronous_commit`` off for this
+            # statement's own transaction, set before its rows; never for a transaction the
+            # connection is in): the cache is only a cache (a server that crashed at once loses
+            # at most the last entries, embedded again when asked for), and a vector phase
+            # writes to it after every provider call.
+            own = conn.info.transaction_status == TransactionStatus.IDLE
+            setting = "'off'" if own else "current_setting('synchronous_commit')"
             conn.execute(
+                f"WITH s AS MATERIALIZED (SELECT set_config('synchronous_commit', {setting}, true)) "
                 "INSERT INTO clawmem_embedding_cache (provider, model, provider_key, hash, dims, embedding, updated_at) "
-                "SELECT %(provider)s, %(model)s, %(key)s, u.hash, vector_dims(u.emb::vector), u.emb::vector, %(now)s "
-                "FROM unnest(%(hashes)s::text[], %(embs)s::text[]) AS u(hash, emb) "
+                "SELECT %(provider)s, %(model)s, %(key)s, u.hash, vector_dims(u.emb), u.emb, %(now)s "
+                "FROM unnest(%(hashes)s::text[], %(embs)b::vector[]) AS u(hash, emb) CROSS JOIN s "
                 "ON CONFLICT (provider, model, provider_key, hash) DO UPDATE SET embedding = excluded.embedding, "
                 "dims = excluded.dims, updated_at = excluded.updated_at",
                 {"provider": provider, "model": model, "key": provider_key, "now": _now_ms(),
-                 "hashes": [h for h, _ in entries], "embs": [e for _, e in entries]},
+                 "hashes": [h for h, _ in entries], "embs": VectorArray(self._vector_oid(conn), [v for _, v in entries])},
             )
 
     def cache_prune(self, max_entries: int) -> int:

@@ -27,6 +27,9 @@ class PostgresStore(_Reads, _Writes, _Keywords, _Vectors, _EmbeddingCache, _Inli
 
     vector_extension = True
     fts_available = True
+    #: A transaction's commit waits for the server's disk (milliseconds): the vector phase groups
+    #: up to this many chunks in one while groups are quick.
+    vector_group_max = 256
 
     def __init__(self, backend: PostgresBackend, agent: str, *, generation: int | None = None, create: bool = True) -> None:
         self.backend = backend

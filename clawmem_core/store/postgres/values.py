@@ -3,11 +3,14 @@ literals, and the time in milliseconds the rows are stamped with."""
 
 from __future__ import annotations
 
+import struct
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from collections import Counter
+
+    import psycopg
 
 
 def _now_ms() -> int:
@@ -23,6 +26,71 @@ def _pg_text(text: str) -> str:
 def _vec(v: Sequence[float]) -> str:
     """A pgvector text literal (``[1.0, 0.5]``: pgvector skips the spaces)."""
     return str(list(map(float, v)))
+
+
+class VectorArray:
+    """Vectors sent as one binary ``vector[]`` parameter (write it ``%b::vector[]``): pgvector's
+    binary form, so neither side prints or parses a float. ``oid``: the ``vector`` type's OID in
+    the database (the array's elements carry it); a ``None`` vector is a NULL element."""
+
+    __slots__ = ("oid", "vectors")
+
+    def __init__(self, oid: int, vectors: Sequence[Sequence[float] | None]) -> None:
+        self.oid = oid
+        self.vectors = vectors
+
+    def dump(self) -> bytes:
+        """PostgreSQL's binary array: a header (one dimension, whether a NULL is in it, the
+        element type, length, lower bound 1), then each element's length and pgvector's binary
+        ``vector`` (dimensions and an unused int16, then big-endian float4s); -1 for a NULL."""
+        parts = [b""]
+        nulls = 0
+        pack = struct.pack
+        for v in self.vectors:
+            if v is None:
+                parts.append(b"\xff\xff\xff\xff")
+                nulls = 1
+                continue
+            n = len(v)
+            parts.append(pack(f">iHH{n}f", 4 + 4 * n, n, 0, *v))
+        parts[0] = pack(">iiIii", 1, nulls, self.oid, len(self.vectors), 1)
+        return b"".join(parts)
+
+
+class BinaryVector:
+    """One vector sent as a binary parameter (``%b::vector``): pgvector's binary ``vector``."""
+
+    __slots__ = ("vector",)
+
+    def __init__(self, vector: Sequence[float]) -> None:
+        self.vector = vector
+
+    def dump(self) -> bytes:
+        n = len(self.vector)
+        return struct.pack(f">HH{n}f", n, 0, *self.vector)
+
+
+_DUMPER: Any = None
+
+
+def register_binary(conn: "psycopg.Connection") -> None:
+    """Teach ``conn`` to send :class:`VectorArray`, :class:`BinaryVector` and
+    :class:`BinaryTsVector` values as binary parameters of unknown type (the statement's cast
+    names it: ``%b::vector[]``, ``%b::vector``, ``%b::tsvector``)."""
+    global _DUMPER
+    if _DUMPER is None:
+        from psycopg.adapt import Dumper
+        from psycopg.pq import Format
+
+        class _BinaryDumper(Dumper):
+            format = Format.BINARY
+
+            def dump(self, obj: Any) -> bytes:
+                return obj.dump()  # type: ignore[no-any-return]
+
+        _DUMPER = _BinaryDumper
+    for cls in (VectorArray, BinaryVector, BinaryTsVector):
+        conn.adapters.register_dumper(cls, _DUMPER)
 
 
 #: PostgreSQL keeps at most 256 positions per lexeme: a term's count in one chunk is capped there.
@@ -42,6 +110,28 @@ def _tsvector(counts: "Counter[str]") -> str:
     pos, top = _POSITIONS, _MAX_POSITIONS
     return " ".join(["'" + t.replace("\\", "\\\\").replace("'", "''") + "':" + pos[n if n < top else top]
                      for t, n in counts.items()])
+
+
+#: The binary positions of a lexeme that occurs n times (1..n, weight D), by n.
+_BINARY_POSITIONS = [struct.pack(f">H{n}H", n, *range(1, n + 1)) for n in range(_MAX_POSITIONS + 1)]
+
+
+class BinaryTsVector:
+    """A ``tsvector`` sent as a binary parameter (``%b::tsvector``): the server stores the same
+    value as from :func:`_tsvector`'s literal, without parsing one. Each term with as many
+    positions as occurrences (its tf, capped at 256)."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self, counts: "Counter[str]") -> None:
+        self.counts = counts
+
+    def dump(self) -> bytes:
+        """The number of lexemes, then each lexeme (UTF-8, NUL-terminated), its number of
+        positions and the positions (``uint16``s, big-endian)."""
+        pos, top = _BINARY_POSITIONS, _MAX_POSITIONS
+        return struct.pack(">i", len(self.counts)) + b"".join(
+            [t.encode("utf-8") + b"\0" + pos[n if n < top else top] for t, n in self.counts.items()])
 
 
 def _tsquery(tokens: Sequence[str]) -> str:

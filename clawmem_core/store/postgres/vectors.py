@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ..base import ChunkRow, VectorCounts
 from .connection import _again_if_lost
-from .values import _now_ms, _vec
+from .values import VectorArray, _now_ms, _vec, register_binary
 
 if TYPE_CHECKING:
     import psycopg
@@ -191,36 +191,36 @@ class _Vectors:
         if not first:
             return 0
         with self._write(read_generation=False) as (conn, gen):
-            # One statement a chunk, by its unique key, sent together: a single join against the
-            # batch may be planned as a scan of every pending row of the agent (statistics lag
-            # behind a keyword phase that just wrote them). A chunk no longer pending (replaced
-            # or deleted since it was read) is not updated and returns nothing. Without window
-            # rows to add, nothing is read before the COMMIT: one round trip in all.
+            register_binary(conn)
+            # One statement for the batch, the vectors binary: each chunk found by its unique key
+            # (``pending <> 0``, not ``= 1``: the partial index of pending rows, which the planner
+            # may otherwise prefer on statistics that lag behind a keyword phase that just wrote
+            # them, would be scanned for every chunk). A chunk no longer pending (replaced or
+            # deleted since it was read) is not updated and returns nothing. Without window rows
+            # to add, nothing is read before the COMMIT: one round trip in all (two the first
+            # time, for the ``vector`` type's OID).
             live = isinstance(gen, str)
+            ids = list(first)
+            vecs = [first[cid][0] or None for cid in ids]
             cur = conn.cursor()
-            cur.executemany(
-                "UPDATE clawmem_chunks SET embedding = %s::vector, dims = %s, pending = 0, updated_at = %s "
-                f"WHERE agent = %s AND generation = {gen if live else '%s'} AND id = %s AND pending = 1 RETURNING id",
-                [(_vec(v) if v else None, len(v) if v else None, now, self.agent, self.agent if live else gen, cid)
-                 for cid, (v, _) in first.items()],
-                returning=True,
+            cur.execute(
+                "UPDATE clawmem_chunks AS c SET embedding = u.embedding, dims = u.dims, pending = 0, updated_at = %s "
+                "FROM unnest(%s::text[], %s::int[], %b::vector[]) AS u(id, dims, embedding) "
+                f"WHERE c.agent = %s AND c.generation = {gen if live else '%s'} AND c.id = u.id AND c.pending <> 0 "
+                "RETURNING c.id",
+                (now, ids, [len(v) if v else None for v in vecs], VectorArray(self._vector_oid(conn), vecs),
+                 self.agent, self.agent if live else gen),
             )
             rows: list[tuple[str]] | None = None
             windows: list[tuple[Any, ...]] = []
             if any(ws for _, ws in first.values()):
-                rows = self._all_results(cur)
-                if live:
-                    gen = self._generation(conn)
+                rows = cur.fetchall()
+                if live:  # the generation read (as a number from here on)
+                    gen, live = self._generation(conn), False
                 windows = [self._chunk_values(w, gen, now) for (cid,) in rows for w in first[cid][1]]
             if windows:
                 with conn.cursor() as wcur:
-                    wcur.executemany(
-                        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, "
-                        "hash, model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
-                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, "
-                        "%s, %s, %s::vector, %s, %s) ON CONFLICT (agent, generation, id) DO NOTHING",
-                        windows,
-                    )
+                    wcur.executemany(self._CHUNK_INSERT + " ON CONFLICT (agent, generation, id) DO NOTHING", windows)
             if dims and dims != self.vector_dims:  # (nothing is written when no chunk was completed)
                 conn.execute(
                     f"INSERT INTO clawmem_meta (agent, generation, key, value) SELECT %s, {gen if live else '%s'}, "
@@ -230,23 +230,21 @@ class _Vectors:
                     (self.agent, self.agent if live else gen, str(dims), self.agent, now, list(first)),
                 )
         if rows is None:
-            rows = self._all_results(cur)
+            rows = cur.fetchall()
         cur.close()
         done = len(rows)
         if dims and done:
             self.vector_dims = dims
             self._maybe_build_hnsw(dims, sum(1 for (cid,) in rows if first[cid][0])
-                                   + sum(1 for w in windows if w[14] is not None))
+                                   + sum(1 for w in windows if w[14] is not None), after=rows[0][0])
         return done
 
-    @staticmethod
-    def _all_results(cur: "psycopg.Cursor[Any]") -> list[Any]:
-        """The rows of every statement an ``executemany(..., returning=True)`` ran."""
-        rows: list[Any] = []
-        while True:
-            rows.extend(cur.fetchall())
-            if not cur.nextset():
-                return rows
+    def _vector_oid(self, conn: "psycopg.Connection") -> int:
+        """The OID of pgvector's ``vector`` type in this database (asked once per backend)."""
+        oid = self.backend.vector_oid
+        if oid is None:
+            oid = self.backend.vector_oid = int(conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])  # type: ignore[index]
+        return oid
 
     def pending_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(dict.fromkeys(ids))
@@ -407,11 +405,15 @@ class _Vectors:
                 self._hnsw[dims] = kind
         return kind
 
-    def _maybe_build_hnsw(self, dims: int, written: int) -> None:
+    def _maybe_build_hnsw(self, dims: int, written: int, after: str | None = None) -> None:
         """Build the HNSW index for ``dims``-dimensional vectors once an agent has enough of them
         (one index per dimension count, shared by every agent). ``written``: vectors just written.
         The agent's vectors are counted only when the last count plus those written since could
-        reach the threshold (not after every batch of a vector phase)."""
+        reach the threshold (not after every batch of a vector phase). ``after`` (the vector phase:
+        the id of a chunk it just completed): not while chunks of that chunk's model wait for their
+        vectors, so that the graph is built once over them all rather than grown a vector at a
+        time (an insert into the graph costs several times what a bulk build spends on a vector);
+        searches stay exact until then."""
         if dims in self._hnsw or hnsw_type(dims) is None:
             return
         bound = self._vec_bound.get(dims)
@@ -422,6 +424,8 @@ class _Vectors:
         with self._conn() as conn:
             if self._hnsw_type(conn, dims):
                 return
+            if after is not None and bound is not None and self._pending_left(conn, after):
+                return
             row = conn.execute(
                 f"SELECT count(*) FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {self._g()} "
                 f"AND dims = {dims}",
@@ -430,4 +434,18 @@ class _Vectors:
             self._vec_bound[dims] = int(row[0])  # type: ignore[index]
             if self._vec_bound[dims] < self.backend.exact_below:
                 return
+            if after is not None and bound is None and self._pending_left(conn, after):
+                return
         self.backend.build_hnsw(dims)
+
+    def _pending_left(self, conn: "psycopg.Connection", like: str) -> bool:
+        """Whether any chunk of the agent of the same model as chunk ``like`` waits for its
+        vectors (chunks of other models are left pending by this model's vector phase)."""
+        g = self._g()
+        row = conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM clawmem_chunks WHERE agent = %(agent)s AND generation = {g} "
+            f"AND pending = 1 AND model = (SELECT model FROM clawmem_chunks WHERE agent = %(agent)s "
+            f"AND generation = {g} AND id = %(id)s))",
+            {"agent": self.agent, "id": like},
+        ).fetchone()
+        return bool(row[0])  # type: ignore[index]

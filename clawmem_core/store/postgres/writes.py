@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Seque
 from ...errors import StoreError
 from ..base import ChunkRow, FileRow
 from .connection import _WRITES
-from .values import _now_ms, _pg_text, _tsvector, _vec
+from .values import BinaryTsVector, BinaryVector, _now_ms, _pg_text, register_binary
 
 if TYPE_CHECKING:
     import psycopg
@@ -158,16 +158,24 @@ class _Writes:
             (self.agent, gen, source, paths),
         )
 
+    #: The columns of a chunk row, as :meth:`_chunk_values` gives them (the terms and the vector
+    #: binary: the connection needs :func:`register_binary`).
+    _CHUNK_INSERT = (
+        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, model, text, "
+        "part, terms, doc_len, dims, embedding, updated_at, pending) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+        "%s, %b::tsvector, %s, %s, %b::vector, %s, %s)"
+    )
+
     def _chunk_values(self, c: ChunkRow, gen: int, now: int) -> tuple[Any, ...]:
-        terms: str | None = None
+        terms: BinaryTsVector | None = None
         doc_len = 0
         text = _pg_text(c.text)
         if not c.window:
             counts, doc_len = self.backend.terms.counts(text)
-            terms = _tsvector(counts)
+            terms = BinaryTsVector(counts)
         emb = list(c.embedding) if c.embedding else None
         return (self.agent, gen, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, text,
-                int(c.window), terms, doc_len, len(emb) if emb else None, _vec(emb) if emb else None, now,
+                int(c.window), terms, doc_len, len(emb) if emb else None, BinaryVector(emb) if emb else None, now,
                 int(c.pending))
 
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
@@ -186,6 +194,7 @@ class _Writes:
                         rows.append(self._chunk_values(c, gen, now))
             for source, paths in by_source.items():
                 self._delete(conn, gen, source, paths)
+            register_binary(conn)
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO clawmem_files (agent, generation, source, path, hash, mtime, size, content, ctime, ino) "
@@ -196,13 +205,7 @@ class _Writes:
                       f.ctime, f.ino) for f, _ in items],
                 )
                 if rows:
-                    cur.executemany(
-                        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, "
-                        "model, text, part, terms, doc_len, dims, embedding, updated_at, pending) VALUES "
-                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector, %s, "
-                        "%s, %s::vector, %s, %s)",
-                        rows,
-                    )
+                    cur.executemany(self._CHUNK_INSERT, rows)
             if dims and dims != self.vector_dims:
                 conn.execute(
                     "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
