@@ -400,13 +400,18 @@ _MANY = {"MEMORY.md": "# Preferences\n\nI like espresso.\n",
 def test_the_vector_phase_costs_no_walk_but_another_writer_still_does(store_config: dict[str, Any],
                                                                       make_workspace: WorkspaceFactory,
                                                                       open_index: IndexFactory, state_dir: Path,
-                                                                      writer: str) -> None:
+                                                                      writer: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Vectors made in the background move the store's data version; they are this index's own
     writes (vectors, never a file's state), so searches keep trusting the journal while they
     land. A write by anyone else in the meantime is still seen and walked for. On SQLite and on
     PostgreSQL (where the other writer may be another host's index of the same agent)."""
+    from clawmem_core.store.base import Store
+    from clawmem_core.store.postgres import PostgresStore
     from clawmem_core.testing import HashEmbedder
 
+    for cls in (Store, PostgresStore):  # groups stay at 16 however quick: each step is one group
+        monkeypatch.setattr(cls, "vector_group_max", 16)
     ws = make_workspace(_MANY)
     emb = HashEmbedder()
     config = MemoryConfig.from_dict({"store": store_config})
