@@ -151,6 +151,9 @@ class Syncer:
         self._states: dict[int, tuple[Store, Hashable, dict[str, dict[str, FileState]]]] = {}
         #: Directory listings reused while a directory is unchanged (see ``discovery._walk``).
         self._listings: Listings = {}
+        #: The last walk's skipped paths (names not valid UTF-8, paths the store cannot key): a
+        #: scan of only the files a change journal saw change reports them again.
+        self._walk_skipped: list[str] = []
         #: The walk a previous process recorded (:class:`~clawmem_core.walk_snapshot.WalkSnapshot`),
         #: asked first by unlocked scans; set by ``clawmem search``.
         self.walk: WalkSnapshot | None = None
@@ -197,6 +200,7 @@ class Syncer:
         report.files_scanned = len(items)
         report.files_skipped.extend(f"{name}: {BAD_NAME_REASON}" for name in bad_names)
         report.files_skipped.extend(too_long)
+        self._walk_skipped = list(report.files_skipped)
         if full:
             with writer.rebuild() as tmp:
                 scan = self.scan(tmp, items, full=True)
@@ -227,11 +231,22 @@ class Syncer:
         """The keyword phase of a scan of only the files a change journal saw change. ``last_scan``
         stays that of the last walk (the files this scan did not check are not re-dated)."""
         report.files_scanned = scan.scanned
-        report.files_skipped.extend(f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names)
-        report.files_skipped.extend(scan.too_long)
+        report.files_skipped.extend(self.skipped(scan))
         self.index_items(writer, scan, scan.scanned, report, listener, emb)
         report.seconds = time.perf_counter() - started
         return report
+
+    def skipped(self, scan: Scan) -> list[str]:
+        """The files ``scan`` left out, each ``"path: reason"``. A scan of only the files a change
+        journal saw change also reports the last walk's: the files it did not name are as that
+        walk found them."""
+        seen = [f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names] + list(scan.too_long)
+        if scan.items is None:  # a walk: the whole list
+            self._walk_skipped = seen
+            return seen
+        named = {entry.split(": ", 1)[0] for entry in seen}
+        earlier = [e for e in self._walk_skipped if e.split(": ", 1)[0] not in named]
+        return list(dict.fromkeys(earlier + seen))
 
     # -- what to index ----------------------------------------------------------------------------
 

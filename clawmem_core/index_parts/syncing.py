@@ -265,11 +265,8 @@ class SyncRunner:
     def nothing_changed(self, scan: Scan, reason: str, gen: int, started: float) -> SyncReport:
         """The report of a sync whose unlocked scan found every file unchanged."""
         self.changes.synced(gen)
-        from ..discovery import BAD_NAME_REASON
-
         return SyncReport(full=False, reason=reason, files_scanned=scan.scanned, files_unchanged=scan.unchanged,
-                          files_skipped=[f"{name}: {BAD_NAME_REASON}" for name in scan.bad_names] + scan.too_long,
-                          seconds=time.perf_counter() - started)
+                          files_skipped=self.syncer.skipped(scan), seconds=time.perf_counter() - started)
 
     def rebuild_damaged(self, exc: Exception, failed: Store) -> None:
         """``failed`` (the search handle) turned out damaged: set it aside and rebuild the index,
