@@ -20,6 +20,8 @@ from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import index_terms, search_terms, similarity_tokens
 from .tuning import (
     AGREEMENT_CHUNKS,
+    CALIBRATED_VECTOR_WEIGHT,
+    CALIBRATED_VECTOR_WEIGHT_STRONG,
     CANDIDATE_POOL,
     CURATED_PRIOR,
     FTS5_IDF_FLOOR,
@@ -186,6 +188,38 @@ def vector_doubt_floor(strength: float) -> float:
     below), :data:`VECTOR_DOUBT_FLOOR_STRONG` from :data:`VECTOR_FULL` up, linear in between."""
     share = max(0.0, min(1.0, strength / VECTOR_FULL)) if math.isfinite(strength) else 0.0
     return VECTOR_DOUBT_FLOOR - (VECTOR_DOUBT_FLOOR - VECTOR_DOUBT_FLOOR_STRONG) * share
+
+
+def fusion_weights(strength: float, evidence: float | None = None) -> tuple[float, float]:
+    """The calibrated fusion's default ``(vector, text)`` weights for an embedder of this
+    :func:`~clawmem_core.calibration.translation_strength` and, for one query, the vector side's
+    ``evidence`` (its best candidate's calibrated score against the best of as many unrelated
+    texts; ``None``: not measured, counts as full). The vector weight is
+    :data:`CALIBRATED_VECTOR_WEIGHT` for an embedder that shows no sense of meaning (strength 0 or
+    below: all-MiniLM-L6-v2, a bag of words) or for a query its vector side finds nothing for, and
+    rises to :data:`CALIBRATED_VECTOR_WEIGHT_STRONG` as both reach :data:`VECTOR_FULL` (linear in
+    the product of the two shares). The weights sum to 1."""
+    share = max(0.0, min(1.0, strength / VECTOR_FULL)) if math.isfinite(strength) else 0.0
+    if evidence is not None:
+        share *= max(0.0, min(1.0, evidence / VECTOR_FULL)) if math.isfinite(evidence) else 0.0
+    vw = CALIBRATED_VECTOR_WEIGHT + (CALIBRATED_VECTOR_WEIGHT_STRONG - CALIBRATED_VECTOR_WEIGHT) * share
+    return vw, 1.0 - vw
+
+
+def vector_evidence(vec_hits: Sequence[tuple[str, float]], to_background: Sequence[float], level: float) -> float | None:
+    """How far the vector side's best candidate stands above unrelated text for this query: its
+    cosine calibrated (:func:`~clawmem_core.calibration.calibrated_cosine`) against the level the
+    best of as many unrelated texts reaches (:func:`~clawmem_core.calibration.best_of_level`; the
+    best of many windows clears the one-text level by chance). ``None`` without a calibration."""
+    from .calibration import best_of_level, calibrated_cosine
+
+    top = max((s for _, s in vec_hits if math.isfinite(s)), default=math.nan)
+    if not (to_background and math.isfinite(level)):
+        return None
+    if not math.isfinite(top):
+        return 0.0
+    many = best_of_level(to_background, len(vec_hits))
+    return calibrated_cosine(top, many if math.isfinite(many) else level)
 
 
 def keyword_agreement(kw_ids: Sequence[Hashable], text_scores: Sequence[float], vector_of: Mapping[Hashable, float],
@@ -789,6 +823,10 @@ def _choose(
             to_background = background_cosines(qvec, background)
             level = background_level(to_background)
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
+        if keyword_side and not no_vectors and background and hybrid.vector_weight is None and hybrid.text_weight is None:
+            # Default weights follow the embedder's measured strength and this query's vector evidence.
+            vw, tw = fusion_weights(translation_strength(background), vector_evidence(vec_hits, to_background, level))
+            info["fusion_weights"] = [round(vw, 4), round(tw, 4)]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms
             # the index knows (no keyword hit: none), the vector side's best calibrated score, and

@@ -26,6 +26,11 @@ CALIBRATED_TEXT_WEIGHT = 0.7
 #: threshold abstains on foreign questions at little recall cost.
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting
 CALIBRATED_MIN_SCORE = 0.2
+#: Calibrated fusion, vector weight for an embedder that recognises meaning (translation strength
+#: :data:`VECTOR_FULL` or more, when the query's own best vector match also stands that far above
+#: unrelated text): two calibrated witnesses, each shown to read meaning, count equally.
+#: docs/decisions.md#the-calibrated-fusions-weights-follow-the-embedders-measured-strength
+CALIBRATED_VECTOR_WEIGHT_STRONG = 0.5
 #: OpenClaw's fusion, vector weight: OpenClaw's own default, kept bit for bit.
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting
 OPENCLAW_VECTOR_WEIGHT = 0.7
