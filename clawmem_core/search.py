@@ -21,12 +21,12 @@ from .text import index_terms, search_terms, similarity_tokens
 from .tuning import (
     AGREEMENT_CHUNKS,
     CALIBRATED_VECTOR_WEIGHT,
-    CALIBRATED_VECTOR_WEIGHT_STRONG,
     CANDIDATE_POOL,
     CURATED_PRIOR,
     FTS5_IDF_FLOOR,
     MMR_LAMBDA,
     MMR_WINDOW,
+    OPENCLAW_VECTOR_WEIGHT,
     VECTOR_ALONE,
     VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
@@ -190,19 +190,25 @@ def vector_doubt_floor(strength: float) -> float:
     return VECTOR_DOUBT_FLOOR - (VECTOR_DOUBT_FLOOR - VECTOR_DOUBT_FLOOR_STRONG) * share
 
 
-def fusion_weights(strength: float, evidence: float | None = None) -> tuple[float, float]:
-    """The calibrated fusion's default ``(vector, text)`` weights for an embedder of this
-    :func:`~clawmem_core.calibration.translation_strength` and, for one query, the vector side's
-    ``evidence`` (its best candidate's calibrated score against the best of as many unrelated
-    texts; ``None``: not measured, counts as full). The vector weight is
-    :data:`CALIBRATED_VECTOR_WEIGHT` for an embedder that shows no sense of meaning (strength 0 or
-    below: all-MiniLM-L6-v2, a bag of words) or for a query its vector side finds nothing for, and
-    rises to :data:`CALIBRATED_VECTOR_WEIGHT_STRONG` as both reach :data:`VECTOR_FULL` (linear in
-    the product of the two shares). The weights sum to 1."""
-    share = max(0.0, min(1.0, strength / VECTOR_FULL)) if math.isfinite(strength) else 0.0
-    if evidence is not None:
-        share *= max(0.0, min(1.0, evidence / VECTOR_FULL)) if math.isfinite(evidence) else 0.0
-    vw = CALIBRATED_VECTOR_WEIGHT + (CALIBRATED_VECTOR_WEIGHT_STRONG - CALIBRATED_VECTOR_WEIGHT) * share
+def fusion_weights(strength: float, evidence: float | None) -> tuple[float, float]:
+    """The calibrated fusion's default ``(vector, text)`` weights for one query: each side weighs in
+    proportion to the evidence it brings, in the confidence's units (:func:`query_confidence`: a
+    calibrated vector score of :data:`VECTOR_FULL` is full vector evidence, as a keyword match of the
+    query's whole IDF mass, score 1, is full keyword evidence). The vector side's ``evidence`` (its
+    best candidate against as many unrelated texts, :func:`vector_evidence`) counts in the share of
+    :data:`VECTOR_FULL` the embedder's :func:`~clawmem_core.calibration.translation_strength`
+    reaches (none for one that shows no sense of meaning: all-MiniLM-L6-v2, a bag of words), so the
+    vector weight is ``e / (e + VECTOR_FULL)``, kept between the two fusions' own vector weights:
+    never below :data:`CALIBRATED_VECTOR_WEIGHT` (a query the vector side finds nothing for, or an
+    unproven embedder, is weighed as before) nor above :data:`OPENCLAW_VECTOR_WEIGHT` (the keyword
+    side keeps at least OpenClaw's share). ``evidence`` ``None`` (no calibration): the fixed weights.
+    The weights sum to 1."""
+    low = CALIBRATED_VECTOR_WEIGHT
+    if evidence is None or not math.isfinite(evidence) or not math.isfinite(strength):
+        return low, 1.0 - low
+    share = max(0.0, min(1.0, strength / VECTOR_FULL))
+    e = max(0.0, evidence) * share
+    vw = max(low, min(OPENCLAW_VECTOR_WEIGHT, e / (e + VECTOR_FULL)))
     return vw, 1.0 - vw
 
 

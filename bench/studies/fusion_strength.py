@@ -4,12 +4,12 @@ Each variant runs ``bench.matrix``'s cells (real indexes in ``--work``, built by
 ``MemoryIndex.search()``) with one weighting of the calibrated fusion, and the figures are reported on two halves
 that share no question: LoCoMo English by conversation (A: conv-26, conv-41, conv-43; B: conv-30, conv-42), LoCoMo
 Chinese (conv-26) and the SciFact subset by question order (A: the even-numbered questions, B: the odd ones). The
-rule is chosen on half A; half B is the check.
+rule is chosen on half A; half B is the check. ``scifact-b`` (``bench.matrix``) is a second SciFact subset that
+shares no claim and no abstract with the first: held-out data of the same construction.
 
-Variants: ``fixed`` (0.3 / 0.7 for every embedder and query: the fusion before the rule), ``strength`` (the weight
-follows the embedder's translation strength only), ``rule`` (strength and the query's own vector evidence: the
-product's default), ``openclaw`` (``fusion = "openclaw"``); ``strength@W`` / ``rule@W`` set the strong embedder's
-vector weight to ``W``.
+Variants: ``fixed`` (0.3 / 0.7 for every embedder and query: the calibrated fusion before the rule), ``rule``
+(the product's default: ``clawmem_core.search.fusion_weights``, from the embedder's translation strength and the
+query's own vector evidence), ``openclaw`` (``fusion = "openclaw"``).
 
 Usage::
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..data import default_data_dir
-from ..matrix import DATASETS, VectorCache, datasets, evaluate, log, make_setup
+from ..matrix import DATASETS, VectorCache, build_indexes, datasets, evaluate, log, make_setup
 
 HALF_A_CONVERSATIONS = ("conv-26", "conv-41", "conv-43")
 
@@ -42,22 +42,16 @@ def patch(variant: str) -> tuple[str, Callable[[], None]]:
     """Apply ``variant`` to the search module; returns the fusion to run and an undo."""
     import clawmem_core.search as S
 
-    saved = (S.fusion_weights, S.CALIBRATED_VECTOR_WEIGHT_STRONG)
-    name, _, w = variant.partition("@")
-    if w:
-        S.CALIBRATED_VECTOR_WEIGHT_STRONG = float(w)
-    orig = saved[0]
-    if name == "fixed":
-        S.fusion_weights = lambda strength, evidence=None: (S.CALIBRATED_VECTOR_WEIGHT, 1 - S.CALIBRATED_VECTOR_WEIGHT)
-    elif name == "strength":
-        S.fusion_weights = lambda strength, evidence=None: orig(strength, None)
-    elif name not in ("rule", "openclaw"):
+    saved = S.fusion_weights
+    if variant == "fixed":
+        S.fusion_weights = lambda strength, evidence: (S.CALIBRATED_VECTOR_WEIGHT, 1 - S.CALIBRATED_VECTOR_WEIGHT)
+    elif variant not in ("rule", "openclaw"):
         raise SystemExit(f"unknown variant {variant!r}")
 
     def undo() -> None:
-        S.fusion_weights, S.CALIBRATED_VECTOR_WEIGHT_STRONG = saved
+        S.fusion_weights = saved
 
-    return ("openclaw" if name == "openclaw" else "calibrated"), undo
+    return ("openclaw" if variant == "openclaw" else "calibrated"), undo
 
 
 def summarise(rows: list[dict[str, Any]], halves: list[str]) -> dict[str, dict[str, float]]:
@@ -89,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in a.embedders.split(","):
         setup = make_setup(name, None, vcache)
         for ds in dss:
+            build_indexes(setup, ds, a.work)  # a synced index is only checked; a new one is built (vectors cached)
             order = {q.qid: (i, q.workspace.name) for i, q in enumerate(ds.queries)}
             for variant in a.variants.split(","):
                 fusion, undo = patch(variant)

@@ -25,7 +25,7 @@ from clawmem_core.calibration import (
 from clawmem_core.search import (
     AGREEMENT_CHUNKS,
     CALIBRATED_VECTOR_WEIGHT,
-    CALIBRATED_VECTOR_WEIGHT_STRONG,
+    OPENCLAW_VECTOR_WEIGHT,
     VECTOR_ALONE,
     VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
@@ -561,28 +561,35 @@ def test_an_embedder_that_recognises_translations_doubts_further(tmp_path: Path)
 
 
 def test_fusion_weights_follow_strength_and_the_querys_vector_evidence() -> None:
-    weak = (CALIBRATED_VECTOR_WEIGHT, 1 - CALIBRATED_VECTOR_WEIGHT)
-    strong = (CALIBRATED_VECTOR_WEIGHT_STRONG, 1 - CALIBRATED_VECTOR_WEIGHT_STRONG)
-    assert CALIBRATED_VECTOR_WEIGHT_STRONG > CALIBRATED_VECTOR_WEIGHT
-    # No sense of meaning (all-MiniLM-L6-v2's 0 across languages, a bag of words below 0): the fixed weights.
+    fixed = (CALIBRATED_VECTOR_WEIGHT, 1 - CALIBRATED_VECTOR_WEIGHT)
+    # No sense of meaning (all-MiniLM-L6-v2's 0 across languages, a bag of words below 0): the fixed weights,
+    # whatever its vector side finds.
     for strength in (0.0, -0.4, math.nan):
-        assert fusion_weights(strength) == pytest.approx(weak)
-        assert fusion_weights(strength, 0.9) == pytest.approx(weak)
-    # An embedder that reads meaning (multilingual-e5-small: 0.38) on a query its vector side finds something for.
-    assert fusion_weights(0.38) == pytest.approx(strong)
-    assert fusion_weights(0.38, 0.4) == pytest.approx(strong)
-    assert fusion_weights(VECTOR_FULL, VECTOR_FULL) == pytest.approx(strong)
-    # ... but a query the vector side finds nothing for (a foreign question) keeps the fixed weights.
-    assert fusion_weights(0.38, 0.0) == pytest.approx(weak)
-    assert fusion_weights(0.38, math.nan) == pytest.approx(weak)
-    # Linear in between; the weights always sum to 1.
-    half = (CALIBRATED_VECTOR_WEIGHT + CALIBRATED_VECTOR_WEIGHT_STRONG) / 2
-    assert fusion_weights(VECTOR_FULL / 2)[0] == pytest.approx(half)
-    assert fusion_weights(1.0, VECTOR_FULL / 2)[0] == pytest.approx(half)
-    for s in (-1.0, 0.0, 0.1, 0.2, 0.5, 2.0):
-        for e in (None, 0.0, 0.1, 0.3, 1.0):
+        for evidence in (0.0, 0.3, 0.9):
+            assert fusion_weights(strength, evidence) == pytest.approx(fixed)
+    # No calibration, or a query the vector side finds nothing for (a foreign question): the fixed weights.
+    assert fusion_weights(0.38, None) == pytest.approx(fixed)
+    assert fusion_weights(0.38, math.nan) == pytest.approx(fixed)
+    assert fusion_weights(0.38, 0.0) == pytest.approx(fixed)
+    # An embedder that reads meaning (multilingual-e5-small: 0.38): the vector side weighs e / (e + VECTOR_FULL),
+    # its full evidence against the keyword side's full match: equal weights at VECTOR_FULL, more above it ...
+    assert fusion_weights(0.38, VECTOR_FULL) == pytest.approx((0.5, 0.5))
+    assert fusion_weights(0.38, 0.4) == pytest.approx((0.4 / (0.4 + VECTOR_FULL), VECTOR_FULL / (0.4 + VECTOR_FULL)))
+    # ... never more than OpenClaw's own vector weight, never less than the fixed one.
+    assert fusion_weights(0.38, 5.0) == pytest.approx((OPENCLAW_VECTOR_WEIGHT, 1 - OPENCLAW_VECTOR_WEIGHT))
+    assert fusion_weights(0.38, 0.05) == pytest.approx(fixed)
+    # An embedder half as strong as VECTOR_FULL: its evidence counts half.
+    assert fusion_weights(VECTOR_FULL / 2, 2 * VECTOR_FULL) == pytest.approx(fusion_weights(0.38, VECTOR_FULL))
+    # Monotonic in both; the weights always sum to 1.
+    grid = [-1.0, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 2.0]
+    for s in grid:
+        prev = 0.0
+        for e in grid:
             vw, tw = fusion_weights(s, e)
-            assert vw + tw == pytest.approx(1.0) and CALIBRATED_VECTOR_WEIGHT <= vw <= CALIBRATED_VECTOR_WEIGHT_STRONG
+            assert vw + tw == pytest.approx(1.0)
+            assert CALIBRATED_VECTOR_WEIGHT <= vw <= OPENCLAW_VECTOR_WEIGHT and vw >= prev
+            assert vw <= fusion_weights(s + 0.1, e)[0]
+            prev = vw
 
 
 def test_vector_evidence_is_the_best_candidate_against_the_best_of_as_many_unrelated_texts() -> None:
@@ -624,7 +631,7 @@ def test_an_embedder_that_recognises_meaning_gets_more_vector_weight(tmp_path: P
             mem.close()
     assert got["hash"] == pytest.approx((CALIBRATED_VECTOR_WEIGHT, 1 - CALIBRATED_VECTOR_WEIGHT))
     assert got["translating"][0] > got["hash"][0]
-    assert got["translating"][0] <= CALIBRATED_VECTOR_WEIGHT_STRONG
+    assert got["translating"][0] <= OPENCLAW_VECTOR_WEIGHT
 
 
 @pytest.mark.parametrize("files,foreign", [(EN_FILES, FOREIGN_EN[0]), (ZH_FILES, FOREIGN_ZH[0])])
