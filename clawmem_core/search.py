@@ -190,25 +190,29 @@ def vector_doubt_floor(strength: float) -> float:
     return VECTOR_DOUBT_FLOOR - (VECTOR_DOUBT_FLOOR - VECTOR_DOUBT_FLOOR_STRONG) * share
 
 
-def fusion_weights(strength: float, evidence: float | None) -> tuple[float, float]:
+def fusion_weights(strength: float, evidence: float | None, text_evidence: float = 1.0) -> tuple[float, float]:
     """The calibrated fusion's default ``(vector, text)`` weights for one query: each side weighs in
-    proportion to the evidence it brings, in the confidence's units (:func:`query_confidence`: a
-    calibrated vector score of :data:`VECTOR_FULL` is full vector evidence, as a keyword match of the
-    query's whole IDF mass, score 1, is full keyword evidence). The vector side's ``evidence`` (its
-    best candidate against as many unrelated texts, :func:`vector_evidence`) counts in the share of
-    :data:`VECTOR_FULL` the embedder's :func:`~clawmem_core.calibration.translation_strength`
-    reaches (none for one that shows no sense of meaning: all-MiniLM-L6-v2, a bag of words), so the
-    vector weight is ``e / (e + VECTOR_FULL)``, kept between the two fusions' own vector weights:
-    never below :data:`CALIBRATED_VECTOR_WEIGHT` (a query the vector side finds nothing for, or an
-    unproven embedder, is weighed as before) nor above :data:`OPENCLAW_VECTOR_WEIGHT` (the keyword
-    side keeps at least OpenClaw's share). ``evidence`` ``None`` (no calibration): the fixed weights.
-    The weights sum to 1."""
+    proportion to the evidence it brings for this query, in the units of :func:`query_confidence`,
+    where a calibrated vector score of :data:`VECTOR_FULL` is full vector evidence as a keyword match
+    of the query's whole IDF mass (score 1) is full keyword evidence. The vector side's ``evidence``
+    (its best candidate against as many unrelated texts, :func:`vector_evidence`) counts in the share
+    of :data:`VECTOR_FULL` the embedder's :func:`~clawmem_core.calibration.translation_strength`
+    reaches (not at all for one that shows no sense of meaning: all-MiniLM-L6-v2, a bag of words);
+    ``text_evidence`` is the keyword side's best calibrated score. The vector weight
+    ``v / (v + t)`` (``v = evidence / VECTOR_FULL`` so counted, ``t = text_evidence``) is kept
+    between the two fusions' own vector weights: never below :data:`CALIBRATED_VECTOR_WEIGHT` (an
+    unproven embedder, or a query its vector side finds nothing for, is weighed as before) nor above
+    :data:`OPENCLAW_VECTOR_WEIGHT` (the keyword side keeps at least OpenClaw's share). ``evidence``
+    ``None`` (no calibration): the fixed weights. The weights sum to 1."""
     low = CALIBRATED_VECTOR_WEIGHT
-    if evidence is None or not math.isfinite(evidence) or not math.isfinite(strength):
+    if evidence is None or not (math.isfinite(evidence) and math.isfinite(strength)):
         return low, 1.0 - low
     share = max(0.0, min(1.0, strength / VECTOR_FULL))
-    e = max(0.0, evidence) * share
-    vw = max(low, min(OPENCLAW_VECTOR_WEIGHT, e / (e + VECTOR_FULL)))
+    v = max(0.0, evidence) / VECTOR_FULL * share
+    t = max(0.0, min(1.0, text_evidence)) if math.isfinite(text_evidence) else 0.0
+    if v <= 0:
+        return low, 1.0 - low
+    vw = max(low, min(OPENCLAW_VECTOR_WEIGHT, v / (v + t)))
     return vw, 1.0 - vw
 
 
@@ -830,8 +834,9 @@ def _choose(
             level = background_level(to_background)
         vec_scores = [calibrated_cosine(s, level) for _, s in vec_hits]
         if keyword_side and not no_vectors and background and hybrid.vector_weight is None and hybrid.text_weight is None:
-            # Default weights follow the embedder's measured strength and this query's vector evidence.
-            vw, tw = fusion_weights(translation_strength(background), vector_evidence(vec_hits, to_background, level))
+            # Default weights: each side's evidence for this query, the vector side's counted in the embedder's strength.
+            vw, tw = fusion_weights(translation_strength(background), vector_evidence(vec_hits, to_background, level),
+                                    max(scores, default=0.0))
             info["fusion_weights"] = [round(vw, 4), round(tw, 4)]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms

@@ -44,7 +44,7 @@ def patch(variant: str) -> tuple[str, Callable[[], None]]:
 
     saved = S.fusion_weights
     if variant == "fixed":
-        S.fusion_weights = lambda strength, evidence: (S.CALIBRATED_VECTOR_WEIGHT, 1 - S.CALIBRATED_VECTOR_WEIGHT)
+        S.fusion_weights = lambda *args: (S.CALIBRATED_VECTOR_WEIGHT, 1 - S.CALIBRATED_VECTOR_WEIGHT)
     elif variant not in ("rule", "openclaw"):
         raise SystemExit(f"unknown variant {variant!r}")
 

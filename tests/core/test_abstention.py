@@ -566,30 +566,37 @@ def test_fusion_weights_follow_strength_and_the_querys_vector_evidence() -> None
     # whatever its vector side finds.
     for strength in (0.0, -0.4, math.nan):
         for evidence in (0.0, 0.3, 0.9):
-            assert fusion_weights(strength, evidence) == pytest.approx(fixed)
+            for text in (0.0, 0.5, 1.0):
+                assert fusion_weights(strength, evidence, text) == pytest.approx(fixed)
     # No calibration, or a query the vector side finds nothing for (a foreign question): the fixed weights.
     assert fusion_weights(0.38, None) == pytest.approx(fixed)
     assert fusion_weights(0.38, math.nan) == pytest.approx(fixed)
     assert fusion_weights(0.38, 0.0) == pytest.approx(fixed)
-    # An embedder that reads meaning (multilingual-e5-small: 0.38): the vector side weighs e / (e + VECTOR_FULL),
-    # its full evidence against the keyword side's full match: equal weights at VECTOR_FULL, more above it ...
-    assert fusion_weights(0.38, VECTOR_FULL) == pytest.approx((0.5, 0.5))
-    assert fusion_weights(0.38, 0.4) == pytest.approx((0.4 / (0.4 + VECTOR_FULL), VECTOR_FULL / (0.4 + VECTOR_FULL)))
-    # ... never more than OpenClaw's own vector weight, never less than the fixed one.
-    assert fusion_weights(0.38, 5.0) == pytest.approx((OPENCLAW_VECTOR_WEIGHT, 1 - OPENCLAW_VECTOR_WEIGHT))
-    assert fusion_weights(0.38, 0.05) == pytest.approx(fixed)
+    assert fusion_weights(0.38, 0.0, 0.0) == pytest.approx(fixed)
+    # An embedder that reads meaning (multilingual-e5-small: 0.38): each side in proportion to its evidence, the
+    # vector side's in units of VECTOR_FULL, the keyword side's its best score (a full match: 1).
+    assert fusion_weights(0.38, VECTOR_FULL, 1.0) == pytest.approx((0.5, 0.5))
+    assert fusion_weights(0.38, VECTOR_FULL / 2, 0.5) == pytest.approx((0.5, 0.5))
+    assert fusion_weights(0.38, 0.3, 0.8) == pytest.approx((1.2 / 2.0, 0.8 / 2.0))
+    assert fusion_weights(0.38, VECTOR_FULL) == fusion_weights(0.38, VECTOR_FULL, 1.0)
+    # ... never more than OpenClaw's own vector weight (a paraphrase sharing no word), never less than the fixed one.
+    assert fusion_weights(0.38, 0.3, 0.0) == pytest.approx((OPENCLAW_VECTOR_WEIGHT, 1 - OPENCLAW_VECTOR_WEIGHT))
+    assert fusion_weights(0.38, 5.0, 1.0) == pytest.approx((OPENCLAW_VECTOR_WEIGHT, 1 - OPENCLAW_VECTOR_WEIGHT))
+    assert fusion_weights(0.38, 0.05, 1.0) == pytest.approx(fixed)
     # An embedder half as strong as VECTOR_FULL: its evidence counts half.
-    assert fusion_weights(VECTOR_FULL / 2, 2 * VECTOR_FULL) == pytest.approx(fusion_weights(0.38, VECTOR_FULL))
-    # Monotonic in both; the weights always sum to 1.
+    assert fusion_weights(VECTOR_FULL / 2, 2 * VECTOR_FULL, 1.0) == pytest.approx(fusion_weights(0.38, VECTOR_FULL, 1.0))
+    # Monotonic: more vector evidence or strength, more vector weight; more keyword evidence, less. Sums to 1.
     grid = [-1.0, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 2.0]
     for s in grid:
-        prev = 0.0
-        for e in grid:
-            vw, tw = fusion_weights(s, e)
-            assert vw + tw == pytest.approx(1.0)
-            assert CALIBRATED_VECTOR_WEIGHT <= vw <= OPENCLAW_VECTOR_WEIGHT and vw >= prev
-            assert vw <= fusion_weights(s + 0.1, e)[0]
-            prev = vw
+        for t in (0.0, 0.3, 1.0):
+            prev = 0.0
+            for e in grid:
+                vw, tw = fusion_weights(s, e, t)
+                assert vw + tw == pytest.approx(1.0)
+                assert CALIBRATED_VECTOR_WEIGHT <= vw <= OPENCLAW_VECTOR_WEIGHT and vw >= prev
+                assert vw <= fusion_weights(s + 0.1, e, t)[0]
+                assert vw >= fusion_weights(s, e, t + 0.2)[0]
+                prev = vw
 
 
 def test_vector_evidence_is_the_best_candidate_against_the_best_of_as_many_unrelated_texts() -> None:
