@@ -76,7 +76,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="fixed,rule,openclaw")
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
+                    help="print the tables of this study's outputs (and, with --before/--after, bench.matrix's) and stop")
+    ap.add_argument("--before", type=Path, help="bench.matrix JSON at the commit before the rule")
+    ap.add_argument("--after", type=Path, help="bench.matrix JSON with the rule")
     a = ap.parse_args(argv)
+    if a.report or a.before:
+        if a.before and a.after:
+            print(matrix_table(json.loads(a.before.read_text()), json.loads(a.after.read_text())))
+        if a.report:
+            print(halves_table([r for p in a.report for r in json.loads(p.read_text())]))
+        return 0
     dss = datasets(a.data, a.work, a.datasets.split(","))
     vcache = VectorCache(a.work / "vectors.sqlite")
     results: list[dict[str, Any]] = []
@@ -108,3 +118,70 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- the report -------------------------------------------------------------------------------------------------
+
+
+def _cell(r: dict[str, Any] | None, keys: tuple[str, ...]) -> str:
+    if r is None:
+        return "-"
+    return " / ".join(f"{r[k]:.3f}" if r.get(k) is not None else "-" for k in keys)
+
+
+def matrix_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Per data set: each embedder's calibrated fusion before the rule (fixed 0.3 / 0.7) and after it, OpenClaw's
+    fusion and keyword-only; losses against OpenClaw (e5) or keyword-only (the others) in bold."""
+    from ..matrix import LABELS, ORDER
+
+    def row(src: dict[str, Any], emb: str, ds: str, fusion: str) -> dict[str, Any] | None:
+        return next((r for r in src["rows"] if r["embedder"] == emb and r["dataset"] == ds and r["fusion"] == fusion
+                     and r["rerank"] == "off"), None)
+
+    out = []
+    for ds in [d for d in DATASETS if any(r["dataset"] == d for r in after["rows"])]:
+        keys: tuple[str, ...] = (("ndcg@10", "hit@1", "hit@5", "hit@5 default") if ds == "scifact"
+                                 else ("hit@1", "hit@5", "hit@5 default"))
+        out += [f"#### {ds}", "", f"Each cell: {' / '.join(keys)}.", "",
+                "| embedder | calibrated before (0.3 / 0.7) | calibrated after (the rule) | openclaw | after minus "
+                "openclaw | after minus keyword-only |", "|---|---|---|---|---|---|"]
+        kw = row(after, "none", ds, "calibrated") or row(before, "none", ds, "calibrated")
+        embs = sorted({r["embedder"] for r in after["rows"] if r["dataset"] == ds},
+                      key=lambda e: ORDER.index(e) if e in ORDER else 99)
+        for emb in embs:
+            b, a_, oc = row(before, emb, ds, "calibrated"), row(after, emb, ds, "calibrated"), row(before, emb, ds, "openclaw")
+
+            def diff(x: dict[str, Any] | None, y: dict[str, Any] | None) -> str:
+                if x is None or y is None:
+                    return "-"
+                parts = []
+                for k in keys:
+                    d = x[k] - y[k]
+                    parts.append(f"**{d:+.3f}**" if d < -1e-9 else f"{d:+.3f}")
+                return " / ".join(parts)
+
+            out.append(f"| {LABELS.get(emb, emb)} | {_cell(b, keys)} | {_cell(a_, keys)} | {_cell(oc, keys)} | "
+                       f"{diff(a_, oc) if emb != 'none' else ''} | {diff(a_, kw) if emb != 'none' else ''} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def halves_table(results: list[dict[str, Any]]) -> str:
+    """The study's figures per half: fixed weights, the rule, OpenClaw's fusion."""
+    from ..matrix import LABELS
+
+    out = ["| embedder | data | half (questions) | fixed 0.3 / 0.7 | the rule | openclaw | rule minus openclaw |",
+           "|---|---|---|---|---|---|---|"]
+    by = {(r["embedder"], r["dataset"], r["variant"]): r for r in results}
+    for emb, ds in dict.fromkeys((r["embedder"], r["dataset"]) for r in results):
+        keys: tuple[str, ...] = ("ndcg@10", "hit@1", "hit@5") if ds.startswith("scifact") else ("hit@1", "hit@5")
+        halves = ("all",) if ds == "scifact-b" else ("A", "B", "all")
+        for h in halves:
+            cells = [by.get((emb, ds, v), {}).get(h) for v in ("fixed", "rule", "openclaw")]
+            n = next((c["n"] for c in cells if c), 0)
+            d = ("-" if not (cells[1] and cells[2]) else " / ".join(
+                (f"**{cells[1][k] - cells[2][k]:+.3f}**" if cells[1][k] - cells[2][k] < -1e-9
+                 else f"{cells[1][k] - cells[2][k]:+.3f}") for k in keys))
+            out.append(f"| {LABELS.get(emb, emb)} | {ds} | {h} ({n}) | " + " | ".join(_cell(c, keys) for c in cells) +
+                       f" | {d} |")
+    return "\n".join(out)
