@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="fixed,rule,openclaw")
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--alternatives", action="store_true", help="re-fuse each cell's candidates with other forms")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="print the tables of this study's outputs (and, with --before/--after, bench.matrix's) and stop")
     ap.add_argument("--before", type=Path, help="bench.matrix JSON at the commit before the rule")
@@ -85,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.before and a.after:
             print(matrix_table(json.loads(a.before.read_text()), json.loads(a.after.read_text())))
         if a.report:
-            print(halves_table([r for p in a.report for r in json.loads(p.read_text())]))
+            rows = [r for p in a.report for r in json.loads(p.read_text())]
+            print(halves_table([r for r in rows if "variant" in r]))
+            if any("form" in r for r in rows):
+                print()
+                print(alternatives_table([r for r in rows if "form" in r]))
         return 0
     dss = datasets(a.data, a.work, a.datasets.split(","))
     vcache = VectorCache(a.work / "vectors.sqlite")
@@ -94,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         setup = make_setup(name, None, vcache)
         for ds in dss:
             build_indexes(setup, ds, a.work)  # a synced index is only checked; a new one is built (vectors cached)
+            if a.alternatives:
+                results += alternatives(setup, ds, a.work)
+                log(f"{name} {ds.name}: alternatives done")
+                continue
             order = {q.qid: (i, q.workspace.name) for i, q in enumerate(ds.queries)}
             for variant in a.variants.split(","):
                 fusion, undo = patch(variant)
@@ -116,8 +125,108 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+
+# -- other forms, re-fused offline ----------------------------------------------------------------------------
+
+#: Other fusions of the same two calibrated scores (``v``, ``t``: arrays over one query's candidates; ``e``: the
+#: query's vector evidence). Each query's candidates are the union of both sides' pools, which no weighting
+#: changes, so re-fusing them offline ranks exactly as the search would (``fixed`` and ``rule`` reproduce it).
+ALTERNATIVES: dict[str, Callable[..., Any]] = {
+    "fixed 0.3": lambda v, t, e: 0.3 * v + 0.7 * t,
+    "fixed 0.4": lambda v, t, e: 0.4 * v + 0.6 * t,
+    "fixed 0.5": lambda v, t, e: 0.5 * v + 0.5 * t,
+    "fixed 0.6": lambda v, t, e: 0.6 * v + 0.4 * t,
+    "fixed 0.7": lambda v, t, e: 0.7 * v + 0.3 * t,
+    "fixed 0.8": lambda v, t, e: 0.8 * v + 0.2 * t,
+    "vector only": lambda v, t, e: v,
+    "keyword side counted 1: e / (e + 0.25), 0.3-0.7": lambda v, t, e: _lin(v, t, max(0.3, min(0.7, e / (e + 0.25)))),
+    "the rule: (e / 0.25) / (e / 0.25 + best t), 0.3-0.7": lambda v, t, e: _lin(
+        v, t, max(0.3, min(0.7, (e / 0.25) / (e / 0.25 + max(float(t.max()), 1e-9))))),
+    "0.5 v + 0.5 sqrt(t)": lambda v, t, e: 0.5 * v + 0.5 * t ** 0.5,
+    "geometric mean": lambda v, t, e: ((v + 0.01) * (t + 0.01)) ** 0.5,
+    "each side over its best, 0.5 / 0.5": lambda v, t, e: 0.5 * v / max(float(v.max()), 1e-9) + 0.5 * t / max(float(t.max()), 1e-9),
+}
+
+
+def _lin(v: Any, t: Any, w: float) -> Any:
+    return w * v + (1 - w) * t
+
+
+def alternatives(setup: Any, ds: Any, work: Path) -> list[dict[str, Any]]:
+    """Each form of :data:`ALTERNATIVES` on one cell, per half (hit@1 / hit@5, and nDCG@10 on SciFact)."""
+    import numpy as np
+
+    import clawmem_core.search as S
+    from clawmem_core import MemoryIndex
+
+    from ..matrix import config
+    from ..metrics import hit_at, ndcg_at, rank_documents, Span
+
+    seen: dict[str, Any] = {}
+    merge, evidence = S.merge_hybrid, S.vector_evidence
+
+    def capture_merge(vector: Any, keyword: Any, vw: float, tw: float) -> Any:
+        out = merge(vector, keyword, vw, tw)
+        seen["cands"] = [(c.path, c.start_line, c.end_line, c.vector_score, c.text_score) for c in out]
+        return out
+
+    def capture_evidence(*args: Any) -> Any:
+        seen["e"] = evidence(*args)
+        return seen["e"]
+
+    S.merge_hybrid, S.vector_evidence = capture_merge, capture_evidence
+    per: dict[str, dict[str, list[tuple[float, float, float]]]] = {k: {"A": [], "B": []} for k in ALTERNATIVES}
+    try:
+        setup.warm_queries([q.text for q in ds.queries])
+        for ws in ds.workspaces:
+            with MemoryIndex(str(ws), agent_id="main", config=config(setup, "calibrated", {"query.rerank.enabled": False}),
+                             embedder=setup.embedder, state_dir=str(work / setup.name / ds.name / ws.name)) as mem:
+                for i, q in enumerate(ds.queries):
+                    if q.workspace != ws:
+                        continue
+                    seen.clear()
+                    mem.search(q.text, max_results=10, min_score=0.0, record=False)
+                    cands = seen.get("cands") or []
+                    if not cands:
+                        continue
+                    v = np.array([c[3] for c in cands])
+                    t = np.array([c[4] for c in cands])
+                    e = float(seen.get("e") or 0.0)
+                    half = half_of(ds.name, i, ws.name)
+                    for name, form in ALTERNATIVES.items():
+                        sc = form(v, t, e)
+                        order = sorted(range(len(cands)), key=lambda j: (-sc[j], cands[j][0], cands[j][1]))
+                        got = [Span(*cands[j][:3]) for j in order[:200]]
+                        if ds.kind == "beir":
+                            docs = rank_documents(got)
+                            per[name][half].append((1.0 if docs[:1] and docs[0] in q.relevant_paths else 0.0,
+                                                    1.0 if q.relevant_paths.intersection(docs[:5]) else 0.0,
+                                                    ndcg_at(docs, q.relevant_paths, 10)))
+                        else:
+                            per[name][half].append((hit_at(got, q.gold_lines, 1), hit_at(got, q.gold_lines, 5), 0.0))
+    finally:
+        S.merge_hybrid, S.vector_evidence = merge, evidence
+    out = []
+    for name, halves in per.items():
+        row: dict[str, Any] = {"embedder": setup.name, "dataset": ds.name, "form": name}
+        for h, vals in (("A", halves["A"]), ("B", halves["B"]), ("all", halves["A"] + halves["B"])):
+            if vals:
+                m = np.array(vals).mean(0)
+                row[h] = {"hit@1": float(m[0]), "hit@5": float(m[1]), "n": len(vals),
+                          **({"ndcg@10": float(m[2])} if ds.kind == "beir" else {})}
+        out.append(row)
+    return out
+
+
+def alternatives_table(rows: list[dict[str, Any]]) -> str:
+    from ..matrix import LABELS
+
+    out = ["| embedder | data | form | half A | half B | all |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        keys: tuple[str, ...] = ("ndcg@10", "hit@1", "hit@5") if r["dataset"].startswith("scifact") else ("hit@1", "hit@5")
+        out.append(f"| {LABELS.get(r['embedder'], r['embedder'])} | {r['dataset']} | {r['form']} | " +
+                   " | ".join(_cell(r.get(h), keys) for h in ("A", "B", "all")) + " |")
+    return "\n".join(out)
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -185,3 +294,7 @@ def halves_table(results: list[dict[str, Any]]) -> str:
             out.append(f"| {LABELS.get(emb, emb)} | {ds} | {h} ({n}) | " + " | ".join(_cell(c, keys) for c in cells) +
                        f" | {d} |")
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
