@@ -98,7 +98,7 @@ def test_the_fusion_weights_of_an_embedder_blind_to_a_script(tmp_path: Path) -> 
     """An embedder blind to Chinese shows no sense of meaning across languages (translation strength 0): a
     Chinese question stays keyword-only (no vector weight at all) and an English one keeps the fixed weights,
     however well its own vector side matches."""
-    from clawmem_core.search import CALIBRATED_VECTOR_WEIGHT
+    from clawmem_core.tuning import CALIBRATED_VECTOR_WEIGHT
 
     mem = _index(tmp_path, "weights", CJKBlindEmbedder(dims=64))
     try:
