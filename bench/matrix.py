@@ -73,6 +73,9 @@ LABELS = {
     "remote": "remote-style: `openai` client against the stub (all-MiniLM-L6-v2 vectors), whole chunks",
 }
 SUBSET = {"queries": 100, "distractors": 250, "seed": 7}
+#: ``scifact-b``: a second subset of the same construction, disjoint from the first (no claim and no abstract in
+#: common; ``bench.scifact_subset --exclude``): held-out data for a rule chosen on the first.
+SUBSET_B_SEED = 8
 #: ``query.rerank.timeout_ms`` and ``query.timeout_ms`` for the rerank-on rows (the quality of the order is
 #: measured; the reranker's latency is ``python -m bench.rerankers``).
 RERANK_TIMEOUT_MS = 120_000
@@ -233,6 +236,17 @@ def datasets(data: Path, work: Path, names: list[str]) -> list[Dataset]:
                 build(sub, data, SUBSET["queries"], SUBSET["distractors"], SUBSET["seed"])
             ds = load_scifact(sub)
             out.append(ds)
+        elif n == "scifact-b":
+            from dataclasses import replace
+
+            from .scifact_subset import build
+
+            first, sub = work / "scifact-subset", work / "scifact-subset-b"
+            if not (first / "queries-train.jsonl").exists():
+                build(first, data, SUBSET["queries"], SUBSET["distractors"], SUBSET["seed"])
+            if not (sub / "queries-train.jsonl").exists():
+                build(sub, data, SUBSET["queries"], SUBSET["distractors"], SUBSET_B_SEED, exclude=[first])
+            out.append(replace(load_scifact(sub), name="scifact-b"))
         else:
             raise SystemExit(f"unknown data set {n!r}")
     return out

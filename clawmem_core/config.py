@@ -149,8 +149,9 @@ class HybridConfig:
     ``info["namespace_confidence"]``): the agent's own notes score the same with or without them.
     ``"openclaw"``:
     OpenClaw's ``vw * cosine + tw * |r| / (1 + |r|)`` with its relaxed keyword fallback, bit for
-    bit. Weights left unset take the fusion's defaults (calibrated 0.3 / 0.7, OpenClaw 0.7 / 0.3);
-    set ones are normalised to sum to 1.
+    bit. Weights left unset take the fusion's defaults (OpenClaw 0.7 / 0.3; calibrated 0.3 / 0.7, and for an
+    embedder that recognises meaning, per query, up to 0.7 / 0.3 by the vector side's evidence:
+    ``clawmem_core.search.fusion_weights``); set ones are normalised to sum to 1.
 
     ``text_score`` applies to the OpenClaw fusion only: ``"saturate"`` (OpenClaw's
     ``|r| / (1 + |r|)``) or ``"normalize"`` (``|r|`` over the query's best ``|r|``).

@@ -21,11 +21,13 @@ from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import index_terms, search_terms, similarity_tokens
 from .tuning import (
     AGREEMENT_CHUNKS,
+    CALIBRATED_VECTOR_WEIGHT,
     CANDIDATE_POOL,
     CURATED_PRIOR,
     FTS5_IDF_FLOOR,
     MMR_LAMBDA,
     MMR_WINDOW,
+    OPENCLAW_VECTOR_WEIGHT,
     VECTOR_ALONE,
     VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
@@ -187,6 +189,48 @@ def vector_doubt_floor(strength: float) -> float:
     below), :data:`VECTOR_DOUBT_FLOOR_STRONG` from :data:`VECTOR_FULL` up, linear in between."""
     share = max(0.0, min(1.0, strength / VECTOR_FULL)) if math.isfinite(strength) else 0.0
     return VECTOR_DOUBT_FLOOR - (VECTOR_DOUBT_FLOOR - VECTOR_DOUBT_FLOOR_STRONG) * share
+
+
+def fusion_weights(strength: float, evidence: float | None, text_evidence: float = 1.0) -> tuple[float, float]:
+    """The calibrated fusion's default ``(vector, text)`` weights for one query: each side weighs in
+    proportion to the evidence it brings for this query, in the units of :func:`query_confidence`,
+    where a calibrated vector score of :data:`VECTOR_FULL` is full vector evidence as a keyword match
+    of the query's whole IDF mass (score 1) is full keyword evidence. The vector side's ``evidence``
+    (its best candidate against as many unrelated texts, :func:`vector_evidence`) counts in the share
+    of :data:`VECTOR_FULL` the embedder's :func:`~clawmem_core.calibration.translation_strength`
+    reaches (not at all for one that shows no sense of meaning: all-MiniLM-L6-v2, a bag of words);
+    ``text_evidence`` is the keyword side's best calibrated score. The vector weight
+    ``v / (v + t)`` (``v = evidence / VECTOR_FULL`` so counted, ``t = text_evidence``) is kept
+    between the two fusions' own vector weights: never below :data:`CALIBRATED_VECTOR_WEIGHT` (an
+    unproven embedder, or a query its vector side finds nothing for, is weighed as before) nor above
+    :data:`OPENCLAW_VECTOR_WEIGHT` (the keyword side keeps at least OpenClaw's share). ``evidence``
+    ``None`` (no calibration): the fixed weights. The weights sum to 1."""
+    low = CALIBRATED_VECTOR_WEIGHT
+    if evidence is None or not (math.isfinite(evidence) and math.isfinite(strength)):
+        return low, 1.0 - low
+    share = max(0.0, min(1.0, strength / VECTOR_FULL))
+    v = max(0.0, evidence) / VECTOR_FULL * share
+    t = max(0.0, min(1.0, text_evidence)) if math.isfinite(text_evidence) else 0.0
+    if v <= 0:
+        return low, 1.0 - low
+    vw = max(low, min(OPENCLAW_VECTOR_WEIGHT, v / (v + t)))
+    return vw, 1.0 - vw
+
+
+def vector_evidence(vec_hits: Sequence[tuple[str, float]], to_background: Sequence[float], level: float) -> float | None:
+    """How far the vector side's best candidate stands above unrelated text for this query: its
+    cosine calibrated (:func:`~clawmem_core.calibration.calibrated_cosine`) against the level the
+    best of as many unrelated texts reaches (:func:`~clawmem_core.calibration.best_of_level`; the
+    best of many windows clears the one-text level by chance). ``None`` without a calibration."""
+    from .calibration import best_of_level, calibrated_cosine
+
+    top = max((s for _, s in vec_hits if math.isfinite(s)), default=math.nan)
+    if not (to_background and math.isfinite(level)):
+        return None
+    if not math.isfinite(top):
+        return 0.0
+    many = best_of_level(to_background, len(vec_hits))
+    return calibrated_cosine(top, many if math.isfinite(many) else level)
 
 
 def keyword_agreement(kw_ids: Sequence[Hashable], text_scores: Sequence[float], vector_of: Mapping[Hashable, float],
@@ -789,8 +833,7 @@ def _choose(
     import time
 
     from .calibration import (background_cosines, background_level, best_of_level, blind_scripts, calibrated_cosine,
-                              calibrated_cosines,
-                              translation_strength)
+                              calibrated_cosines, translation_strength)
 
     hybrid = cfg.hybrid
     keyword_side = keyword_only or qvec is None or (hybrid.enabled and store.fts_available)
@@ -843,6 +886,11 @@ def _choose(
             to_background = background_cosines(qvec, background)
             level = background_level(to_background)
         vec_scores = calibrated_cosines([s for _, s in vec_hits], level)
+        if keyword_side and not no_vectors and background and hybrid.vector_weight is None and hybrid.text_weight is None:
+            # Default weights: each side's evidence for this query, the vector side's counted in the embedder's strength.
+            vw, tw = fusion_weights(translation_strength(background), vector_evidence(vec_hits, to_background, level),
+                                    max(scores, default=0.0))
+            info["fusion_weights"] = [round(vw, 4), round(tw, 4)]
         if keyword_side:
             # The query's confidence scales every score (the order stands): the share of its terms
             # the index knows (no keyword hit: none), the vector side's best calibrated score, and

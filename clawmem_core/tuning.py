@@ -16,8 +16,10 @@ from __future__ import annotations
 # -- the two fusions ---------------------------------------------------------------------------
 
 #: Calibrated fusion, vector weight: both sides are on an absolute 0-1 scale and the keyword side is
-#: the stronger one on every data set measured.
+#: the stronger one on every data set measured. The least vector weight a query gets: that of an embedder
+#: that has not shown it reads meaning, and of a query its vector side finds nothing for.
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting
+#: docs/decisions.md#the-calibrated-fusions-weights-follow-the-embedders-measured-strength
 CALIBRATED_VECTOR_WEIGHT = 0.3
 #: Calibrated fusion, text (keyword) weight: the complement of :data:`CALIBRATED_VECTOR_WEIGHT`.
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting
@@ -26,8 +28,10 @@ CALIBRATED_TEXT_WEIGHT = 0.7
 #: threshold abstains on foreign questions at little recall cost.
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting
 CALIBRATED_MIN_SCORE = 0.2
-#: OpenClaw's fusion, vector weight: OpenClaw's own default, kept bit for bit.
+#: OpenClaw's fusion, vector weight: OpenClaw's own default, kept bit for bit. Also the most vector weight
+#: the calibrated fusion gives a query (its keyword side keeps at least OpenClaw's share).
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting
+#: docs/decisions.md#the-calibrated-fusions-weights-follow-the-embedders-measured-strength
 OPENCLAW_VECTOR_WEIGHT = 0.7
 #: OpenClaw's fusion, text weight: OpenClaw's own default, kept bit for bit.
 #: docs/decisions.md#the-calibrated-fusion-is-the-default-openclaws-formula-is-a-setting

@@ -24,6 +24,8 @@ from clawmem_core.calibration import (
 )
 from clawmem_core.search import (
     AGREEMENT_CHUNKS,
+    CALIBRATED_VECTOR_WEIGHT,
+    OPENCLAW_VECTOR_WEIGHT,
     VECTOR_ALONE,
     VECTOR_CONFIRMS,
     VECTOR_DOUBT_FLOOR,
@@ -32,11 +34,13 @@ from clawmem_core.search import (
     VECTOR_VOUCHES,
     VOCABULARY_FULL,
     chunk_vector_scores,
+    fusion_weights,
     keyword_agreement,
     query_confidence,
     query_script,
     select_confident,
     vector_doubt_floor,
+    vector_evidence,
     vocabulary_share,
     Candidate,
 )
@@ -551,3 +555,115 @@ def test_an_embedder_that_recognises_translations_doubts_further(tmp_path: Path)
     assert got["translating"]["confidence"] == pytest.approx(conf, abs=1e-3)
     assert conf < query_confidence(*args, alone=sig["vector_alone"], floor=VECTOR_DOUBT_FLOOR)
     assert got["translating"]["confidence"] < got["hash"]["confidence"]
+
+
+# -- the calibrated fusion's weights follow the embedder's measured strength -----------------
+
+
+def test_fusion_weights_follow_strength_and_the_querys_vector_evidence() -> None:
+    fixed = (CALIBRATED_VECTOR_WEIGHT, 1 - CALIBRATED_VECTOR_WEIGHT)
+    # No sense of meaning (all-MiniLM-L6-v2's 0 across languages, a bag of words below 0): the fixed weights,
+    # whatever its vector side finds.
+    for strength in (0.0, -0.4, math.nan):
+        for evidence in (0.0, 0.3, 0.9):
+            for text in (0.0, 0.5, 1.0):
+                assert fusion_weights(strength, evidence, text) == pytest.approx(fixed)
+    # No calibration, or a query the vector side finds nothing for (a foreign question): the fixed weights.
+    assert fusion_weights(0.38, None) == pytest.approx(fixed)
+    assert fusion_weights(0.38, math.nan) == pytest.approx(fixed)
+    assert fusion_weights(0.38, 0.0) == pytest.approx(fixed)
+    assert fusion_weights(0.38, 0.0, 0.0) == pytest.approx(fixed)
+    # An embedder that reads meaning (multilingual-e5-small: 0.38): each side in proportion to its evidence, the
+    # vector side's in units of VECTOR_FULL, the keyword side's its best score (a full match: 1).
+    assert fusion_weights(0.38, VECTOR_FULL, 1.0) == pytest.approx((0.5, 0.5))
+    assert fusion_weights(0.38, VECTOR_FULL / 2, 0.5) == pytest.approx((0.5, 0.5))
+    assert fusion_weights(0.38, 0.3, 0.8) == pytest.approx((1.2 / 2.0, 0.8 / 2.0))
+    assert fusion_weights(0.38, VECTOR_FULL) == fusion_weights(0.38, VECTOR_FULL, 1.0)
+    # ... never more than OpenClaw's own vector weight (a paraphrase sharing no word), never less than the fixed one.
+    assert fusion_weights(0.38, 0.3, 0.0) == pytest.approx((OPENCLAW_VECTOR_WEIGHT, 1 - OPENCLAW_VECTOR_WEIGHT))
+    assert fusion_weights(0.38, 5.0, 1.0) == pytest.approx((OPENCLAW_VECTOR_WEIGHT, 1 - OPENCLAW_VECTOR_WEIGHT))
+    assert fusion_weights(0.38, 0.05, 1.0) == pytest.approx(fixed)
+    # An embedder half as strong as VECTOR_FULL: its evidence counts half.
+    assert fusion_weights(VECTOR_FULL / 2, 2 * VECTOR_FULL, 1.0) == pytest.approx(fusion_weights(0.38, VECTOR_FULL, 1.0))
+    # Monotonic: more vector evidence or strength, more vector weight; more keyword evidence, less. Sums to 1.
+    grid = [-1.0, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 2.0]
+    for s in grid:
+        for t in (0.0, 0.3, 1.0):
+            prev = 0.0
+            for e in grid:
+                vw, tw = fusion_weights(s, e, t)
+                assert vw + tw == pytest.approx(1.0)
+                assert CALIBRATED_VECTOR_WEIGHT <= vw <= OPENCLAW_VECTOR_WEIGHT and vw >= prev
+                assert vw <= fusion_weights(s + 0.1, e, t)[0]
+                assert vw >= fusion_weights(s, e, t + 0.2)[0]
+                prev = vw
+
+
+def test_vector_evidence_is_the_best_candidate_against_the_best_of_as_many_unrelated_texts() -> None:
+    bg = [0.70 + 0.005 * i for i in range(48)]
+    level = background_level(bg)
+    hits = [("a", 0.95), ("b", 0.80), ("c", 0.78)]
+    assert vector_evidence(hits, bg, level) == pytest.approx(calibrated_cosine(0.95, best_of_level(bg, 3)))
+    assert vector_evidence(hits, bg, level) < calibrated_cosine(0.95, level)
+    assert vector_evidence([], bg, level) == 0.0
+    assert vector_evidence(hits, [], math.nan) is None
+
+
+def _weights_and_top(mem: MemoryIndex, query: str) -> tuple[list[float] | None, Any]:
+    hits = mem.search(query, min_score=0)
+    return hits.info.get("fusion_weights"), hits
+
+
+@pytest.mark.parametrize("files,real", [
+    (EN_FILES, "tomato beds water every morning"),
+    (ZH_FILES, "每天早上给番茄浇水"),
+])
+def test_an_embedder_that_recognises_meaning_gets_more_vector_weight(tmp_path: Path, files: dict[str, str],
+                                                                     real: str) -> None:
+    """The same memory and question: the embedder whose calibration vectors match the passages'
+    translations ranks with more vector weight than one that does not (a bag of words), in English and
+    Chinese; the weights are those the scores were made with."""
+    got = {}
+    for name, emb in (("hash", HashEmbedder(dims=256)), ("translating", TranslatingEmbedder(dims=256))):
+        mem = _index(tmp_path / name, files, embedder=emb)
+        try:
+            weights, hits = _weights_and_top(mem, real)
+            assert hits and hits[0].path == "MEMORY.md"
+            top = hits[0]
+            vw, tw = weights
+            unscaled = vw * top.vector_score + tw * top.text_score
+            assert top.score == pytest.approx(min(1.0, unscaled * hits.info["confidence"]), abs=1e-3)
+            got[name] = (vw, tw)
+        finally:
+            mem.close()
+    assert got["hash"] == pytest.approx((CALIBRATED_VECTOR_WEIGHT, 1 - CALIBRATED_VECTOR_WEIGHT))
+    assert got["translating"][0] > got["hash"][0]
+    assert got["translating"][0] <= OPENCLAW_VECTOR_WEIGHT
+
+
+@pytest.mark.parametrize("files,foreign", [(EN_FILES, FOREIGN_EN[0]), (ZH_FILES, FOREIGN_ZH[0])])
+def test_a_foreign_question_keeps_the_fixed_weights_and_abstains(tmp_path: Path, files: dict[str, str],
+                                                                  foreign: str) -> None:
+    """A question the vector side finds nothing for is weighed as before, so a strong embedder abstains
+    as it did."""
+    mem = _index(tmp_path, files, embedder=TranslatingEmbedder(dims=256))
+    try:
+        weights, _ = _weights_and_top(mem, foreign)
+        assert weights[0] == pytest.approx(CALIBRATED_VECTOR_WEIGHT, abs=0.05)
+        assert mem.search(foreign) == []
+    finally:
+        mem.close()
+
+
+def test_weights_a_user_sets_are_kept(tmp_path: Path) -> None:
+    mem = _index(tmp_path, EN_FILES, embedder=TranslatingEmbedder(dims=256))
+    try:
+        mem.config.query.hybrid.vector_weight = 0.2
+        mem.config.query.hybrid.text_weight = 0.8
+        weights, hits = _weights_and_top(mem, "tomato beds water every morning")
+        assert weights is None
+        top = hits[0]
+        assert top.score == pytest.approx(min(1.0, (0.2 * top.vector_score + 0.8 * top.text_score) * hits.info["confidence"]),
+                                          abs=1e-3)
+    finally:
+        mem.close()

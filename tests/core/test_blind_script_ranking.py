@@ -92,3 +92,20 @@ def test_openclaw_fusion_keeps_the_vector_side_of_a_blind_script(tmp_path: Path)
         assert hits and hits[0].path == "memory/2026-03-02.md" and hits[0].vector_score > 0
     finally:
         mem.close()
+
+
+def test_the_fusion_weights_of_an_embedder_blind_to_a_script(tmp_path: Path) -> None:
+    """An embedder blind to Chinese shows no sense of meaning across languages (translation strength 0): a
+    Chinese question stays keyword-only (no vector weight at all) and an English one keeps the fixed weights,
+    however well its own vector side matches."""
+    from clawmem_core.tuning import CALIBRATED_VECTOR_WEIGHT
+
+    mem = _index(tmp_path, "weights", CJKBlindEmbedder(dims=64))
+    try:
+        zh = mem.search(f"{MARK}和供应商开会", max_results=3, min_score=0.0)
+        assert "fusion_weights" not in zh.info and all(h.vector_score == 0.0 for h in zh)
+        en = mem.search("supplier meeting samples", max_results=3, min_score=0.0)
+        assert en[0].vector_score > 0
+        assert en.info["fusion_weights"] == [CALIBRATED_VECTOR_WEIGHT, round(1 - CALIBRATED_VECTOR_WEIGHT, 4)]
+    finally:
+        mem.close()
