@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from array import array
 from collections import OrderedDict
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .values import _tsquery
 
@@ -44,6 +45,9 @@ SETTLE_MIN_ROWS = 256
 #: Rows of which a sync writes the postings in one statement (more when that would make more than
 #: half of :data:`MAX_POSTING_SEGMENTS` segments).
 SETTLE_BATCH_ROWS = 25_000
+#: Postings of the keyword rows a store handle wrote that it keeps for :meth:`_Keywords.settle`
+#: (about 14 bytes each); past this, it forgets them and settle has the server read the rows' terms.
+MAX_HELD_POSTINGS = 20_000_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -159,6 +163,84 @@ class _KeywordStats:
         for other, _ in postings[1:]:
             pos = np.intersect1d(pos, other, assume_unique=True)
         return len(pos)
+
+
+class _HeldPostings:
+    """The postings of the keyword rows a store handle wrote into one generation, from the term
+    counts it computed for them (what their ``tsvector`` holds: each term with its count, capped
+    as positions are), kept until :meth:`_Keywords.settle` packs them: the server need not read
+    the rows' terms back. Rows deleted since are still held (settle leaves them out)."""
+
+    def __init__(self, gen: int) -> None:
+        self.gen = gen
+        self.lock = threading.Lock()
+        #: term -> its number in :attr:`terms`
+        self.ids: dict[str, int] = {}
+        self.terms: list[str] = []
+        #: per posting: the row, the term's number, its count
+        self.rids = array("q")
+        self.tids = array("i")
+        self.tfs = array("h")
+        #: the rows held (in the order written)
+        self.rows = array("q")
+        #: False once postings were forgotten (too many, or a write whose outcome is unknown)
+        self.whole = True
+
+    def add(self, rows: Sequence[tuple[int, Mapping[str, int]]]) -> None:
+        """Hold the postings of ``rows``: ``(rid, term -> count)`` each."""
+        from .values import _MAX_POSITIONS
+
+        with self.lock:
+            if not self.whole:
+                return
+            ids, terms, tids, tfs, rids = self.ids, self.terms, self.tids, self.tfs, self.rids
+            for rid, counts in rows:
+                for term, n in counts.items():
+                    i = ids.get(term)
+                    if i is None:
+                        i = ids[term] = len(terms)
+                        terms.append(term)
+                    tids.append(i)
+                    tfs.append(n if n < _MAX_POSITIONS else _MAX_POSITIONS)
+                rids.extend([rid] * len(counts))
+                self.rows.append(rid)
+            if len(self.rids) > MAX_HELD_POSTINGS:
+                self.forget()
+
+    def forget(self) -> None:
+        self.whole = False
+        self.ids, self.terms = {}, []
+        self.rids, self.tids, self.tfs, self.rows = array("q"), array("i"), array("h"), array("q")
+
+    def segments(self, new: "np.ndarray", cuts: Sequence[int], low: int) -> list[tuple[str, int, bytes, bytes]] | None:
+        """``(term, upto, rids, tfs)`` packed for each segment of rows ``(low, cut]`` of ``cuts``,
+        of the rows ``new`` only (ascending): ``None`` when some row of ``new`` is not held."""
+        import numpy as np
+
+        with self.lock:
+            if not self.whole:
+                return None
+            held = np.frombuffer(self.rows, dtype=np.int64)
+            if len(new) and not np.isin(new, held).all():
+                return None
+            rids = np.frombuffer(self.rids, dtype=np.int64)
+            tids = np.frombuffer(self.tids, dtype=np.int32)
+            tfs = np.frombuffer(self.tfs, dtype=np.int16)
+            terms = self.terms
+            keep = np.isin(rids, new)
+            rids, tids, tfs = rids[keep], tids[keep], tfs[keep]
+        out: list[tuple[str, int, bytes, bytes]] = []
+        for high in cuts:
+            sel = (rids > low) & (rids <= high)
+            r, t, f = rids[sel], tids[sel], tfs[sel]
+            order = np.lexsort((r, t))  # by term, then row
+            r, t, f = r[order].astype(">i8"), t[order], f[order].astype(">i2")
+            starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
+            ends = np.r_[starts[1:], len(t)]
+            for a, b in zip(starts.tolist(), ends.tolist()):
+                out.append((terms[int(t[a])], int(high), r[a:b].tobytes(), f[a:b].tobytes()))
+            low = high
+        return out
 
 
 class _KeywordCache:
@@ -581,9 +663,11 @@ class _Keywords:
         """Write the packed postings (``clawmem_postings``) of the keyword rows added to the live
         generation since the last time: one segment per term, for the rows up to the newest;
         a term's segments merged into one (less the rows deleted since) once they are more than
-        :data:`MAX_POSTING_SEGMENTS`. Run at the end of a sync, with the sync lock held; one
-        server-side statement over the new rows, nothing while fewer than
-        :data:`SETTLE_MIN_ROWS` were added (searches read those from their terms)."""
+        :data:`MAX_POSTING_SEGMENTS`. Run at the end of a sync, with the sync lock held; nothing
+        while fewer than :data:`SETTLE_MIN_ROWS` were added (searches read those from their terms).
+        The postings come from what this handle held of the rows it wrote (:class:`_HeldPostings`),
+        sent in one statement; when it holds not every new row (another process wrote some, or a
+        sync was killed), the server builds them from the rows' terms."""
         if self._gen is not None:
             return
         with self._conn() as conn:
@@ -618,18 +702,30 @@ class _Keywords:
             cuts = [int(x) for x in new[step - 1::step]]
             if not cuts or cuts[-1] != int(top):
                 cuts.append(int(top))
-            conn.execute("SET LOCAL work_mem = '64MB'")
-            low = int(upto)
-            for high in cuts:
+            held, self._held = self._held, None
+            packed = held.segments(new, cuts, int(upto)) if held is not None and held.gen == gen else None
+            if packed is not None:
+                # the postings this handle held for the rows it wrote: sent packed, one statement
                 conn.execute(
                     "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
-                    f"SELECT %(agent)s, %(gen)s, x.lexeme, %(high)s, {self._PACKED_HASHED} "
-                    "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
-                    "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(low)s AND c.rid <= %(high)s "
-                    "GROUP BY x.lexeme",
-                    {**args, "low": low, "high": high},
+                    "SELECT %s, %s, u.term, u.upto, u.rids, u.tfs "
+                    "FROM unnest(%s::text[], %s::bigint[], %b::bytea[], %b::bytea[]) AS u (term, upto, rids, tfs)",
+                    (self.agent, gen, [p[0] for p in packed], [p[1] for p in packed], [p[2] for p in packed],
+                     [p[3] for p in packed]),
                 )
-                low = high
+            else:  # rows another handle wrote (or a sync that was killed): their terms read by the server
+                conn.execute("SET LOCAL work_mem = '64MB'")
+                low = int(upto)
+                for high in cuts:
+                    conn.execute(
+                        "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                        f"SELECT %(agent)s, %(gen)s, x.lexeme, %(high)s, {self._PACKED_HASHED} "
+                        "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
+                        "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(low)s AND c.rid <= %(high)s "
+                        "GROUP BY x.lexeme",
+                        {**args, "low": low, "high": high},
+                    )
+                    low = high
             conn.execute("DELETE FROM clawmem_postings WHERE agent = %(agent)s AND generation = %(gen)s AND term = ''",
                          args)
             conn.execute("INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
