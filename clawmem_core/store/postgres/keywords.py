@@ -485,7 +485,7 @@ class _Keywords:
                 ") AS p ON true",
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
-            prepare=False,  # planned for these values: few rows above ``upto`` are read by rid, many through the index
+            prepare=False,  # planned for these values (the rows above ``upto`` are read by rid: no index of terms)
         ).fetchall()
         token = (rows[0][0], rows[0][1]) if rows else None
         if token != stats.token:
@@ -592,7 +592,9 @@ class _Keywords:
         return found if found is not None else self._keyword_search_sql(tokens, limit)
 
     def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
-        """The keyword query scored by the server (every matching row; same scores)."""
+        """The keyword query scored by the server (every matching row; same scores). It reads the
+        terms of every keyword row of the agent (no index of terms): only while a generation is
+        being built, or when the agent's rows kept changing under the cached statistics."""
         return self._read(lambda conn, memo: self._keyword_rows_sql(conn, tokens, limit))
 
     def _keyword_rows_sql(self, conn: "psycopg.Connection", tokens: list[str], limit: int) -> list[tuple[str, float]]:
