@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from array import array
 from collections import OrderedDict
 import math
 import threading
@@ -46,7 +45,7 @@ SETTLE_MIN_ROWS = 256
 #: half of :data:`MAX_POSTING_SEGMENTS` segments).
 SETTLE_BATCH_ROWS = 25_000
 #: Postings of the keyword rows a store handle wrote that it keeps for :meth:`_Keywords.settle`
-#: (about 14 bytes each); past this, it forgets them and settle has the server read the rows' terms.
+#: (14 bytes each); past this, it forgets them and settle has the server read the rows' terms.
 MAX_HELD_POSTINGS = 20_000_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
@@ -174,43 +173,38 @@ class _HeldPostings:
     def __init__(self, gen: int) -> None:
         self.gen = gen
         self.lock = threading.Lock()
-        #: term -> its number in :attr:`terms`
+        #: term -> its number (in the order first held)
         self.ids: dict[str, int] = {}
-        self.terms: list[str] = []
-        #: per posting: the row, the term's number, its count
-        self.rids = array("q")
-        self.tids = array("i")
-        self.tfs = array("h")
-        #: the rows held (in the order written)
-        self.rows = array("q")
-        #: False once postings were forgotten (too many, or a write whose outcome is unknown)
+        #: per write: the rows (int64), and per posting the row, the term's number, its count
+        self.parts: list[tuple[Any, Any, Any, Any]] = []
+        self.held = 0
+        #: False once postings were forgotten (too many)
         self.whole = True
 
     def add(self, rows: Sequence[tuple[int, Mapping[str, int]]]) -> None:
         """Hold the postings of ``rows``: ``(rid, term -> count)`` each."""
+        import numpy as np
+
         from .values import _MAX_POSITIONS
 
         with self.lock:
-            if not self.whole:
+            if not self.whole or not rows:
                 return
-            ids, terms, tids, tfs, rids = self.ids, self.terms, self.tids, self.tfs, self.rids
-            for rid, counts in rows:
-                for term, n in counts.items():
-                    i = ids.get(term)
-                    if i is None:
-                        i = ids[term] = len(terms)
-                        terms.append(term)
-                    tids.append(i)
-                    tfs.append(n if n < _MAX_POSITIONS else _MAX_POSITIONS)
-                rids.extend([rid] * len(counts))
-                self.rows.append(rid)
-            if len(self.rids) > MAX_HELD_POSTINGS:
-                self.forget()
-
-    def forget(self) -> None:
-        self.whole = False
-        self.ids, self.terms = {}, []
-        self.rids, self.tids, self.tfs, self.rows = array("q"), array("i"), array("h"), array("q")
+            ids = self.ids
+            rids = np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows))
+            sizes = np.fromiter((len(c) for _, c in rows), dtype=np.int64, count=len(rows))
+            keys = [t for _, c in rows for t in c]
+            fresh = set(keys).difference(ids)
+            if fresh:
+                ids.update(zip(fresh, range(len(ids), len(ids) + len(fresh))))
+            tids = np.array(list(map(ids.__getitem__, keys)), dtype=np.int32)
+            tfs = np.array([n for _, c in rows for n in c.values()], dtype=np.int64)
+            np.minimum(tfs, _MAX_POSITIONS, out=tfs)
+            self.parts.append((rids, np.repeat(rids, sizes), tids, tfs.astype(np.int16)))
+            self.held += len(tids)
+            if self.held > MAX_HELD_POSTINGS:
+                self.whole = False
+                self.ids, self.parts = {}, []
 
     def segments(self, new: "np.ndarray", cuts: Sequence[int], low: int) -> list[tuple[str, int, bytes, bytes]] | None:
         """``(term, upto, rids, tfs)`` packed for each segment of rows ``(low, cut]`` of ``cuts``,
@@ -218,27 +212,32 @@ class _HeldPostings:
         import numpy as np
 
         with self.lock:
-            if not self.whole:
+            if not self.whole or not self.parts:
                 return None
-            held = np.frombuffer(self.rows, dtype=np.int64)
-            if len(new) and not np.isin(new, held).all():
+            held = np.sort(np.concatenate([p[0] for p in self.parts]))
+            at = np.searchsorted(held, new)
+            if len(new) and (at.max() >= len(held) or not (held[at] == new).all()):
                 return None
-            rids = np.frombuffer(self.rids, dtype=np.int64)
-            tids = np.frombuffer(self.tids, dtype=np.int32)
-            tfs = np.frombuffer(self.tfs, dtype=np.int16)
-            terms = self.terms
-            keep = np.isin(rids, new)
-            rids, tids, tfs = rids[keep], tids[keep], tfs[keep]
+            rids = np.concatenate([p[1] for p in self.parts])
+            tids = np.concatenate([p[2] for p in self.parts])
+            tfs = np.concatenate([p[3] for p in self.parts])
+            terms = list(self.ids)
+        at = np.minimum(np.searchsorted(new, rids), max(len(new) - 1, 0))
+        keep = new[at] == rids if len(new) else np.zeros(len(rids), dtype=bool)
+        rids, tids, tfs = rids[keep], tids[keep], tfs[keep]
+        if len(rids) > 1 and not (rids[1:] >= rids[:-1]).all():  # (held in the order written: by rid)
+            order = np.argsort(rids, kind="stable")
+            rids, tids, tfs = rids[order], tids[order], tfs[order]
         out: list[tuple[str, int, bytes, bytes]] = []
         for high in cuts:
-            sel = (rids > low) & (rids <= high)
-            r, t, f = rids[sel], tids[sel], tfs[sel]
-            order = np.lexsort((r, t))  # by term, then row
-            r, t, f = r[order].astype(">i8"), t[order], f[order].astype(">i2")
+            a, b = np.searchsorted(rids, [low, high], side="right")
+            t = tids[a:b]
+            order = np.argsort(t, kind="stable")  # by term, then row
+            r, t, f = rids[a:b][order].astype(">i8"), t[order], tfs[a:b][order].astype(">i2")
             starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
             ends = np.r_[starts[1:], len(t)]
-            for a, b in zip(starts.tolist(), ends.tolist()):
-                out.append((terms[int(t[a])], int(high), r[a:b].tobytes(), f[a:b].tobytes()))
+            for i, j in zip(starts.tolist(), ends.tolist()):
+                out.append((terms[int(t[i])], int(high), r[i:j].tobytes(), f[i:j].tobytes()))
             low = high
         return out
 

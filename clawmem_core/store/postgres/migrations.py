@@ -92,6 +92,9 @@ CREATE TABLE IF NOT EXISTS clawmem_postings (
     agent text NOT NULL, generation bigint NOT NULL, term text NOT NULL, upto bigint NOT NULL,
     rids bytea NOT NULL, tfs bytea NOT NULL,
     PRIMARY KEY (agent, generation, term, upto));
+-- the postings uncompressed (out of line when large), as the terms: compressing them cost more
+-- than half of a sync's write of them, and a term's first search decompressed them (version 5)
+ALTER TABLE clawmem_postings ALTER COLUMN rids SET STORAGE EXTERNAL, ALTER COLUMN tfs SET STORAGE EXTERNAL;
 -- no index of the rows holding a term: a search reads a term's packed postings, and the rows
 -- written since by rid; each write of a row (its vectors included) no longer adds every term of
 -- it to an index (version 5)
