@@ -318,6 +318,28 @@ def test_postings_from_the_written_terms_are_the_servers(pg_url: str, monkeypatc
         s.close()
 
 
+def test_a_rebuilds_postings_come_from_its_written_terms(store: PostgresStore, pg_url: str) -> None:
+    """A full reindex writes a new generation through a handle of its own: once it is live, the
+    sync's settle writes that generation's postings from what the rebuild held (the rows' terms,
+    blanked behind the store's back, are not read), and searches answer as the server scores."""
+    import psycopg
+
+    rng = random.Random(4)
+    _file(store, "memory/old.md", [_doc(rng, 20)])
+    store.settle()
+    with store.rebuild() as tmp:
+        for i in range(5):
+            _file(tmp, f"memory/r{i}.md", [_doc(rng, rng.randint(5, 40)) for _ in range(3)])
+    expected = {tuple(q): _in_sql(store, q) for q in QUERIES}
+    assert any(expected.values())
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE clawmem_chunks SET terms = NULL WHERE agent = 'kw'")
+    store.settle()
+    KEYWORD_CACHE.clear()
+    for q in QUERIES:
+        assert _same(store.keyword_search(q, 50), expected[tuple(q)]), q
+
+
 def test_rows_another_handle_wrote_are_settled_from_their_terms(store: PostgresStore, pg_url: str) -> None:
     """Rows written by another handle (another process, or a sync killed before it settled) since
     the last postings: the sync that settles holds not all of them, so the server builds the
