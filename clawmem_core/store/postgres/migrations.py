@@ -22,7 +22,7 @@ log = logging.getLogger("clawmem")
 
 SCHEMA_VERSION = 5
 #: Older schema versions this code upgrades in place (the changes are only added tables, indexes,
-#: columns and storage settings; an agent's keyword postings are written at its next sync; vectors a version 2 database keeps out of line are moved into their rows
+#: columns and storage settings, and the dropped GIN index of the terms; an agent's keyword postings are written at its next sync; vectors a version 2 database keeps out of line are moved into their rows
 #: agent by agent, at each agent's next sync: see :meth:`PostgresStore.remove_leftovers`).
 _UPGRADES_FROM = (2, 3, 4)
 #: Out-of-line vectors (written under schema version 2) moved into their rows per statement.
