@@ -2,6 +2,7 @@
 
     python -m bench.studies.pg_indexing --scale 10000 --rounds 3
     python -m bench.studies.pg_indexing --scale 10000 --rounds 3 --old ../clawmem-old   # and an older checkout
+    python -m bench.studies.pg_indexing --old ../clawmem-old --old main=../clawmem-main  # and two (named)
 
 Each round indexes the same generated workspace from nothing into a new SQLite file and into a new
 PostgreSQL database (the embedded server of :mod:`bench.postgres`, one server for the whole run), one
@@ -83,16 +84,23 @@ def _update_stats(url: str) -> dict[str, int]:
     return {"updates": int(row[0]), "hot_updates": int(row[1])} if row else {}
 
 
-def run(scale: int, rounds: int, old: Path | None) -> dict[str, Any]:
+def _olds(specs: list[str] | None) -> dict[str, Path]:
+    """``--old`` arguments (``PATH`` or ``NAME=PATH``) by variant name (``postgres-old``, ``postgres-NAME``)."""
+    out: dict[str, Path] = {}
+    for spec in specs or []:
+        name, _, path = spec.rpartition("=") if "=" in spec else ("old", "", spec)
+        out[f"postgres-{name}"] = Path(path)
+    return out
+
+
+def run(scale: int, rounds: int, olds: dict[str, Path]) -> dict[str, Any]:
     from ..synth import generate
 
     ws = RAW / "pg-speed" / f"ws-{scale}"
     if not ws.exists():
         log(f"generating a workspace of about {scale} chunks")
         generate(ws, scale)
-    variants = {"sqlite": ROOT, "postgres": ROOT}
-    if old is not None:
-        variants["postgres-old"] = old
+    variants = {"sqlite": ROOT, "postgres": ROOT, **olds}
     names = list(variants)
     server = Server()
     try:
@@ -113,7 +121,8 @@ def run(scale: int, rounds: int, old: Path | None) -> dict[str, Any]:
     finally:
         server.close()
     out: dict[str, Any] = {"scale": scale, "rounds": rounds, "variants": names, "runs": runs,
-                           "commit": _commit(ROOT), "old_commit": _commit(old) if old else None,
+                           "commit": _commit(ROOT), "old_commit": _commit(next(iter(olds.values()))) if olds else None,
+                           "old_commits": {v: _commit(p) for v, p in olds.items()},
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count()}
     for v in names:
         out[v] = {k: statistics.median(x[k] for x in runs[v])
@@ -126,8 +135,10 @@ def run(scale: int, rounds: int, old: Path | None) -> dict[str, Any]:
             "vector": statistics.median(pg["vector_s"] / lite["vector_s"] for lite, pg in zip(runs["sqlite"], runs[v])),
             "per_round": [pg["total_s"] / lite["total_s"] for lite, pg in zip(runs["sqlite"], runs[v])],
         }
-    if old is not None:
-        out["ratio"]["old_over_new"] = [o["total_s"] / n["total_s"] for o, n in zip(runs["postgres-old"], runs["postgres"])]
+    for v in olds:
+        out["ratio"][f"{v}_over_new"] = [o["total_s"] / n["total_s"] for o, n in zip(runs[v], runs["postgres"])]
+    if "postgres-old" in olds:
+        out["ratio"]["old_over_new"] = out["ratio"]["postgres-old_over_new"]
     return out
 
 
@@ -140,12 +151,14 @@ def _commit(tree: Path) -> str:
 
 def report(data: dict[str, Any]) -> str:
     names = data["variants"]
-    old = f" and `postgres-old` the code of commit `{data['old_commit']}`" if data.get("old_commit") else ""
+    olds = data.get("old_commits") or ({"postgres-old": data["old_commit"]} if data.get("old_commit") else {})
+    old = "".join(f", `{v}` the code of commit `{c}`" for v, c in olds.items())
     lines = [f"# Indexing: SQLite against PostgreSQL ({data['scale']:,} chunks)", "",
              f"Commit `{data['commit']}`{old}, {data['date']}, {data['cpus']} CPUs shared with other jobs "
              "(the load average is shown: read the ratios, measured side by side). Regenerate with "
              f"`python -m bench.studies.pg_indexing --scale {data['scale']} --rounds {data['rounds']}"
-             + (" --old <checkout of the older commit>" if data.get("old_commit") else "") + "`.", "",
+             + "".join(" --old " + ("" if v == "postgres-old" else v[len("postgres-"):] + "=")
+                       + f"<checkout of {c}>" for v, c in olds.items()) + "`.", "",
              "The same generated workspace indexed from nothing by each variant in turn (the order rotating "
              "between rounds), each in a process of its own, PostgreSQL into a new database of one embedded "
              "server (PostgreSQL 18, pgvector, default settings: `synchronous_commit` on). Deterministic 384-d "
@@ -167,9 +180,9 @@ def report(data: dict[str, Any]) -> str:
                      f"{data['sqlite']['chunks_per_second']:.0f}; its time over SQLite's, median of the rounds: "
                      f"**{ratio['total']:.2f}x** (per round: " + ", ".join(f"{x:.2f}x" for x in ratio["per_round"])
                      + f"); keyword phase {ratio['keyword']:.2f}x, vector phase {ratio['vector']:.2f}x.")
-    if data.get("old_commit"):
-        lines.append("- `postgres-old` over `postgres` (time), per round: "
-                     + ", ".join(f"{x:.2f}x" for x in data["ratio"]["old_over_new"]) + ".")
+    for v in olds:
+        got = data["ratio"].get(f"{v}_over_new") or data["ratio"]["old_over_new"]
+        lines.append(f"- `{v}` over `postgres` (time), per round: " + ", ".join(f"{x:.2f}x" for x in got) + ".")
     lines.append("")
     return "\n".join(lines)
 
@@ -178,12 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.studies.pg_indexing")
     ap.add_argument("--scale", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--old", type=Path, help="a checkout of an older commit, measured in the same rounds")
+    ap.add_argument("--old", action="append", metavar="[NAME=]PATH",
+                    help="a checkout of an older commit, measured in the same rounds (as postgres-NAME; "
+                    "NAME defaults to old); may be given more than once")
     ap.add_argument("--out", default="pg_indexing",
                     help="name of the results in bench/results/ (NAME.json, and the report in NAME in capitals .md)")
     a = ap.parse_args(argv)
     RAW.mkdir(parents=True, exist_ok=True)
-    data = run(a.scale, a.rounds, a.old)
+    data = run(a.scale, a.rounds, _olds(a.old))
     (RESULTS / f"{a.out}.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     (RESULTS / f"{a.out.upper()}.md").write_text(report(data), encoding="utf-8")
     print(report(data))

@@ -247,6 +247,119 @@ def test_a_terms_first_search_reads_its_packed_postings(store: PostgresStore, pg
     assert any(i.startswith("memory/late.md") for i, _ in store.keyword_search(["alpha"], 50))
 
 
+def _postings(url: str, agent: str) -> dict[str, list[tuple[int, int]]]:
+    """Per term (the empty one left out), its postings ``(rid, count)`` over every segment, by rid."""
+    import numpy as np
+    import psycopg
+
+    out: dict[str, list[tuple[int, int]]] = {}
+    with psycopg.connect(url) as conn:
+        for term, rids, tfs in conn.execute("SELECT term, rids, tfs FROM clawmem_postings WHERE agent = %s "
+                                            "AND term <> ''", (agent,)).fetchall():
+            out.setdefault(term, []).extend(zip(np.frombuffer(rids, dtype=">i8").tolist(),
+                                                np.frombuffer(tfs, dtype=">i2").tolist()))
+    return {t: sorted(p) for t, p in out.items()}
+
+
+def _sync_rows(store: PostgresStore, rng: random.Random) -> None:
+    """Files written, one replaced and one deleted since (rows of the sync no longer there), one
+    with a word of more than 256 occurrences (its count capped as the ``tsvector``'s positions are)."""
+    for i in range(8):
+        _file(store, f"memory/n{i}.md", [_doc(rng, rng.randint(3, 50)) for _ in range(rng.randint(1, 4))])
+    _file(store, "memory/n2.md", [_doc(rng, 20), "账单 " * 300 + "alpha"])
+    store.delete_files("memory", ["memory/n5.md"])
+
+
+def test_postings_from_the_written_terms_are_the_servers(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The postings a sync writes from the term counts it computed for its rows are exactly those
+    the server builds from the rows' terms (the same rows, counts and coverage), and they are not
+    read back from the rows: with the rows' terms blanked behind the store's back before the sync
+    settles, searches still find every row."""
+    import psycopg
+
+    from clawmem_core.store.postgres import keywords
+
+    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1)
+    monkeypatch.setattr(keywords, "SETTLE_BATCH_ROWS", 4)  # several segments
+    KEYWORD_CACHE.clear()
+    got = {}
+    for agent, held in (("held", True), ("server", False)):
+        s = PostgresBackend(pg_url, agent).open()
+        try:
+            _sync_rows(s, random.Random(5))
+            if not held:
+                s._held = None  # as a process that did not write them: the server reads their terms
+            s.settle()
+            got[agent] = _postings(pg_url, agent)
+        finally:
+            s.close()
+    assert got["held"] and len(got["held"]) == len(got["server"])
+    with psycopg.connect(pg_url) as conn:  # the same rows, written in the same order: rids in step
+        base = {a: conn.execute("SELECT min(rid) FROM clawmem_chunks WHERE agent = %s", (a,)).fetchone()[0]
+                for a in got}
+        uptos = {a: conn.execute("SELECT upto - %s FROM clawmem_postings WHERE agent = %s AND term = ''",
+                                 (base[a], a)).fetchone()[0] for a in got}
+    assert uptos["held"] == uptos["server"]
+    norm = {a: {t: [(r - base[a], n) for r, n in p] for t, p in got[a].items()} for a in got}
+    assert norm["held"] == norm["server"]
+    assert max(n for p in norm["held"].values() for _, n in p) == 256  # the capped count
+
+    s = PostgresBackend(pg_url, "blank").open()
+    try:
+        _sync_rows(s, random.Random(5))
+        expected = {tuple(q): _in_sql(s, q) for q in QUERIES}
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE clawmem_chunks SET terms = NULL WHERE agent = 'blank'")
+        s.settle()
+        KEYWORD_CACHE.clear()
+        for q in QUERIES:
+            assert _same(s.keyword_search(q, 50), expected[tuple(q)]), q
+    finally:
+        s.close()
+
+
+def test_a_rebuilds_postings_come_from_its_written_terms(store: PostgresStore, pg_url: str) -> None:
+    """A full reindex writes a new generation through a handle of its own: once it is live, the
+    sync's settle writes that generation's postings from what the rebuild held (the rows' terms,
+    blanked behind the store's back, are not read), and searches answer as the server scores."""
+    import psycopg
+
+    rng = random.Random(4)
+    _file(store, "memory/old.md", [_doc(rng, 20)])
+    store.settle()
+    with store.rebuild() as tmp:
+        for i in range(5):
+            _file(tmp, f"memory/r{i}.md", [_doc(rng, rng.randint(5, 40)) for _ in range(3)])
+    expected = {tuple(q): _in_sql(store, q) for q in QUERIES}
+    assert any(expected.values())
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE clawmem_chunks SET terms = NULL WHERE agent = 'kw'")
+    store.settle()
+    KEYWORD_CACHE.clear()
+    for q in QUERIES:
+        assert _same(store.keyword_search(q, 50), expected[tuple(q)]), q
+
+
+def test_rows_another_handle_wrote_are_settled_from_their_terms(store: PostgresStore, pg_url: str) -> None:
+    """Rows written by another handle (another process, or a sync killed before it settled) since
+    the last postings: the sync that settles holds not all of them, so the server builds the
+    postings from the rows' terms; the answers are the server's scoring of the rows."""
+    rng = random.Random(8)
+    _file(store, "memory/mine.md", [_doc(rng, 30) for _ in range(3)])
+    other = PostgresBackend(pg_url, "kw").open()
+    try:
+        _file(other, "memory/theirs.md", [_doc(rng, 30) for _ in range(3)] + ["jazz only here"])
+    finally:
+        other.close()
+    _file(store, "memory/mine2.md", [_doc(rng, 30)])
+    store.settle()
+    assert _segments(pg_url, "kw")
+    KEYWORD_CACHE.clear()
+    for q in QUERIES:
+        assert _same(store.keyword_search(q, 50), _in_sql(store, q)), q
+    assert any(i.startswith("memory/theirs.md") for i, _ in store.keyword_search(["jazz"], 50))
+
+
 def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Agents searched in turn over the cache's budget evict each other's least recently used
     terms, not each other whole: an agent's hot term and row lengths stay while another agent's

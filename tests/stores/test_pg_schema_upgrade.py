@@ -88,6 +88,12 @@ def make_old(url: str, ref: str, kind: str) -> None:
         dst.execute("INSERT INTO clawmem_schema VALUES (%s)", ({"v2": 2, "v4": 4}.get(kind, 3),))
 
 
+def indexes(url: str) -> set[str]:
+    """The indexes of the chunks table."""
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'clawmem_chunks'")}
+
+
 def out_of_line(url: str) -> int:
     with psycopg.connect(url) as conn:
         return int(conn.execute("SELECT count(*) FROM clawmem_chunks WHERE pg_column_toast_chunk_id(embedding) IS NOT NULL")
@@ -125,6 +131,8 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
     make_old(pg_url, ref, kind)
     assert table_rows(pg_url) == rows
     monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1)  # the sync writes the postings of every row
+    assert "clawmem_chunks_terms" in indexes(pg_url)  # every old version indexed the terms (GIN)
+    assert "clawmem_chunks_terms" not in indexes(ref)  # version 5 reads packed postings instead
     leftovers = out_of_line(pg_url)
     assert (leftovers > 0) == (kind in ("v2", "v3-from-v2")), "version 2 rows keep their vectors out of line"
     with open_index(ws, tmp_path / "state", pg_url) as mem:
@@ -135,6 +143,7 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
     now = table_rows(pg_url)  # every chunk and file as it was (vectors moved, not changed)
     assert (now["clawmem_chunks"], now["clawmem_files"]) == (rows["clawmem_chunks"], rows["clawmem_files"])
     assert out_of_line(pg_url) == 0
+    assert "clawmem_chunks_terms" not in indexes(pg_url)  # dropped by the upgrade
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT version FROM clawmem_schema").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT vectors_inline FROM clawmem_agents").fetchall() == [(True,)]

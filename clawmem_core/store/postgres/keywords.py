@@ -17,7 +17,7 @@ from collections import OrderedDict
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .values import _tsquery
 
@@ -44,6 +44,9 @@ SETTLE_MIN_ROWS = 256
 #: Rows of which a sync writes the postings in one statement (more when that would make more than
 #: half of :data:`MAX_POSTING_SEGMENTS` segments).
 SETTLE_BATCH_ROWS = 25_000
+#: Postings of the keyword rows a store handle wrote that it keeps for :meth:`_Keywords.settle`
+#: (14 bytes each); past this, it forgets them and settle has the server read the rows' terms.
+MAX_HELD_POSTINGS = 20_000_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -159,6 +162,84 @@ class _KeywordStats:
         for other, _ in postings[1:]:
             pos = np.intersect1d(pos, other, assume_unique=True)
         return len(pos)
+
+
+class _HeldPostings:
+    """The postings of the keyword rows a store handle wrote into one generation, from the term
+    counts it computed for them (what their ``tsvector`` holds: each term with its count, capped
+    as positions are), kept until :meth:`_Keywords.settle` packs them: the server need not read
+    the rows' terms back. Rows deleted since are still held (settle leaves them out)."""
+
+    def __init__(self, gen: int) -> None:
+        self.gen = gen
+        self.lock = threading.Lock()
+        #: term -> its number (in the order first held)
+        self.ids: dict[str, int] = {}
+        #: per write: the rows (int64), and per posting the row, the term's number, its count
+        self.parts: list[tuple[Any, Any, Any, Any]] = []
+        self.held = 0
+        #: False once postings were forgotten (too many)
+        self.whole = True
+
+    def add(self, rows: Sequence[tuple[int, Mapping[str, int]]]) -> None:
+        """Hold the postings of ``rows``: ``(rid, term -> count)`` each."""
+        import numpy as np
+
+        from .values import _MAX_POSITIONS
+
+        with self.lock:
+            if not self.whole or not rows:
+                return
+            ids = self.ids
+            rids = np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows))
+            sizes = np.fromiter((len(c) for _, c in rows), dtype=np.int64, count=len(rows))
+            keys = [t for _, c in rows for t in c]
+            fresh = set(keys).difference(ids)
+            if fresh:
+                ids.update(zip(fresh, range(len(ids), len(ids) + len(fresh))))
+            tids = np.array(list(map(ids.__getitem__, keys)), dtype=np.int32)
+            tfs = np.array([n for _, c in rows for n in c.values()], dtype=np.int64)
+            np.minimum(tfs, _MAX_POSITIONS, out=tfs)
+            self.parts.append((rids, np.repeat(rids, sizes), tids, tfs.astype(np.int16)))
+            self.held += len(tids)
+            if self.held > MAX_HELD_POSTINGS:
+                self.whole = False
+                self.ids, self.parts = {}, []
+
+    def segments(self, new: "np.ndarray", cuts: Sequence[int], low: int) -> list[tuple[str, int, bytes, bytes]] | None:
+        """``(term, upto, rids, tfs)`` packed for each segment of rows ``(low, cut]`` of ``cuts``,
+        of the rows ``new`` only (ascending): ``None`` when some row of ``new`` is not held."""
+        import numpy as np
+
+        with self.lock:
+            if not self.whole or not self.parts:
+                return None
+            held = np.sort(np.concatenate([p[0] for p in self.parts]))
+            at = np.searchsorted(held, new)
+            if len(new) and (at.max() >= len(held) or not (held[at] == new).all()):
+                return None
+            rids = np.concatenate([p[1] for p in self.parts])
+            tids = np.concatenate([p[2] for p in self.parts])
+            tfs = np.concatenate([p[3] for p in self.parts])
+            terms = list(self.ids)
+        at = np.minimum(np.searchsorted(new, rids), max(len(new) - 1, 0))
+        keep = new[at] == rids if len(new) else np.zeros(len(rids), dtype=bool)
+        rids, tids, tfs = rids[keep], tids[keep], tfs[keep]
+        if len(rids) > 1 and not (rids[1:] >= rids[:-1]).all():  # (held in the order written: by rid)
+            order = np.argsort(rids, kind="stable")
+            rids, tids, tfs = rids[order], tids[order], tfs[order]
+        out: list[tuple[str, int, bytes, bytes]] = []
+        for high in cuts:
+            a, b = np.searchsorted(rids, [low, high], side="right")
+            t = tids[a:b]
+            order = np.argsort(t, kind="stable")  # by term, then row
+            r, t, f = rids[a:b][order].astype(">i8"), t[order], tfs[a:b][order].astype(">i2")
+            starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
+            ends = np.r_[starts[1:], len(t)]
+            for i, j in zip(starts.tolist(), ends.tolist()):
+                out.append((terms[int(t[i])], int(high), r[i:j].tobytes(), f[i:j].tobytes()))
+            low = high
+        return out
 
 
 class _KeywordCache:
@@ -403,7 +484,7 @@ class _Keywords:
                 ") AS p ON true",
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
-            prepare=False,  # planned for these values: few rows above ``upto`` are read by rid, many through the index
+            prepare=False,  # planned for these values (the rows above ``upto`` are read by rid: no index of terms)
         ).fetchall()
         token = (rows[0][0], rows[0][1]) if rows else None
         if token != stats.token:
@@ -510,7 +591,9 @@ class _Keywords:
         return found if found is not None else self._keyword_search_sql(tokens, limit)
 
     def _keyword_search_sql(self, tokens: list[str], limit: int) -> list[tuple[str, float]]:
-        """The keyword query scored by the server (every matching row; same scores)."""
+        """The keyword query scored by the server (every matching row; same scores). It reads the
+        terms of every keyword row of the agent (no index of terms): only while a generation is
+        being built, or when the agent's rows kept changing under the cached statistics."""
         return self._read(lambda conn, memo: self._keyword_rows_sql(conn, tokens, limit))
 
     def _keyword_rows_sql(self, conn: "psycopg.Connection", tokens: list[str], limit: int) -> list[tuple[str, float]]:
@@ -581,9 +664,11 @@ class _Keywords:
         """Write the packed postings (``clawmem_postings``) of the keyword rows added to the live
         generation since the last time: one segment per term, for the rows up to the newest;
         a term's segments merged into one (less the rows deleted since) once they are more than
-        :data:`MAX_POSTING_SEGMENTS`. Run at the end of a sync, with the sync lock held; one
-        server-side statement over the new rows, nothing while fewer than
-        :data:`SETTLE_MIN_ROWS` were added (searches read those from their terms)."""
+        :data:`MAX_POSTING_SEGMENTS`. Run at the end of a sync, with the sync lock held; nothing
+        while fewer than :data:`SETTLE_MIN_ROWS` were added (searches read those from their terms).
+        The postings come from what this handle held of the rows it wrote (:class:`_HeldPostings`),
+        sent in one statement; when it holds not every new row (another process wrote some, or a
+        sync was killed), the server builds them from the rows' terms."""
         if self._gen is not None:
             return
         with self._conn() as conn:
@@ -618,18 +703,30 @@ class _Keywords:
             cuts = [int(x) for x in new[step - 1::step]]
             if not cuts or cuts[-1] != int(top):
                 cuts.append(int(top))
-            conn.execute("SET LOCAL work_mem = '64MB'")
-            low = int(upto)
-            for high in cuts:
+            held, self._held = self._held, None
+            packed = held.segments(new, cuts, int(upto)) if held is not None and held.gen == gen else None
+            if packed is not None:
+                # the postings this handle held for the rows it wrote: sent packed, one statement
                 conn.execute(
                     "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
-                    f"SELECT %(agent)s, %(gen)s, x.lexeme, %(high)s, {self._PACKED_HASHED} "
-                    "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
-                    "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(low)s AND c.rid <= %(high)s "
-                    "GROUP BY x.lexeme",
-                    {**args, "low": low, "high": high},
+                    "SELECT %s, %s, u.term, u.upto, u.rids, u.tfs "
+                    "FROM unnest(%s::text[], %s::bigint[], %b::bytea[], %b::bytea[]) AS u (term, upto, rids, tfs)",
+                    (self.agent, gen, [p[0] for p in packed], [p[1] for p in packed], [p[2] for p in packed],
+                     [p[3] for p in packed]),
                 )
-                low = high
+            else:  # rows another handle wrote (or a sync that was killed): their terms read by the server
+                conn.execute("SET LOCAL work_mem = '64MB'")
+                low = int(upto)
+                for high in cuts:
+                    conn.execute(
+                        "INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "
+                        f"SELECT %(agent)s, %(gen)s, x.lexeme, %(high)s, {self._PACKED_HASHED} "
+                        "FROM clawmem_chunks AS c CROSS JOIN LATERAL unnest(c.terms) AS x WHERE c.agent = %(agent)s "
+                        "AND c.generation = %(gen)s AND c.part = 0 AND c.rid > %(low)s AND c.rid <= %(high)s "
+                        "GROUP BY x.lexeme",
+                        {**args, "low": low, "high": high},
+                    )
+                    low = high
             conn.execute("DELETE FROM clawmem_postings WHERE agent = %(agent)s AND generation = %(gen)s AND term = ''",
                          args)
             conn.execute("INSERT INTO clawmem_postings (agent, generation, term, upto, rids, tfs) "

@@ -4,7 +4,8 @@ Version 2 created the tables; version 3 added the keyword index and kept vectors
 rows; version 4 stores the terms uncompressed and marks the agents whose vectors (written under
 version 2) are still out of line, moved into their rows at each agent's next sync; version 5 keeps
 each term's postings (rows and counts, packed) per agent and generation, written at the end of a sync
-(:meth:`~clawmem_core.store.postgres.keywords._Keywords.settle`), so that a keyword search reads a term without reading the terms of its rows."""
+(:meth:`~clawmem_core.store.postgres.keywords._Keywords.settle`), so that a keyword search reads a term without reading the terms of its rows,
+and drops the GIN index of the terms (no search reads it any more)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ log = logging.getLogger("clawmem")
 
 SCHEMA_VERSION = 5
 #: Older schema versions this code upgrades in place (the changes are only added tables, indexes,
-#: columns and storage settings; an agent's keyword postings are written at its next sync; vectors a version 2 database keeps out of line are moved into their rows
+#: columns and storage settings, and the dropped GIN index of the terms; an agent's keyword postings are written at its next sync; vectors a version 2 database keeps out of line are moved into their rows
 #: agent by agent, at each agent's next sync: see :meth:`PostgresStore.remove_leftovers`).
 _UPGRADES_FROM = (2, 3, 4)
 #: Out-of-line vectors (written under schema version 2) moved into their rows per statement.
@@ -59,9 +60,11 @@ CREATE TABLE IF NOT EXISTS clawmem_chunks (
     updated_at bigint NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS clawmem_chunks_id ON clawmem_chunks (agent, generation, id);
 CREATE INDEX IF NOT EXISTS clawmem_chunks_path ON clawmem_chunks (agent, generation, source, path);
-CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
 ALTER TABLE clawmem_chunks ADD COLUMN IF NOT EXISTS pending smallint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS clawmem_chunks_pending ON clawmem_chunks (agent, generation, rid) WHERE pending = 1;
+"""
+#: The index of the rows holding each term (versions 2 to 4; version 5 reads packed postings instead).
+_TERMS_INDEX = """CREATE INDEX IF NOT EXISTS clawmem_chunks_terms ON clawmem_chunks USING gin (terms);
 """
 #: What version 3 added.
 _ADDED_IN_3 = """-- the keyword rows of an agent in rid order with their lengths, read without the table (version 3)
@@ -89,6 +92,13 @@ CREATE TABLE IF NOT EXISTS clawmem_postings (
     agent text NOT NULL, generation bigint NOT NULL, term text NOT NULL, upto bigint NOT NULL,
     rids bytea NOT NULL, tfs bytea NOT NULL,
     PRIMARY KEY (agent, generation, term, upto));
+-- the postings uncompressed (out of line when large), as the terms: compressing them cost more
+-- than half of a sync's write of them, and a term's first search decompressed them (version 5)
+ALTER TABLE clawmem_postings ALTER COLUMN rids SET STORAGE EXTERNAL, ALTER COLUMN tfs SET STORAGE EXTERNAL;
+-- no index of the rows holding a term: a search reads a term's packed postings, and the rows
+-- written since by rid; each write of a row (its vectors included) no longer adds every term of
+-- it to an index (version 5)
+DROP INDEX IF EXISTS clawmem_chunks_terms;
 """
 #: The embedding cache shared by every agent (the same in every version).
 _CACHE = """CREATE TABLE IF NOT EXISTS clawmem_embedding_cache (
@@ -100,9 +110,9 @@ CREATE INDEX IF NOT EXISTS clawmem_embedding_cache_updated ON clawmem_embedding_
 
 #: The DDL of each schema version, as clawmem wrote it (a later version runs over an earlier one).
 SCHEMA_DDL = {
-    2: _TABLES + _CACHE,
-    3: _TABLES + _ADDED_IN_3 + _CACHE,
-    4: _TABLES + _ADDED_IN_3 + _ADDED_IN_4 + _CACHE,
+    2: _TABLES + _TERMS_INDEX + _CACHE,
+    3: _TABLES + _TERMS_INDEX + _ADDED_IN_3 + _CACHE,
+    4: _TABLES + _TERMS_INDEX + _ADDED_IN_3 + _ADDED_IN_4 + _CACHE,
     5: _TABLES + _ADDED_IN_3 + _ADDED_IN_4 + _ADDED_IN_5 + _CACHE,
 }
 _SCHEMA = SCHEMA_DDL[SCHEMA_VERSION]

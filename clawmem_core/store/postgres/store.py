@@ -59,6 +59,8 @@ class PostgresStore(_Reads, _Writes, _Keywords, _Vectors, _EmbeddingCache, _Inli
         #: those written since): when below ``exact_below``, no HNSW index is due yet
         self._vec_bound: dict[int, int] = {}
         self.vector_path = None
+        #: the postings of the keyword rows this handle wrote, until :meth:`settle` writes them
+        self._held: Any = None
         if create:
             with self.backend.connection() as conn:
                 conn.execute(

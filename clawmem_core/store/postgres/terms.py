@@ -45,8 +45,10 @@ class _Terms:
         tokens = self.document(text)
         counts = Counter(tokens)
         # a term of at most 511 characters is at most 2044 bytes: only longer ones are measured
-        for t in [t for t in counts if len(t) > _MAX_LEXEME_BYTES // 4 and len(t.encode("utf-8")) > _MAX_LEXEME_BYTES]:
-            del counts[t]
+        # (and the terms are looked at one by one only when one is that long)
+        if counts and max(map(len, counts)) > _MAX_LEXEME_BYTES // 4:
+            for t in [t for t in counts if len(t) > _MAX_LEXEME_BYTES // 4 and len(t.encode("utf-8")) > _MAX_LEXEME_BYTES]:
+                del counts[t]
         return counts, len(tokens)
 
     def query(self, terms: Sequence[str]) -> list[str]:

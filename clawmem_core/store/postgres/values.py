@@ -114,6 +114,8 @@ def _tsvector(counts: "Counter[str]") -> str:
 
 #: The binary positions of a lexeme that occurs n times (1..n, weight D), by n.
 _BINARY_POSITIONS = [struct.pack(f">H{n}H", n, *range(1, n + 1)) for n in range(_MAX_POSITIONS + 1)]
+#: :data:`_BINARY_POSITIONS` as strings (``surrogateescape``: encoded back, the same bytes).
+_BINARY_POSITIONS_STR = [p.decode("utf-8", "surrogateescape") for p in _BINARY_POSITIONS]
 
 
 class BinaryTsVector:
@@ -129,9 +131,12 @@ class BinaryTsVector:
     def dump(self) -> bytes:
         """The number of lexemes, then each lexeme (UTF-8, NUL-terminated), its number of
         positions and the positions (``uint16``s, big-endian)."""
-        pos, top = _BINARY_POSITIONS, _MAX_POSITIONS
-        return struct.pack(">i", len(self.counts)) + b"".join(
-            [t.encode("utf-8") + b"\0" + pos[n if n < top else top] for t, n in self.counts.items()])
+        # one string encoded once: the positions are bytes kept in a string by ``surrogateescape``
+        # (which gives them back as they were); a term is a token the tokenizer returned as UTF-8,
+        # so it holds no lone surrogate that could be taken for one
+        pos, top = _BINARY_POSITIONS_STR, _MAX_POSITIONS
+        return struct.pack(">i", len(self.counts)) + "".join(
+            [t + "\0" + pos[n if n < top else top] for t, n in self.counts.items()]).encode("utf-8", "surrogateescape")
 
 
 def _tsquery(tokens: Sequence[str]) -> str:

@@ -205,16 +205,36 @@ class _Writes:
                       f.ctime, f.ino) for f, _ in items],
                 )
                 if rows:
-                    cur.executemany(self._CHUNK_INSERT, rows)
+                    # the rows' ids come back: their postings are held for settle (``_HeldPostings``)
+                    with conn.cursor() as ccur:
+                        ccur.executemany(self._CHUNK_INSERT + " RETURNING rid", rows, returning=True)
+                        rids = []
+                        while True:
+                            rids.append(ccur.fetchone()[0])  # type: ignore[index]
+                            if not ccur.nextset():
+                                break
             if dims and dims != self.vector_dims:
                 conn.execute(
                     "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
                     "ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
                     (self.agent, gen, str(dims)),
                 )
+        keyword = [(rid, r[11].counts) for rid, r in zip(rids, rows) if r[11] is not None] if rows else []
+        if keyword:
+            self._hold_postings(gen, keyword)
         if dims:
             self.vector_dims = dims
             self._maybe_build_hnsw(dims, sum(1 for r in rows if r[14] is not None))
+
+    def _hold_postings(self, gen: int, rows: list[tuple[int, Any]]) -> None:
+        """Hold the postings of keyword ``rows`` (``(rid, term counts)``) just committed to ``gen``
+        for :meth:`settle`; those held for another generation are forgotten."""
+        from .keywords import _HeldPostings
+
+        held = self._held
+        if held is None or held.gen != gen:
+            held = self._held = _HeldPostings(gen)
+        held.add(rows)
 
     def touch_files(self, files: Sequence[FileRow]) -> None:
         with self._write() as (conn, gen):
@@ -246,6 +266,7 @@ class _Writes:
                 conn.execute("UPDATE clawmem_agents SET generation = %s WHERE agent = %s", (gen, self.agent))
             self.vector_dims = tmp.vector_dims
             self._cache_token = None
+            self._held = tmp._held  # the postings of the rows it wrote, now the live generation's
         except BaseException:
             with contextlib.suppress(StoreError):
                 self._drop_generations(keep_live=True)
