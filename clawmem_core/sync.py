@@ -233,6 +233,7 @@ class Syncer:
         report.files_scanned = scan.scanned
         report.files_skipped.extend(self.skipped(scan))
         self.index_items(writer, scan, scan.scanned, report, listener, emb)
+        writer.settle()  # (PostgreSQL: the keyword postings of the rows written, once enough wait)
         report.seconds = time.perf_counter() - started
         return report
 

@@ -203,3 +203,28 @@ def test_a_change_the_journal_cannot_see_is_synced_once_the_index_is_told(make_w
     n = walks.count
     mem.sync()
     assert walks.count > n and paths(mem, "quokka") == {"memory/2026-01-05.md"}
+
+
+def test_a_vouched_sync_writes_the_postgresql_postings_of_what_it_added(pg_url: str, make_workspace: WorkspaceFactory,
+                                                                        open_index: IndexFactory) -> None:
+    """On PostgreSQL a sync ends by packing the keyword postings of the rows it wrote (once enough
+    wait): a sync the journal vouches for too, or rows pile up above what the postings cover."""
+    from clawmem_core.store.postgres.keywords import SETTLE_MIN_ROWS
+
+    ws = make_workspace(SAMPLE_FILES)
+    from clawmem_core.config import StoreConfig
+
+    mem, walks = vouching(ws, open_index, store=StoreConfig(url=pg_url))
+    n, scans = walks.count, mem._freshness.journal_scans
+    for i in range(SETTLE_MIN_ROWS + 20):  # a chunk a file: more keyword rows than SETTLE_MIN_ROWS
+        (ws / "memory" / f"heron-{i:03d}.md").write_text(f"Heron {i} of the lake, 第{i}只苍鹭。\n", encoding="utf-8")
+    mem.sync()
+    assert walks.count == n and mem._freshness.journal_scans == scans + 1  # vouched: no walk
+    store = mem._store
+    with store._conn() as conn:
+        newest = conn.execute("SELECT max(rid) FROM clawmem_chunks WHERE agent = %s AND generation = "
+                              "(SELECT generation FROM clawmem_agents WHERE agent = %s)",
+                              (store.agent, store.agent)).fetchone()[0]
+        covered = conn.execute("SELECT max(upto) FROM clawmem_postings WHERE agent = %s", (store.agent,)).fetchone()[0]
+    assert covered == newest
+    assert paths(mem, "苍鹭") and paths(mem, "heron 7 lake") >= {"memory/heron-007.md"}
