@@ -111,6 +111,15 @@ def path_too_long(path: str, limit: int | None) -> str | None:
     return f"path too long for the index ({size} bytes in UTF-8, at most {limit}); shorten it"
 
 
+def _same_identity(store: Store, identity: Callable[[], dict[str, Any]]) -> bool:
+    """``store`` holds an index built as ``identity()`` says this one is (the same embedder,
+    chunking and the like): a scan of it can be trusted; else the locked sync decides."""
+    meta = store.get_meta()
+    if meta is None:
+        return False
+    return all(meta.get(k) == v for k, v in identity().items())
+
+
 def admit_paths(items: list[Entry], store: Store, skipped: list[str]) -> list[Entry]:
     """``items`` without the files whose path ``store`` cannot key (each reported in ``skipped``
     as ``"path: reason"``): such a file is never written, so it never fails the group of files
@@ -337,11 +346,7 @@ class Syncer:
         if self.config.sessions_enabled:
             return None
         try:
-            meta = store.get_meta()
-            if meta is None:
-                return None
-            want = identity()
-            if any(meta.get(k) != v for k, v in want.items()):
+            if not _same_identity(store, identity):
                 return None
             too_long: list[str] = []
             items = admit_paths(items, store, too_long)
@@ -384,11 +389,7 @@ class Syncer:
         if self.config.sessions_enabled:
             return None
         try:
-            meta = store.get_meta()
-            if meta is None:
-                return None
-            want = identity()
-            if any(meta.get(k) != v for k, v in want.items()):
+            if not _same_identity(store, identity):
                 return None
             bad_names: list[str] = []
             too_long: list[str] = []
