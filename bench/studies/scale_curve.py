@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -142,22 +143,22 @@ def cold_cli(ws: Path, sd: Path, queries: list[str], repeats: int) -> dict[str, 
     for i in range(repeats + 1):
         cmd = _cli() + ["search", queries[i % len(queries)], "--workspace", str(ws), "--agent", "main",
                         "--provider", "none"]
-        before = os.times()
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ws))
-        wall = time.perf_counter() - t0
-        after = os.times()
-        if p.returncode != 0:
-            return {"ok": False, "error": (p.stderr.strip().splitlines() or ["?"])[-1][:300]}
+        with tempfile.TemporaryFile() as err:
+            t0 = time.perf_counter()
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(ws))
+            _, status, ru = os.wait4(p.pid, 0)  # this child's own rusage (peak RSS and CPU)
+            wall = time.perf_counter() - t0
+            p.returncode = os.waitstatus_to_exitcode(status)
+            if p.returncode != 0:
+                err.seek(0)
+                return {"ok": False, "error": (err.read().decode(errors="replace").strip().splitlines() or ["?"])[-1][:300]}
         if i == 0:
             continue  # the CLI's first run is not timed (as in bench/compare.py)
         walls.append(wall)
-        cpus.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
-    import resource
-
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        cpus.append(ru.ru_utime + ru.ru_stime)
+        peaks.append(ru.ru_maxrss / 1024)
     return {"ok": True, "median_ms": 1000 * statistics.median(walls), "min_ms": 1000 * min(walls),
-            "cpu_median_ms": 1000 * statistics.median(cpus), "n": len(walls), "children_peak_rss_mb": peak_kb / 1024}
+            "cpu_median_ms": 1000 * statistics.median(cpus), "n": len(walls), "peak_rss_mb": max(peaks)}
 
 
 def _worker(kind: str, task: dict[str, Any]) -> dict[str, Any]:
@@ -204,12 +205,103 @@ def run_scale(n: int, work: Path, n_queries: int = 100, cli_repeats: int = 5) ->
     return out
 
 
+def _f(x: Any, fmt: str = "{:.1f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def _g(d: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def report(work: Path, out: Path, notes: str = "") -> None:
+    """Collect ``<work>/scale-N.json`` into ``<out>.json`` and a Markdown table ``<out>.md``."""
+    runs = {}
+    for p in sorted(work.glob("scale-*.json"), key=lambda q: int(q.stem.split("-")[1])):
+        runs[p.stem.split("-")[1]] = json.loads(p.read_text())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=str(REPO_ROOT)).stdout.strip()
+    meta = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": "2 shared cores (a CI run and other benchmarks on the same cores)", "embedder": f"hash-{DIMS}"}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "scales": runs}, indent=1))
+    rows = [
+        ("chunks", lambda r: _f(_g(r, "build", "chunks"), "{:,}")),
+        ("files", lambda r: _f(_g(r, "build", "files"), "{:,}")),
+        ("keyword phase, chunks/s (hash index)",
+         lambda r: _f(_g(r, "build", "chunks") / _g(r, "build", "keyword_seconds"), "{:,.0f}") if _g(r, "build", "keyword_seconds") else "—"),
+        ("vector phase, chunks/s (hash-384)",
+         lambda r: _f(_g(r, "build", "vectors") / _g(r, "build", "vector_seconds"), "{:,.0f}") if _g(r, "build", "vector_seconds") else "—"),
+        ("build, keyword + vector (s)",
+         lambda r: _f(_g(r, "build", "keyword_seconds") + _g(r, "build", "vector_seconds"), "{:,.1f}") if _g(r, "build", "vector_seconds") else "—"),
+        ("keyword-only index, chunks/s",
+         lambda r: _f(_g(r, "build_keyword", "chunks") / _g(r, "build_keyword", "keyword_seconds"), "{:,.0f}") if _g(r, "build_keyword", "keyword_seconds") else "—"),
+        ("no-op sync p50, keyword-only / hash (ms)",
+         lambda r: f"{_f(_g(r, 'build_keyword', 'noop_sync', 'p50_ms'), '{:.2f}')} / {_f(_g(r, 'build', 'noop_sync', 'p50_ms'), '{:.2f}')}"),
+        ("one-file sync p50, keyword-only / hash (ms)",
+         lambda r: f"{_f(_g(r, 'build_keyword', 'one_file_sync', 'p50_ms'))} / {_f(_g(r, 'build', 'one_file_sync', 'p50_ms'))}"),
+        ("one-file sync p95, keyword-only / hash (ms)",
+         lambda r: f"{_f(_g(r, 'build_keyword', 'one_file_sync', 'p95_ms'))} / {_f(_g(r, 'build', 'one_file_sync', 'p95_ms'))}"),
+        ("change journal running", lambda r: f"{_g(r, 'build_keyword', 'journal_running')} / {_g(r, 'build', 'journal_running')}"),
+        ("keyword search p50 / p95 (ms)",
+         lambda r: f"{_f(_g(r, 'search_keyword', 'keyword', 'p50_ms'))} / {_f(_g(r, 'search_keyword', 'keyword', 'p95_ms'))}"),
+        ("vector search p50 / p95 (ms)",
+         lambda r: f"{_f(_g(r, 'search', 'vector', 'p50_ms'))} / {_f(_g(r, 'search', 'vector', 'p95_ms'))}"),
+        ("hybrid search p50 / p95 (ms)",
+         lambda r: f"{_f(_g(r, 'search', 'hybrid', 'p50_ms'))} / {_f(_g(r, 'search', 'hybrid', 'p95_ms'))}"),
+        ("cold `clawmem search`, median wall (ms)", lambda r: _f(_g(r, "cold_cli", "median_ms"), "{:,.0f}")),
+        ("cold `clawmem search`, median CPU (ms)", lambda r: _f(_g(r, "cold_cli", "cpu_median_ms"), "{:,.0f}")),
+        ("peak RSS, building hash index (MiB)", lambda r: _f(_g(r, "build", "peak_rss_mb"), "{:,.0f}")),
+        ("peak RSS, building keyword-only index (MiB)", lambda r: _f(_g(r, "build_keyword", "peak_rss_mb"), "{:,.0f}")),
+        ("peak RSS, vector + hybrid searching (MiB)", lambda r: _f(_g(r, "search", "peak_rss_mb"), "{:,.0f}")),
+        ("peak RSS, keyword searching (MiB)", lambda r: _f(_g(r, "search_keyword", "peak_rss_mb"), "{:,.0f}")),
+        ("peak RSS, cold CLI (MiB)", lambda r: _f(_g(r, "cold_cli", "peak_rss_mb"), "{:,.0f}")),
+        ("index size, hash-384 (MiB)", lambda r: _f((_g(r, "build", "index_bytes") or 0) / 2**20 or None, "{:,.0f}")),
+        ("index size, keyword-only (MiB)", lambda r: _f((_g(r, "build_keyword", "index_bytes") or 0) / 2**20 or None, "{:,.0f}")),
+        ("Markdown (MiB)", lambda r: _f(r["bytes"] / 2**20, "{:,.0f}")),
+        ("load average (1 min) at start / end",
+         lambda r: f"{r['load_start'][0]:.1f} / {r['load_end'][0]:.1f}" if r.get("load_end") else f"{r['load_start'][0]:.1f} / —"),
+    ]
+    names = list(runs)
+    lines = ["| | " + " | ".join(f"{int(n):,}" for n in names) + " |", "|---|" + "---|" * len(names)]
+    for label, fn in rows:
+        cells = []
+        for n in names:
+            try:
+                cells.append(fn(runs[n]))
+            except Exception:
+                cells.append("—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    md = [f"# SQLite from 1k to 1M chunks (`bench/studies/scale_curve.py`)", "",
+          f"Commit {commit}, {meta['date']}; {meta['machine']}: not idle-machine figures. "
+          f"Vectors from the deterministic `HashEmbedder` ({DIMS} dims): this measures the store, not ranking.", "",
+          "\n".join(lines), "", notes]
+    out.with_suffix(".md").write_text("\n".join(md).rstrip() + "\n")
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "report":
+        work = Path(argv[argv.index("--work") + 1]) if "--work" in argv else Path("/tmp/scale")
+        notes = Path(argv[argv.index("--notes") + 1]).read_text() if "--notes" in argv else ""
+        report(work, REPO_ROOT / "bench" / "results" / "scale_curve", notes)
+        return 0
     if argv and argv[0] in ("build", "search"):
         task = json.loads(argv[1])
         res = (task_build if argv[0] == "build" else task_search)(task)
         res["ok"] = True
         print("RESULT " + json.dumps(res), flush=True)
+        return 0
+    if argv and argv[0] == "cli":  # re-measure the cold CLI alone on an existing scale
+        n = int(argv[1])
+        work = Path(argv[argv.index("--work") + 1]) if "--work" in argv else Path("/tmp/scale")
+        out = json.loads((work / f"scale-{n}.json").read_text())
+        man = synth.ensure(work / f"ws-{n}", n)
+        out["cold_cli"] = cold_cli(work / f"ws-{n}", work / f"state-{n}-keyword",
+                                   man.queries_en[:5] + man.queries_zh[:5], 5)
+        _log(f"{n}: cold cli {out['cold_cli']}")
+        _save(work, n, out)
         return 0
     if argv and argv[0] == "run":
         n = int(argv[1])
