@@ -120,6 +120,8 @@ class SyncRunner:
             lock = self.stores.process_lock()
             with lock:
                 report = self.guarded(force, listener, reason, scan=scan)
+                if mark is not None:  # after this sync's own commits, before anyone else's (the lock is held)
+                    mark = fresh.vector_mark()
             if mark is not None:  # the index now matches the files, as the journal read before it saw them
                 store = self.stores.store
                 fresh.confirm_fresh(store, store.data_version(), mark)

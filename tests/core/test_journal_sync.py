@@ -228,3 +228,26 @@ def test_a_vouched_sync_writes_the_postgresql_postings_of_what_it_added(pg_url: 
         covered = conn.execute("SELECT max(upto) FROM clawmem_postings WHERE agent = %s", (store.agent,)).fetchone()[0]
     assert covered == newest
     assert paths(mem, "苍鹭") and paths(mem, "heron 7 lake") >= {"memory/heron-007.md"}
+
+
+def test_syncs_that_write_vectors_keep_the_journals_trust(make_workspace: WorkspaceFactory,
+                                                          open_index: IndexFactory) -> None:
+    """A sync's own keyword commits are not another writer's: after a sync whose vector phase
+    wrote vectors, the next one-file sync is still a journal scan, edit after edit."""
+    from clawmem_core.testing import HashEmbedder
+
+    ws = make_workspace(SAMPLE_FILES)
+    mem = open_index(ws, embedder=HashEmbedder(), config=MemoryConfig())
+    mem.fresh_budget = 60.0
+    walks = Walks(mem)
+    for _ in range(3):
+        mem.sync()
+    if mem._freshness.journal is None:
+        pytest.skip("no inotify instance available")
+    for i in range(3):
+        n, scans = walks.count, mem._freshness.journal_scans
+        edit(ws / "memory" / "2026-01-05.md", f"Visit {i}: the heron colony, 第{i}次看苍鹭。")
+        report = mem.sync()
+        assert report.files_indexed == 1 and report.vectors_completed >= 1
+        assert walks.count == n and mem._freshness.journal_scans == scans + 1, f"edit {i} walked"
+    assert paths(mem, "heron colony") == {"memory/2026-01-05.md"}
