@@ -407,6 +407,20 @@ class MemoryIndex:
         self._stores.close(others=self._namespaces.open_handles())
         self._embedding.close()
 
+    # -- for a registry of indexes (clawmem_core.registry) -------------------------------------------
+
+    def _share_calibration(self, calibration: CalibrationVectors) -> None:
+        """Use ``calibration`` (the vectors of the same embedder, shared by a registry's indexes)
+        in place of this index's own copy: read or embedded once per process, not once per index."""
+        self._calibration = calibration
+        self._searching.calibration = calibration
+        self._syncing.after_sync = calibration.save  # a sync caches what a search embedded
+
+    def _forget_cached(self) -> None:
+        """Drop what this agent's searches loaded that the process keeps beyond the index (on
+        PostgreSQL its keyword statistics and postings): called when a registry closes the agent."""
+        self._stores.backend.forget_cached()
+
     def __enter__(self) -> "MemoryIndex":
         return self
 

@@ -98,24 +98,6 @@ def warm_up(embedder: Embedder | None) -> None:
         load()
 
 
-def _forget_loaded(mem: MemoryIndex) -> None:
-    """Drop what ``mem``'s searches loaded that the process keeps beyond the index: on PostgreSQL,
-    the agent's keyword statistics and postings (kept per database and agent, for any index of the
-    agent in the process). The registry keeps them while the agent stays open and frees them when
-    it closes the agent, so that memory follows the agents open, not every agent ever served
-    (another index of the agent in the process loads them again at its next search). On SQLite
-    what a search loads belongs to the index, freed with it."""
-    url = getattr(getattr(getattr(mem, "_stores", None), "backend", None), "_url", None)
-    if not isinstance(url, str):
-        return
-    try:
-        from .store.postgres import KEYWORD_CACHE
-
-        KEYWORD_CACHE.drop((url, mem.agent_id))
-    except Exception as exc:  # pragma: no cover - freeing memory never fails a close
-        log.debug("could not drop the keyword statistics of agent %s: %s", mem.agent_id, exc)
-
-
 class _Entry:
     """One agent's index: being opened (``ready`` unset), open, or failed to open (``error``)."""
 
@@ -219,16 +201,8 @@ class MemoryIndexes:
         """Open ``agent_id``'s index (a subclass may add to it)."""
         mem = MemoryIndex(self.workspace_of(agent_id), agent_id=agent_id, config=self.config,
                           embedder=self.embedder, state_dir=self.state_dir)
-        self._share_calibration(mem)
+        mem._share_calibration(self._calibration)  # one copy for every index, not one each
         return mem
-
-    def _share_calibration(self, mem: MemoryIndex) -> None:
-        """Give ``mem`` the registry's calibration vectors (those of the one embedder every index
-        uses) in place of its own: each open index held its own copy (about 1 MB at 384
-        dimensions) and read or embedded it again at its first search."""
-        mem._calibration = self._calibration
-        mem._searching.calibration = self._calibration
-        mem._syncing.after_sync = self._calibration.save  # a sync caches what a search embedded
 
     def _acquire(self, agent_id: str, lease: bool) -> _Entry:
         check_agent_id(agent_id)  # before the id names a folder or a file (ConfigError)
@@ -294,7 +268,7 @@ class MemoryIndexes:
             mem.close()
         except Exception as exc:  # one index failing to close does not keep the others open
             log.warning("closing the index of agent %s failed: %s", mem.agent_id, exc)
-        _forget_loaded(mem)
+        mem._forget_cached()
 
     # -- the public calls ---------------------------------------------------------------------
 

@@ -431,6 +431,10 @@ class StoreBackend(ABC):
         index in the same database (the recall log); ``None`` for a backend without one (SQLite)."""
         return None
 
+    def forget_cached(self) -> None:
+        """Drop what searches of this agent loaded that the process keeps beyond any handle
+        (nothing by default: a SQLite index's caches belong to its handles)."""
+
     def open_namespace(self, agent_id: str) -> Store:
         """A read-only handle on another agent's index in the same store (a shared namespace)."""
         from ..errors import ConfigError
