@@ -277,11 +277,13 @@ def worker(args: argparse.Namespace) -> int:
     state = Path(args.state)
     emb = HashEmbedder(args.dims)
     if args.worker == "registry-unfreed":  # the registry as it was: closing an agent left its statistics
-        import clawmem_core.registry as registry
+        from clawmem_core import MemoryIndex
 
-        registry._forget_loaded = lambda mem: None  # type: ignore[assignment]
+        MemoryIndex._forget_cached = lambda self: None  # type: ignore[method-assign]
     if args.worker == "registry-own-calibration":  # the registry as it was: each index its own
-        MemoryIndexes._share_calibration = lambda self, mem: None  # type: ignore[method-assign]
+        from clawmem_core import MemoryIndex
+
+        MemoryIndex._share_calibration = lambda self, calibration: None  # type: ignore[method-assign]
     root = Path(args.root) if args.root else None  # SQLite: the agents' workspaces (<root>/<agent>)
     indexes = (MemoryIndexes(cfg, max_open=args.max_open, state_dir=state, embedder=emb, workspace_root=root)
                if args.worker.startswith("registry") else None)
