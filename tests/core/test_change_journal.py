@@ -138,22 +138,32 @@ def test_other_files_do_not_cost_a_walk(make_workspace: WorkspaceFactory, open_i
     assert walks.count == n
 
 
-def test_an_overflowed_journal_falls_back_to_a_walk(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+def inotify_queue_limit() -> int:
+    """The kernel's inotify queue length (the test skips when it is unknown or too long to fill)."""
     try:
         limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     except (OSError, ValueError):
         pytest.skip("inotify queue limit unknown")
     if limit > 200_000:
         pytest.skip("inotify queue too long to overflow in a unit test")
-    ws = make_workspace(SAMPLE_FILES)
-    mem, walks = trusting(ws, open_index)
+    return limit
+
+
+def overflow_the_queue(ws: Path, limit: int) -> None:
+    """Fill the kernel's queue (alternating names: the kernel merges an event repeating the last
+    one): an edit right after gets no event of its own, only the overflow marker."""
     noise = [ws / "memory" / "noise-a.txt", ws / "memory" / "noise-b.txt"]
     for p in noise:
         p.write_text("x", encoding="utf-8")
-    # Fill the kernel's queue (alternating names: the kernel merges an event repeating the last
-    # one): the edit below gets no event of its own, only the overflow marker.
     for i in range(limit + 10):
         os.utime(noise[i % 2], ns=(i, i))
+
+
+def test_an_overflowed_journal_falls_back_to_a_walk(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
+    limit = inotify_queue_limit()
+    ws = make_workspace(SAMPLE_FILES)
+    mem, walks = trusting(ws, open_index)
+    overflow_the_queue(ws, limit)
     with open(ws / "memory" / "2026-01-05.md", "a", encoding="utf-8") as fh:
         fh.write("Quokka day.\n")
     n = walks.count

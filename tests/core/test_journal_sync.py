@@ -17,7 +17,7 @@ from clawmem_core import MemoryConfig, MemoryIndex
 from clawmem_core.discovery import list_memory_files
 
 from .conftest import SAMPLE_FILES, IndexFactory, WorkspaceFactory
-from .test_change_journal import Walks, paths
+from .test_change_journal import Walks, inotify_queue_limit, overflow_the_queue, paths
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the change journal is Linux inotify")
 
@@ -96,19 +96,10 @@ def test_a_vouched_sync_reads_only_the_changed_files_and_matches_a_walk(make_wor
 
 
 def test_an_overflowed_journal_makes_the_sync_walk(make_workspace: WorkspaceFactory, open_index: IndexFactory) -> None:
-    try:
-        limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    except (OSError, ValueError):
-        pytest.skip("inotify queue limit unknown")
-    if limit > 200_000:
-        pytest.skip("inotify queue too long to overflow in a unit test")
+    limit = inotify_queue_limit()
     ws = make_workspace(SAMPLE_FILES)
     mem, walks = vouching(ws, open_index)
-    noise = [ws / "memory" / "noise-a.txt", ws / "memory" / "noise-b.txt"]
-    for p in noise:
-        p.write_text("x", encoding="utf-8")
-    for i in range(limit + 10):  # alternating names: the kernel merges an event repeating the last
-        os.utime(noise[i % 2], ns=(i, i))
+    overflow_the_queue(ws, limit)
     edit(ws / "memory" / "2026-01-05.md", "Quokka day.")  # no event of its own: the queue is full
     n = walks.count
     report = mem.sync()
