@@ -76,6 +76,13 @@ def store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
     s.close()
 
 
+def _assert_answers_as_in_sql(store: PostgresStore, step: int) -> None:
+    """Every query's keyword answers and term hits are those the rows give, scored in SQL."""
+    for q in QUERIES:
+        assert _same(store.keyword_search(q, 50), _in_sql(store, q)), (step, q)
+    assert _hits(store, ["alpha", "deploy migration", "咖啡"]) == _hits_in_sql(store, ["alpha", "deploy migration", "咖啡"])
+
+
 def test_cached_scores_follow_every_write(store: PostgresStore) -> None:
     """Random replaces and deletes between searches: each answer (the cached statistics carried
     to the new version) equals the server's scoring of the rows as they are."""
@@ -84,10 +91,7 @@ def test_cached_scores_follow_every_write(store: PostgresStore) -> None:
     for p in paths:
         _file(store, p, [_doc(rng, rng.randint(3, 40)) for _ in range(rng.randint(1, 4))])
     for step in range(40):
-        for q in QUERIES:
-            got = store.keyword_search(q, 50)
-            assert _same(got, _in_sql(store, q)), (step, q)
-        assert _hits(store, ["alpha", "deploy migration", "咖啡"]) == _hits_in_sql(store, ["alpha", "deploy migration", "咖啡"])
+        _assert_answers_as_in_sql(store, step)
         op = rng.random()
         p = rng.choice(paths)
         if op < 0.6:
@@ -202,9 +206,7 @@ def test_postings_written_at_sync_answer_as_the_rows(store: PostgresStore, pg_ur
     for step in range(30):
         if rng.random() < 0.3:
             KEYWORD_CACHE.clear()  # the next searches read every term from the table
-        for q in QUERIES:
-            assert _same(store.keyword_search(q, 50), _in_sql(store, q)), (step, q)
-        assert _hits(store, ["alpha", "deploy migration", "咖啡"]) == _hits_in_sql(store, ["alpha", "deploy migration", "咖啡"])
+        _assert_answers_as_in_sql(store, step)
         op = rng.random()
         p = rng.choice(paths)
         if op < 0.6:
