@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import math
 import re
-import threading
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
+from .deadlines import LATE_CALLS, LateCalls, run_with_deadline  # noqa: F401 (LateCalls, run_with_deadline: re-exported)
 from .errors import InvalidQueryError
 from .results import SearchHits, SearchResult
 from .snippets import SNIPPET_MAX_CHARS, build_snippet
@@ -618,111 +618,6 @@ def check_args(query: Any, max_results: Any, min_score: Any, cfg: "QueryConfig")
     return query.replace("\x00", " ").strip(), int(min(k, MAX_RESULTS)), max(0.0, float(ms))
 
 
-def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Event | None" = None) -> tuple[bool, Any]:
-    """Run ``fn`` in a daemon thread (a kept one, see :class:`_Worker`) and wait at most ``seconds``: ``(True, result)``, or
-    ``(False, None)`` on time-out (the call is left to finish on its own; a daemon thread never
-    holds up interpreter exit; ``done``, when given, is set when it has). An exception from ``fn``
-    is raised here."""
-    box: list[Any] = []
-    done = done if done is not None else threading.Event()
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # handed to the caller
-            box.append((False, exc))
-
-    _Worker.take().jobs.put((run, done))
-    if not done.wait(max(0.0, seconds)):
-        return False, None
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return True, value
-
-
-class _Worker:
-    """A daemon thread that runs the calls of :func:`run_with_deadline` one at a time and, idle,
-    waits for the next: starting a thread per query costs more than a fast embedder's own work on
-    a busy machine. A call that runs out of time keeps its worker (the next call takes another).
-    Each call runs in a fresh :mod:`contextvars` context, as in a new thread."""
-
-    _idle: "list[_Worker]" = []
-    _lock = threading.Lock()
-    _pid = 0
-    #: Idle workers kept at most (more finish once their call returns).
-    KEEP = 4
-
-    def __init__(self) -> None:
-        import queue
-
-        self.jobs: "queue.SimpleQueue[tuple[Callable[[], None], threading.Event]]" = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="clawmem-deadline", daemon=True).start()
-
-    @classmethod
-    def take(cls) -> "_Worker":
-        """An idle worker, or a new one (none survives a fork: the child starts its own)."""
-        import os
-
-        with cls._lock:
-            if cls._pid != os.getpid():
-                cls._idle, cls._pid = [], os.getpid()
-            if cls._idle:
-                return cls._idle.pop()
-        return cls()
-
-    def _loop(self) -> None:
-        import contextvars
-        import os
-
-        pid = os.getpid()
-        while True:
-            job, done = self.jobs.get()
-            try:
-                contextvars.Context().run(job)
-            finally:
-                # idle again before the caller hears of it: its next call finds this worker
-                with self._lock:
-                    keep = self._pid == pid and len(self._idle) < self.KEEP
-                    if keep:
-                        self._idle.append(self)
-                done.set()
-            if not keep:
-                return
-
-
-class LateCalls:
-    """Calls that ran out of time (:func:`run_with_deadline`) and still run, by owner (a query
-    embedder, a reranker): while one runs, its owner is not called again, since another call would
-    only queue behind it (a hung API, a model still loading, a slow local model on the CPU the
-    searches need)."""
-
-    def __init__(self) -> None:
-        self._late: dict[int, tuple[Any, threading.Event]] = {}
-
-    def busy(self, owner: Any) -> bool:
-        """Whether a call of ``owner`` that ran out of time is still running."""
-        late = self._late.get(id(owner))
-        if late is None or late[0] is not owner:
-            return False
-        if late[1].is_set():
-            self._late.pop(id(owner), None)
-            return False
-        return True
-
-    def run(self, owner: Any, fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
-        """:func:`run_with_deadline`, remembering the call when it runs out of time."""
-        done = threading.Event()
-        ok, value = run_with_deadline(fn, seconds, done)
-        if not ok:
-            self._late[id(owner)] = (owner, done)
-        return ok, value
-
-
-#: The process's calls that ran out of time.
-LATE_CALLS = LateCalls()
-
-
 def _rerank_head(
     store: "Store", query: str, merged: list[Candidate], reranker: Any, cfg: "QueryConfig", seconds: float,
     info: dict[str, Any],
@@ -977,7 +872,6 @@ def _choose(
     else:  # calibrated scores mean the same in every index: no fallback below min_score
         chosen = select_confident(merged, 1.0 if part_conf is not None else conf, min_score=min_score, max_results=k)
     return chosen
-
 
 
 
