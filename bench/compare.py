@@ -2,6 +2,9 @@
 
     python -m bench compare REV [REV2] [--scale 10000] [--rounds 3]
 
+REV and REV2 are git revisions, or directories that hold a ``clawmem_core`` package (an unpacked copy, for a
+machine where the history is not at hand).
+
 Each side's ``clawmem_core`` comes from its own checkout (``git worktree add --detach`` into a temporary
 directory; "this tree" is the working tree, uncommitted changes included); the harness itself always comes from
 this tree, so a commit older than this script can be measured. Each side runs in its own subprocesses with a
@@ -91,9 +94,15 @@ class Side:
 def _make_side(name: str, rev: str | None, tmp: Path, added: list[Path]) -> Side:
     if rev is None:
         source = REPO_ROOT
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "clawmem_core"], cwd=str(REPO_ROOT),
-                               capture_output=True, text=True).stdout.strip()
-        label = "this tree (" + _git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "") + ")"
+        try:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--", "clawmem_core"], cwd=str(REPO_ROOT),
+                                   capture_output=True, text=True).stdout.strip()
+            label = "this tree (" + _git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "") + ")"
+        except (OSError, subprocess.CalledProcessError):  # a copy of the tree without its git history
+            label = "this tree"
+    elif Path(rev).is_dir():  # an unpacked copy (``git archive REV clawmem_core | tar -x -C DIR``)
+        source = Path(rev).resolve()
+        label = source.name
     else:
         sha = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
         source = tmp / f"checkout-{name}"
@@ -419,8 +428,8 @@ def run(a: argparse.Namespace, log: Callable[[str], None] = _log) -> dict[str, A
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rev", help="the old commit (any git revision)")
-    p.add_argument("rev2", nargs="?", default=None, help="the new commit (default: this working tree)")
+    p.add_argument("rev", help="the old commit (any git revision, or a directory holding its clawmem_core)")
+    p.add_argument("rev2", nargs="?", default=None, help="the new commit, or a directory (default: this working tree)")
     p.add_argument("--scale", type=int, default=10000, help="chunks in the generated workspace (default 10000)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each running both sides (default 3)")
     p.add_argument("--queries", type=int, default=60, help="queries per search mode per round (default 60)")

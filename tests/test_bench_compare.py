@@ -64,3 +64,21 @@ def test_compare_head_with_this_tree(tmp_path: Path) -> None:
     # the checkout of HEAD was a temporary worktree, removed at the end
     after = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
     assert after == before
+
+
+def test_a_side_can_be_an_unpacked_copy(tmp_path: Path) -> None:
+    """A directory holding ``clawmem_core`` stands for a revision (a machine without the git history)."""
+    copy = tmp_path / "old-copy"
+    (copy / "clawmem_core").mkdir(parents=True)
+    (copy / "clawmem_core" / "__init__.py").write_text("")
+    work = tmp_path / "tmp"
+    work.mkdir()
+    added: list[Path] = []
+    side = compare._make_side("old", str(copy), work, added)
+    assert side.label == "old-copy" and side.source == copy.resolve()
+    assert added == []  # nothing to remove afterwards: no worktree was made
+    assert (side.lib / "clawmem_core").resolve() == (copy / "clawmem_core").resolve()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match="no clawmem_core package"):
+        compare._make_side("new", str(empty), work, added)

@@ -6,6 +6,8 @@ Vectors come from the deterministic ``HashEmbedder`` (384 dims): this measures t
 Each phase runs in its own process (peak RSS is that process's own). Usage::
 
     python -m bench.studies.scale_curve run N [--work /tmp/scale]   # one scale, JSON to <work>/scale-N.json
+        [--parallel]      # the hash-vector and the keyword-only chains at the same time (cores to spare)
+        [--keyword-only]  # the keyword-only chain alone
     python -m bench.studies.scale_curve build|search TASK_JSON        # the worker phases (internal)
 """
 
@@ -174,33 +176,53 @@ def _save(work: Path, n: int, out: dict[str, Any]) -> None:
     (work / f"scale-{n}.json").write_text(json.dumps(out, indent=1))
 
 
-def run_scale(n: int, work: Path, n_queries: int = 100, cli_repeats: int = 5) -> dict[str, Any]:
+def run_scale(n: int, work: Path, n_queries: int = 100, cli_repeats: int = 5, *, parallel: bool = False,
+              hash_index: bool = True) -> dict[str, Any]:
+    """One scale. ``parallel`` runs the hash-vector chain (build, then search) and the keyword-only chain (build,
+    search, cold CLI) at the same time, for a machine with cores to spare; ``hash_index=False`` measures the
+    keyword-only chain alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
     ws = work / f"ws-{n}"
     t0 = time.perf_counter()
     man = synth.ensure(ws, n)
     out: dict[str, Any] = {"target_chunks": n, "files_generated": man.files, "bytes": man.bytes,
-                           "generate_seconds": time.perf_counter() - t0, "load_start": os.getloadavg()}
+                           "generate_seconds": time.perf_counter() - t0, "load_start": os.getloadavg(),
+                           "parallel": parallel, "cpus": os.cpu_count()}
     _log(f"{n}: workspace {man.files} files ({out['generate_seconds']:.0f} s)")
     n_en = int(round(n_queries * (1 - man.zh_share)))
     queries = man.queries_en[:n_en] + man.queries_zh[: n_queries - n_en]
     edit = _edit_file(ws)
     vsd, ksd = work / f"state-{n}-hash", work / f"state-{n}-keyword"
-    out["build"] = _worker("build", {"workspace": str(ws), "state_dir": str(vsd), "edit_file": edit,
-                                     "embedder": f"hash-{DIMS}"})
-    _log(f"{n}: build {json.dumps(out['build'])[:600]}")
-    _save(work, n, out)
-    out["search"] = _worker("search", {"workspace": str(ws), "state_dir": str(vsd), "queries": queries,
-                                       "keyword": False})
-    _save(work, n, out)
-    out["build_keyword"] = _worker("build", {"workspace": str(ws), "state_dir": str(ksd), "edit_file": edit,
-                                             "embedder": "none"})
-    _log(f"{n}: keyword-only build {json.dumps(out['build_keyword'])[:600]}")
-    _save(work, n, out)
-    out["search_keyword"] = _worker("search", {"workspace": str(ws), "state_dir": str(ksd), "queries": queries,
-                                               "keyword": True})
-    _save(work, n, out)
-    out["cold_cli"] = cold_cli(ws, ksd, man.queries_en[:5] + man.queries_zh[:5], cli_repeats)
-    _log(f"{n}: cold cli {out['cold_cli']}")
+
+    def hash_chain() -> None:
+        out["build"] = _worker("build", {"workspace": str(ws), "state_dir": str(vsd), "edit_file": edit,
+                                         "embedder": f"hash-{DIMS}"})
+        _log(f"{n}: build {json.dumps(out['build'])[:600]}")
+        _save(work, n, out)
+        out["search"] = _worker("search", {"workspace": str(ws), "state_dir": str(vsd), "queries": queries,
+                                           "keyword": False})
+        _save(work, n, out)
+
+    def keyword_chain() -> None:
+        out["build_keyword"] = _worker("build", {"workspace": str(ws), "state_dir": str(ksd), "edit_file": edit,
+                                                 "embedder": "none"})
+        _log(f"{n}: keyword-only build {json.dumps(out['build_keyword'])[:600]}")
+        _save(work, n, out)
+        out["search_keyword"] = _worker("search", {"workspace": str(ws), "state_dir": str(ksd),
+                                                   "queries": queries, "keyword": True})
+        _save(work, n, out)
+        out["cold_cli"] = cold_cli(ws, ksd, man.queries_en[:5] + man.queries_zh[:5], cli_repeats)
+        _log(f"{n}: cold cli {out['cold_cli']}")
+
+    chains = ([hash_chain] if hash_index else []) + [keyword_chain]
+    if parallel and len(chains) > 1:
+        with ThreadPoolExecutor(len(chains)) as pool:
+            for f in [pool.submit(c) for c in chains]:
+                f.result()
+    else:
+        for c in chains:
+            c()
     out["load_end"] = os.getloadavg()
     return out
 
@@ -307,7 +329,7 @@ def main(argv: list[str]) -> int:
         n = int(argv[1])
         work = Path(argv[argv.index("--work") + 1]) if "--work" in argv else Path("/tmp/scale")
         work.mkdir(parents=True, exist_ok=True)
-        _save(work, n, run_scale(n, work))
+        _save(work, n, run_scale(n, work, parallel="--parallel" in argv, hash_index="--keyword-only" not in argv))
         return 0
     print(__doc__, file=sys.stderr)
     return 2
