@@ -152,3 +152,44 @@ def test_a_one_shot_search_run_as_the_program_leaves_the_collector_off(
     assert "hopper" in capsys.readouterr().out
     assert main(["search", "hopper", "--workspace", str(ws), "--provider", "none"]) == 0  # called from Python
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_stat_keys_split_across_threads_equal_one_thread(tmp_path: Path) -> None:
+    """Many files are stat-ed by several threads, each a slice: the keys come back in the order listed, and
+    one file that cannot be stat-ed, in any slice, makes the whole answer ``None`` (the caller scans)."""
+    items = []
+    for i in range(23):
+        path = tmp_path / ("笔记" if i % 2 else "notes") / f"{i:02d}.md"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("x" * i)
+        items.append((path.relative_to(tmp_path).as_posix(), str(path), "memory", False))
+    one = walk_snapshot.stat_keys(items, threads=1)
+    assert one is not None and len(one) == 4 * len(items)
+    assert one[0::4] == list(range(23))  # sizes, in the order listed
+    for threads in (2, 5, 23, 40):
+        assert walk_snapshot.stat_keys(items, threads=threads) == one
+    for gone in (0, 11, 22):  # the first slice (this thread), a middle one, the last one
+        moved = list(items)
+        moved[gone] = (moved[gone][0], moved[gone][1] + ".missing", "memory", False)
+        assert walk_snapshot.stat_keys(moved, threads=4) is None
+
+
+def test_an_edit_in_place_is_found_when_the_files_are_stat_ed_by_threads(
+        ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(walk_snapshot, "PARALLEL_STAT_MIN", 1)
+    monkeypatch.setattr(walk_snapshot, "_cores", lambda: 8)
+    calls = []
+    real = walk_snapshot._stat_slice
+    monkeypatch.setattr(walk_snapshot, "_stat_slice", lambda *a: (calls.append(len(a[0])), real(*a)))
+    search(capsys, ws, "hopper")
+    search(capsys, ws, "hopper")
+    assert answers_from_snapshot(ws, tmp_path)
+    assert len(calls) > 1  # the stat calls were split across threads
+    zh = ws / "memory" / "2026-01-06.md"
+    old = zh.read_text(encoding="utf-8")
+    new = old.replace("数据库升级", "机房搬迁了")  # the same size: only the inode change time tells
+    assert len(new.encode()) == len(old.encode())
+    zh.write_text(new, encoding="utf-8")
+    os.utime(zh, (HOUR_AGO, HOUR_AGO))
+    assert not answers_from_snapshot(ws, tmp_path)
+    assert "机房搬迁" in search(capsys, ws, "机房搬迁")
