@@ -442,8 +442,8 @@ def matrix_table(before: dict[str, Any], after: dict[str, Any]) -> str:
                      and r["rerank"] == "off"), None)
 
     out = []
-    for ds in [d for d in DATASETS if any(r["dataset"] == d for r in after["rows"])]:
-        keys: tuple[str, ...] = (("ndcg@10", "hit@1", "hit@5", "hit@5 default") if ds == "scifact"
+    for ds in [d for d in (*DATASETS, "scifact-b") if any(r["dataset"] == d for r in after["rows"])]:
+        keys: tuple[str, ...] = (("ndcg@10", "hit@1", "hit@5", "hit@5 default") if ds.startswith("scifact")
                                  else ("hit@1", "hit@5", "hit@5 default"))
         out += [f"#### {ds}", "", f"Each cell: {' / '.join(keys)}.", "",
                 "| embedder | calibrated before (0.3 / 0.7) | calibrated after (the rule) | openclaw | after minus "
@@ -452,7 +452,8 @@ def matrix_table(before: dict[str, Any], after: dict[str, Any]) -> str:
         embs = sorted({r["embedder"] for r in after["rows"] if r["dataset"] == ds},
                       key=lambda e: ORDER.index(e) if e in ORDER else 99)
         for emb in embs:
-            b, a_, oc = row(before, emb, ds, "calibrated"), row(after, emb, ds, "calibrated"), row(before, emb, ds, "openclaw")
+            b, a_ = row(before, emb, ds, "calibrated"), row(after, emb, ds, "calibrated")
+            oc = row(after, emb, ds, "openclaw") or row(before, emb, ds, "openclaw")
 
             def diff(x: dict[str, Any] | None, y: dict[str, Any] | None) -> str:
                 if x is None or y is None:
