@@ -413,7 +413,7 @@ def diagnosis_tables(rows: list[dict[str, Any]]) -> str:
         below, total = [], 0
         for r in rows:
             keys = ("ndcg@10",) if r["dataset"].startswith("scifact") else ("hit@1", "hit@5")
-            for h in ("A", "B", "all"):
+            for h in (h for h in ("A", "B", "all") if h in r["diagnosis"][n]):
                 for m in keys:
                     total += 1
                     d_ = r["diagnosis"][n][h][m] - r["diagnosis"][oc][h][m]
