@@ -371,7 +371,7 @@ def markdown(res: dict[str, Any]) -> str:
     rows = res["rows"]
     by = {(r["embedder"], r["dataset"], r["fusion"], r["rerank"]): r for r in rows}
     emb_order = [e for e in ORDER if any(r["embedder"] == e for r in rows)]
-    ds_order = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
+    ds_order = [d for d in (*DATASETS, "scifact-b") if any(r["dataset"] == d for r in rows)]
     reranks = rerank_order(r["rerank"] for r in rows)
     n_of = {r["dataset"]: r["n"] for r in rows}
     lines = [
@@ -404,7 +404,7 @@ def markdown(res: dict[str, Any]) -> str:
                   "and runs offline (what was tried: `bench/README.md`, \"Reranking\"); with a CrossEncoder "
                   "directory, `python -m bench.matrix --rerank local:DIR` adds the rows.", ""]
     for d in ds_order:
-        beir = d == "scifact"
+        beir = d.startswith("scifact")
         head = f"#### {d} ({n_of.get(d, '?')} questions)"
         cols = ["embedder", "fusion", "rerank", "hit@1", "hit@5"] + (["nDCG@10"] if beir else []) + \
                ["hit@5 at default", "vs keyword-only (hit@1 / hit@5" + (" / nDCG@10" if beir else "") + " / hit@5 at default)"]

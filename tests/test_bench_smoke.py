@@ -230,6 +230,31 @@ def test_matrix_rerank_only_run_merges_and_keeps_the_first_index_times(tmp_path:
     assert "bi-encoder stand-in, not a cross-encoder" in md and "Rerank on minus rerank off" in md
 
 
+def test_fusion_strength_diagnosis_refuses_each_question_as_both_searches_rank_it(tmp_path: Path) -> None:
+    """``fusion_strength --diagnose`` re-fuses each question's captured candidates offline: its rows for the
+    default and for OpenClaw's fusion give exactly the searches' own figures, and its report renders."""
+    pytest.importorskip("clawmem_core.index")
+    from bench import matrix
+    from bench.studies import fusion_strength as fs
+
+    data = _tiny_data(tmp_path / "data", distractor=True)
+    work = tmp_path / "work"
+    setup = matrix.make_setup("hash", None)
+    ds = matrix.datasets(data, work, ["locomo-en"])[0]
+    matrix.build_indexes(setup, ds, work)
+    row = fs.diagnose(setup, ds, work)
+    searched = {f: matrix.evaluate(setup, ds, work, f, None, {"query.rerank.enabled": False}, "off")
+                for f in ("calibrated", "openclaw")}
+    default = row["diagnosis"]["the rule's weight, calibrated vector, calibrated keyword (the default)"]["all"]
+    openclaw = row["diagnosis"]["0.7 / 0.3, raw cosine, OpenClaw's keyword (OpenClaw's fusion)"]["all"]
+    for fig, got in ((default, searched["calibrated"]), (openclaw, searched["openclaw"])):
+        assert fig["n"] == got["n"] == 3 and (fig["hit@1"], fig["hit@5"]) == (got["hit@1"], got["hit@5"])
+    wins = row["wins"]["hit@1"]
+    assert 0.0 <= wins["sign_p"] <= 1.0 and fs._sign_p(0, 5) == pytest.approx(0.0625) and fs._sign_p(3, 3) == 1.0
+    md = fs.diagnosis_tables([row])
+    assert "cells below OpenClaw's fusion" in md and "rank fusion" in md
+
+
 def test_matrix_remote_setup_goes_through_the_openai_provider() -> None:
     from bench import matrix
 

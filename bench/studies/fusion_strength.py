@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path)
     ap.add_argument("--alternatives", action="store_true", help="re-fuse each cell's candidates with other forms")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="both fusions' candidates per question: where they differ, and which part of the fusion decides")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="print the tables of this study's outputs (and, with --before/--after, bench.matrix's) and stop")
     ap.add_argument("--before", type=Path, help="bench.matrix JSON at the commit before the rule")
@@ -87,10 +89,14 @@ def main(argv: list[str] | None = None) -> int:
             print(matrix_table(json.loads(a.before.read_text()), json.loads(a.after.read_text())))
         if a.report:
             rows = [r for p in a.report for r in json.loads(p.read_text())]
-            print(halves_table([r for r in rows if "variant" in r]))
+            if any("variant" in r for r in rows):
+                print(halves_table([r for r in rows if "variant" in r]))
             if any("form" in r for r in rows):
                 print()
                 print(alternatives_table([r for r in rows if "form" in r]))
+            if any("diagnosis" in r for r in rows):
+                print()
+                print(diagnosis_tables([r for r in rows if "diagnosis" in r]))
         return 0
     dss = datasets(a.data, a.work, a.datasets.split(","))
     vcache = VectorCache(a.work / "vectors.sqlite")
@@ -102,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             if a.alternatives:
                 results += alternatives(setup, ds, a.work)
                 log(f"{name} {ds.name}: alternatives done")
+                continue
+            if a.diagnose:
+                results.append(diagnose(setup, ds, a.work))
+                log(f"{name} {ds.name}: diagnosis done")
                 continue
             order = {q.qid: (i, q.workspace.name) for i, q in enumerate(ds.queries)}
             for variant in a.variants.split(","):
@@ -229,6 +239,190 @@ def alternatives_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+# -- where the default and OpenClaw's fusion part ---------------------------------------------------------------
+
+
+def _rrf(s: Any) -> Any:
+    import numpy as np
+
+    r = np.empty(len(s))
+    r[np.argsort(-s, kind="stable")] = np.arange(len(s))
+    return 1.0 / (60 + r)
+
+
+def _rule_w(e: float, t_best: float, hi: float | None = 0.7) -> float:
+    v = max(0.0, e) / 0.25
+    if v <= 0:
+        return 0.3
+    w = max(0.3, v / (v + t_best))
+    return w if hi is None else min(hi, w)
+
+
+#: The parts of one candidate's fused score, swapped one at a time: ``X`` holds per candidate the calibrated
+#: vector and keyword scores (``vc``, ``tc``, the default's) and OpenClaw's (``vr``: the raw cosine, ``tr``:
+#: ``|bm25| / (1 + |bm25|)``); ``w`` is the rule's vector weight for the query.
+COMPONENTS: dict[str, Callable[..., Any]] = {
+    "the rule's weight, calibrated vector, calibrated keyword (the default)": lambda X, w: w * X[:, 0] + (1 - w) * X[:, 1],
+    "0.7 / 0.3, calibrated vector, calibrated keyword": lambda X, w: 0.7 * X[:, 0] + 0.3 * X[:, 1],
+    "the rule's weight, raw cosine, calibrated keyword": lambda X, w: w * X[:, 2] + (1 - w) * X[:, 1],
+    "the rule's weight, calibrated vector, OpenClaw's keyword": lambda X, w: w * X[:, 0] + (1 - w) * X[:, 3],
+    "the rule's weight, raw cosine, OpenClaw's keyword": lambda X, w: w * X[:, 2] + (1 - w) * X[:, 3],
+    "0.7 / 0.3, raw cosine, OpenClaw's keyword (OpenClaw's fusion)": lambda X, w: 0.7 * X[:, 2] + 0.3 * X[:, 3],
+}
+
+#: Rules that could close the gap, each with the reason it might (``e``: the query's vector evidence, ``tb``:
+#: the keyword side's best calibrated score).
+FORMS: dict[str, Callable[..., Any]] = {
+    "the rule (default)": lambda X, w, e, tb: w * X[:, 0] + (1 - w) * X[:, 1],
+    "the rule, vector weight at most 0.6": lambda X, w, e, tb: _lin(X[:, 0], X[:, 1], min(w, 0.6)),
+    "the rule, vector weight at most 0.5": lambda X, w, e, tb: _lin(X[:, 0], X[:, 1], min(w, 0.5)),
+    "the rule without its ceiling": lambda X, w, e, tb: _lin(X[:, 0], X[:, 1], _rule_w(e, tb, None)),
+    "the rule, a chunk with no keyword match counted at VECTOR_ALONE (0.7)": lambda X, w, e, tb: _lin(
+        X[:, 0] * (0.7 + 0.3 * (X[:, 1] > 0)), X[:, 1], w),
+    "the rule on sqrt(keyword): any keyword match counts more (OpenClaw's saturation)": lambda X, w, e, tb: _lin(
+        X[:, 0], X[:, 1] ** 0.5, w),
+    "the rule on 2t / (1 + t): the same, milder": lambda X, w, e, tb: _lin(X[:, 0], 2 * X[:, 1] / (1 + X[:, 1]), w),
+    "rank fusion (1 / (60 + rank) per side)": lambda X, w, e, tb: _rrf(X[:, 0]) + _rrf(X[:, 1]),
+}
+
+
+def _sign_p(a: int, b: int) -> float:
+    """Two-sided sign test: the chance of a split at least this uneven between ``a`` and ``b`` discordant
+    questions if either fusion were as likely to win each."""
+    from math import comb
+
+    n, k = a + b, min(a, b)
+    return 1.0 if n == 0 else min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def diagnose(setup: Any, ds: Any, work: Path) -> dict[str, Any]:
+    """Each question searched with both fusions on one index (the same candidate pools: each side's best
+    ``CANDIDATE_POOL``, drawn before any fusion), its candidates captured with both fusions' scores, then
+    re-fused offline: which questions each fusion wins (and a sign test), each part of the fused score swapped
+    for OpenClaw's (:data:`COMPONENTS`), and the rules of :data:`FORMS`; figures per half and all."""
+    import numpy as np
+
+    import clawmem_core.search as S
+    from clawmem_core import MemoryIndex
+
+    from ..matrix import config
+    from ..metrics import hit_at, ndcg_at, rank_documents, Span
+
+    seen: dict[str, Any] = {}
+    merge, evidence = S.merge_hybrid, S.vector_evidence
+
+    def capture_merge(vector: Any, keyword: Any, vw: float, tw: float) -> Any:
+        out = merge(vector, keyword, vw, tw)
+        seen["cands"] = [(c.path, c.start_line, c.end_line, c.vector_score, c.text_score) for c in out]
+        return out
+
+    def capture_evidence(*args: Any) -> Any:
+        seen["e"] = evidence(*args)
+        return seen["e"]
+
+    k = 200 if ds.kind == "beir" else 10
+    got: dict[str, dict[str, Any]] = {}
+    S.merge_hybrid, S.vector_evidence = capture_merge, capture_evidence
+    try:
+        setup.warm_queries([q.text for q in ds.queries])
+        for ws in ds.workspaces:
+            for fusion in ("calibrated", "openclaw"):
+                with MemoryIndex(str(ws), agent_id="main", config=config(setup, fusion, {"query.rerank.enabled": False}),
+                                 embedder=setup.embedder, state_dir=str(work / setup.name / ds.name / ws.name)) as mem:
+                    for i, q in enumerate(ds.queries):
+                        if q.workspace != ws:
+                            continue
+                        seen.clear()
+                        hits = mem.search(q.text, max_results=k, min_score=0.0, record=False)
+                        got.setdefault(q.qid, {"q": q, "half": half_of(ds.name, i, ws.name)})[fusion] = {
+                            "cands": list(seen.get("cands") or []), "e": float(seen.get("e") or 0.0),
+                            "w": (hits.info.get("fusion_weights") or [S.CALIBRATED_VECTOR_WEIGHT])[0],
+                            "got": [Span(h.path, int(h.start_line), int(h.end_line)) for h in hits]}
+    finally:
+        S.merge_hybrid, S.vector_evidence = merge, evidence
+
+    def score(spans: list[Any], q: Any) -> tuple[float, float, float]:
+        if ds.kind == "beir":
+            docs = rank_documents(spans)
+            return (1.0 if docs[:1] and docs[0] in q.relevant_paths else 0.0,
+                    1.0 if q.relevant_paths.intersection(docs[:5]) else 0.0, ndcg_at(docs, q.relevant_paths, 10))
+        return hit_at(spans, q.gold_lines, 1), hit_at(spans, q.gold_lines, 5), 0.0
+
+    comp: dict[str, dict[str, list[Any]]] = {n: {"A": [], "B": []} for n in (*COMPONENTS, *FORMS)}
+    wins = {"hit@1": [0, 0], "hit@5": [0, 0]}
+    for d in got.values():
+        q, c, o = d["q"], d["calibrated"], d["openclaw"]
+        sc, so = score(c["got"], q), score(o["got"], q)
+        for m, name in ((0, "hit@1"), (1, "hit@5")):
+            wins[name][0] += sc[m] > so[m]
+            wins[name][1] += so[m] > sc[m]
+        # one row per chunk: the default's (vector, keyword) scores and OpenClaw's
+        table: dict[tuple[str, int, int], list[float]] = {}
+        for p_, s_, e_, v, t in c["cands"]:
+            table[(p_, s_, e_)] = [v, t, 0.0, 0.0]
+        for p_, s_, e_, v, t in o["cands"]:
+            table.setdefault((p_, s_, e_), [0.0, 0.0, 0.0, 0.0])[2:] = [v, t]
+        keys = list(table)
+        X = np.array([table[kk] for kk in keys]) if keys else np.zeros((0, 4))
+        tb = float(X[:, 1].max()) if keys else 0.0
+
+        def ranked(sc_: Any) -> list[Any]:
+            order = sorted(range(len(keys)), key=lambda j: (-sc_[j], keys[j][0], keys[j][1]))
+            return [Span(*keys[j]) for j in order[:k]]
+
+        for n, f in COMPONENTS.items():
+            comp[n][d["half"]].append(score(ranked(f(X, c["w"])), q) if keys else (0.0, 0.0, 0.0))
+        for n, g in FORMS.items():
+            comp[n][d["half"]].append(score(ranked(g(X, c["w"], c["e"], tb)), q) if keys else (0.0, 0.0, 0.0))
+    figures: dict[str, dict[str, Any]] = {}
+    for n, halves in comp.items():
+        figures[n] = {}
+        for h, vals in (("A", halves["A"]), ("B", halves["B"]), ("all", halves["A"] + halves["B"])):
+            if vals:
+                m = np.array(vals).mean(0)
+                figures[n][h] = {"hit@1": float(m[0]), "hit@5": float(m[1]), "n": len(vals),
+                                 **({"ndcg@10": float(m[2])} if ds.kind == "beir" else {})}
+    return {"embedder": setup.name, "dataset": ds.name, "diagnosis": figures,
+            "wins": {m: {"default": a, "openclaw": b, "sign_p": round(_sign_p(a, b), 3)} for m, (a, b) in wins.items()}}
+
+
+def diagnosis_tables(rows: list[dict[str, Any]]) -> str:
+    """The questions each fusion wins; the parts swapped; the other rules, with the cells where each ranks
+    below OpenClaw's fusion (LoCoMo hit@1 and hit@5, SciFact nDCG@10; halves A, B and all)."""
+    from ..matrix import LABELS
+
+    out = ["| embedder | data | hit@1: questions the default wins / OpenClaw wins (sign test p) | hit@5: the same |",
+           "|---|---|---|---|"]
+    for r in rows:
+        w = r["wins"]
+        out.append(f"| {LABELS.get(r['embedder'], r['embedder'])} | {r['dataset']} | " + " | ".join(
+            f"{w[m]['default']} / {w[m]['openclaw']} ({w[m]['sign_p']:.2f})" for m in ("hit@1", "hit@5")) + " |")
+    for title, names in (("parts swapped", COMPONENTS), ("other rules", FORMS)):
+        out += ["", f"{title}:", "", "| embedder | data | form | half A | half B | all |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            keys: tuple[str, ...] = (("ndcg@10", "hit@1", "hit@5") if r["dataset"].startswith("scifact")
+                                     else ("hit@1", "hit@5"))
+            for n in names:
+                f = r["diagnosis"][n]
+                out.append(f"| {LABELS.get(r['embedder'], r['embedder'])} | {r['dataset']} | {n} | " +
+                           " | ".join(_cell(f.get(h), keys) for h in ("A", "B", "all")) + " |")
+    oc = "0.7 / 0.3, raw cosine, OpenClaw's keyword (OpenClaw's fusion)"
+    out += ["", "| form | cells below OpenClaw's fusion | which (embedder, data, half, measure: difference) |",
+            "|---|---|---|"]
+    for n in FORMS:
+        below, total = [], 0
+        for r in rows:
+            keys = ("ndcg@10",) if r["dataset"].startswith("scifact") else ("hit@1", "hit@5")
+            for h in (h for h in ("A", "B", "all") if h in r["diagnosis"][n]):
+                for m in keys:
+                    total += 1
+                    d_ = r["diagnosis"][n][h][m] - r["diagnosis"][oc][h][m]
+                    if d_ < -1e-9:
+                        below.append(f"{r['embedder']} {r['dataset']} {h} {m}: {d_:+.3f}")
+        out.append(f"| {n} | {len(below)} of {total} | {'; '.join(below)} |")
+    return "\n".join(out)
+
+
 # -- the report -------------------------------------------------------------------------------------------------
 
 
@@ -248,8 +442,8 @@ def matrix_table(before: dict[str, Any], after: dict[str, Any]) -> str:
                      and r["rerank"] == "off"), None)
 
     out = []
-    for ds in [d for d in DATASETS if any(r["dataset"] == d for r in after["rows"])]:
-        keys: tuple[str, ...] = (("ndcg@10", "hit@1", "hit@5", "hit@5 default") if ds == "scifact"
+    for ds in [d for d in (*DATASETS, "scifact-b") if any(r["dataset"] == d for r in after["rows"])]:
+        keys: tuple[str, ...] = (("ndcg@10", "hit@1", "hit@5", "hit@5 default") if ds.startswith("scifact")
                                  else ("hit@1", "hit@5", "hit@5 default"))
         out += [f"#### {ds}", "", f"Each cell: {' / '.join(keys)}.", "",
                 "| embedder | calibrated before (0.3 / 0.7) | calibrated after (the rule) | openclaw | after minus "
@@ -258,7 +452,8 @@ def matrix_table(before: dict[str, Any], after: dict[str, Any]) -> str:
         embs = sorted({r["embedder"] for r in after["rows"] if r["dataset"] == ds},
                       key=lambda e: ORDER.index(e) if e in ORDER else 99)
         for emb in embs:
-            b, a_, oc = row(before, emb, ds, "calibrated"), row(after, emb, ds, "calibrated"), row(before, emb, ds, "openclaw")
+            b, a_ = row(before, emb, ds, "calibrated"), row(after, emb, ds, "calibrated")
+            oc = row(after, emb, ds, "openclaw") or row(before, emb, ds, "openclaw")
 
             def diff(x: dict[str, Any] | None, y: dict[str, Any] | None) -> str:
                 if x is None or y is None:
