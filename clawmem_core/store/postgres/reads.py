@@ -109,14 +109,17 @@ class _Reads:
 
     @staticmethod
     def _remember(memo: dict[str, Any] | None, rows: Iterable[Sequence[Any]]) -> None:
-        """Keep ``(id, path, source, start_line, end_line, pending)`` of chunks read in a snapshot."""
+        """Keep ``(id, path, source, start_line, end_line, pending)`` of chunks read in a snapshot
+        (``"flags"``: the chunks whose pending flag it knows; ``"meta"`` may know more chunks)."""
         if memo is None:
             return
         meta, pending = memo.setdefault("meta", {}), memo.setdefault("pending", set())
+        flags = memo.setdefault("flags", set())
         for cid, path, source, start, end, pend in rows:
             if cid is None:
                 continue
             meta[cid] = (path, source, start, end)
+            flags.add(cid)
             if pend:
                 pending.add(cid)
 
