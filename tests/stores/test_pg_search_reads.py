@@ -203,9 +203,10 @@ def test_a_search_whose_connection_keeps_failing_raises_a_store_error(
     mem, _ = indexed
     real = PostgresStore._vector_rows
 
-    def always_cut(self: PostgresStore, *args: Any) -> Any:
+    def always_cut(self: PostgresStore, conn: Any, *args: Any) -> Any:
+        conn.execute("SELECT 1")  # its connection taken (a search takes one on its first statement), then lost
         _cut(pg_url)
-        return real(self, *args)
+        return real(self, conn, *args)
 
     monkeypatch.setattr(PostgresStore, "_vector_rows", always_cut)  # every attempt of the read
     with pytest.raises(StoreError) as err:

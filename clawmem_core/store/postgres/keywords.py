@@ -53,6 +53,10 @@ MAX_HELD_POSTINGS = 20_000_000
 #: them. A row's rid is never reused and those columns never change under it; whether it is
 #: still live is what the statistics of the data version say.
 MAX_ROW_META = 60_000
+#: Chunks (:class:`~clawmem_core.store.base.ChunkRow`, the text included: none of it changes under a
+#: rid either) the process keeps of those a search showed, over every agent, least recently used
+#: first: a repeated search reads no text.
+MAX_ROW_TEXTS = 2_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -273,6 +277,8 @@ class _KeywordCache:
         self._bytes = 0
         #: (era, rid) -> (id, path, source, start_line, end_line), least recently used first
         self._meta: "OrderedDict[tuple[int, int], tuple[str, str, str, int, int]]" = OrderedDict()
+        #: (era, rid) -> the chunk as get_chunks returns it, least recently used first
+        self._texts: "OrderedDict[tuple[int, int], Any]" = OrderedDict()
 
     @property
     def nbytes(self) -> int:
@@ -340,6 +346,26 @@ class _KeywordCache:
             while len(meta) > MAX_ROW_META:
                 meta.popitem(last=False)
 
+    def row_texts(self, rows: Sequence[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+        """The chunks kept of ``rows`` (``(era, rid)`` each), those used now."""
+        out = {}
+        with self._lock:
+            for row in rows:
+                got = self._texts.get(row)
+                if got is not None:
+                    self._texts.move_to_end(row)
+                    out[row] = got
+        return out
+
+    def keep_row_texts(self, era: int, rows: Mapping[int, Any]) -> None:
+        """Keep the chunks ``rows`` (``rid -> ChunkRow``) of rows of statistics of ``era``."""
+        with self._lock:
+            for rid, row in rows.items():
+                self._texts[(era, rid)] = row
+                self._texts.move_to_end((era, rid))
+            while len(self._texts) > MAX_ROW_TEXTS:
+                self._texts.popitem(last=False)
+
     def touch(self, key: tuple[str, str], terms: Sequence[str]) -> None:
         """``terms`` of ``key`` were used now."""
         with self._lock:
@@ -357,6 +383,7 @@ class _KeywordCache:
             self._stats.clear()
             self._lru.clear()
             self._meta.clear()
+            self._texts.clear()
             self._bytes = 0
 
     def _forget(self, key: tuple[str, str]) -> None:
@@ -647,10 +674,13 @@ class _Keywords:
                 return _STALE
             elif checked and memo is not None:  # read just now with the statistics
                 memo.setdefault("token", stats.token)
-            if memo is not None and known:  # what search asks next about them (their pending flags not)
-                meta = memo.setdefault("meta", {})
-                for m in known.values():
+            if memo is not None and known:
+                # what search asks next about them (their pending flags not), and which rows they
+                # are (live at the version just checked: their texts may come from the process)
+                meta, rid_of = memo.setdefault("meta", {}), memo.setdefault("rids", {})
+                for rid, m in known.items():
                     meta.setdefault(m[0], m[1:])
+                    rid_of[m[0]] = (stats.era, rid)
             return [(known[rid][0], rank) for rid, rank in best if rid in known]
 
         found = self._from_keyword_cache(tokens, answer)
