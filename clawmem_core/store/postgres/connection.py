@@ -180,7 +180,7 @@ class _Reading:
                 self._pipeline = conn.pipeline()
                 self._pipeline.__enter__()
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                if self._deferred and self._verify is not None:
+                if self._deferred and self._verify is not None and self._verify[0] <= set(self._verify[1]):
                     # adopted versions: checked with the first read (its answer read after it)
                     self._deferred = False
                     read, tokens = self._verify

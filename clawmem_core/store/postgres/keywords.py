@@ -7,7 +7,12 @@ cannot (:meth:`_Keywords._keyword_search_sql`: the same scores, computed in SQL)
 
 A term's postings come packed from ``clawmem_postings`` (written at the end of each sync that added
 rows: :meth:`_Keywords.settle`) for the rows up to the rid its row of the empty term names, and
-from the terms of the rows above it; never from the terms of every row holding the term."""
+from the terms of the rows above it; never from the terms of every row holding the term.
+
+What a search reads of the best rows (id, path, source, lines) and of the chunks it shows is kept
+too, by rid (none of it changes under a rid, and a rid is never reused): a search the process
+has answered before at the agent's version reads nothing but that version, which the checks
+before a search read anyway (see ``_Reading.adopt`` in :mod:`.connection`)."""
 
 from __future__ import annotations
 
