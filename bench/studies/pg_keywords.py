@@ -260,9 +260,13 @@ def _copy_of_new(server: Server, n: int) -> str:
 def run(server: Server, n: int, old: Path, searches: int, seed: int, edits: int = 8,
         old_db: str = "old") -> dict[str, Any]:
     """``old_db``: ``old``, the old code reads the database it built (``build``); ``new``, a copy
-    of the new code's (old code that reads the new schema)."""
+    of the new code's (old code that reads the new schema); ``same``, the new code's database
+    itself (the same pages for both: searches only, no one-file syncs)."""
     queries = [workspace(n, i)[1] for i in range(len(AGENTS))]
-    old_url = _copy_of_new(server, n) if old_db == "new" else str(server.pg.get_uri(f"kw_{n}_old"))
+    old_url = {"new": lambda: _copy_of_new(server, n), "same": lambda: str(server.pg.get_uri(f"kw_{n}_new")),
+               "old": lambda: str(server.pg.get_uri(f"kw_{n}_old"))}[old_db]()
+    if old_db == "same":
+        edits = 0
     workers = {
         "pg_old": Worker("pg_old", old, "pg-old", n, old_url),
         "pg_new": Worker("pg_new", ROOT, "pg-new", n, str(server.pg.get_uri(f"kw_{n}_new"))),
@@ -368,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old", required=True, help="a checkout of the old commit")
     ap.add_argument("--searches", type=int, default=600)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--old-db", choices=["old", "new"], default="old",
+    ap.add_argument("--old-db", choices=["old", "new", "same"], default="old",
                     help="the database the old code reads: the one it built, or a copy of the new code's "
-                    "(old code of the same schema)")
+                    "(old code of the same schema), or the new code's database itself (searches only)")
     ap.add_argument("--out", default="pg_keywords", help="results go to bench/results/OUT.json and OUT.md")
     a = ap.parse_args(argv)
     old = Path(a.old).resolve()
