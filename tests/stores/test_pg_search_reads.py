@@ -418,3 +418,21 @@ def test_chunks_by_id_are_read_once_per_snapshot(pg_url: str, monkeypatch: pytes
         assert len(texts) == 1 and s.get_chunks(ids) == outside[0]
         assert s.get_chunks(["nope"]) == {} and s.get_chunk_meta([]) == {}
     assert any(x.startswith("BEGIN") for x in first)
+
+
+def test_pending_flags_of_rows_named_from_the_process(pg_url: str) -> None:
+    """Rows a warm keyword search names from what the process keeps (their ids, paths and lines,
+    not their pending flags, which the vector phase changes): asked whether they are pending in
+    the same snapshot, the answer is read, and is the table's."""
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "flags").open()
+    rows = [replace(chunk(f"memory/{i}.md", i, f"绿茶 green tea note {i}"), pending=i % 2 == 1) for i in range(4)]
+    s.replace_files([(file(f"memory/{i}.md", str(i)), [rows[i]]) for i in range(4)])
+    truth = {r.id for r in rows if r.pending}
+    ids = [i for i, _ in s.keyword_search(["green", "tea"], 10)]
+    assert sorted(ids) == sorted(r.id for r in rows)
+    for snapshot in (True, False):
+        with s.reading(snapshot=snapshot):
+            assert [i for i, _ in s.keyword_search(["green", "tea"], 10)] == ids
+            assert s.pending_ids(ids) == truth and s.get_chunk_meta(ids)[rows[3].id] == ("memory/3.md", "memory", 3, 3)
+    s.close()
