@@ -244,10 +244,31 @@ def _pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
 
 
-def run(server: Server, n: int, old: Path, searches: int, seed: int, edits: int = 8) -> dict[str, Any]:
+def _copy_of_new(server: Server, n: int) -> str:
+    """The URL of ``kw_<n>_cmp``: a copy of the new code's database (made once, kept), for old code
+    of the same schema."""
+    import psycopg
+
+    name = f"kw_{n}_cmp"
+    with psycopg.connect(server.pg.get_uri(), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            log(f"copying kw_{n}_new to {name} for the old code")
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE kw_{n}_new STRATEGY FILE_COPY")
+    return str(server.pg.get_uri(name))
+
+
+def run(server: Server, n: int, old: Path, searches: int, seed: int, edits: int = 8,
+        old_db: str = "old") -> dict[str, Any]:
+    """``old_db``: ``old``, the old code reads the database it built (``build``); ``new``, a copy
+    of the new code's (old code that reads the new schema); ``same``, the new code's database
+    itself (the same pages for both: searches only, no one-file syncs)."""
     queries = [workspace(n, i)[1] for i in range(len(AGENTS))]
+    old_url = {"new": lambda: _copy_of_new(server, n), "same": lambda: str(server.pg.get_uri(f"kw_{n}_new")),
+               "old": lambda: str(server.pg.get_uri(f"kw_{n}_old"))}[old_db]()
+    if old_db == "same":
+        edits = 0
     workers = {
-        "pg_old": Worker("pg_old", old, "pg-old", n, str(server.pg.get_uri(f"kw_{n}_old"))),
+        "pg_old": Worker("pg_old", old, "pg-old", n, old_url),
         "pg_new": Worker("pg_new", ROOT, "pg-new", n, str(server.pg.get_uri(f"kw_{n}_new"))),
         "sqlite": Worker("sqlite", ROOT, "sqlite", n, ""),
     }
@@ -284,7 +305,7 @@ def run(server: Server, n: int, old: Path, searches: int, seed: int, edits: int 
         for w in workers.values():
             w.close()
     load["end"] = os.getloadavg()
-    out: dict[str, Any] = {"scale": n, "searches": searches, "load": load, "by": {}}
+    out: dict[str, Any] = {"scale": n, "searches": searches, "load": load, "old_db": old_db, "by": {}}
     for w, t in times.items():
         for mode in ("hyb", "kw"):
             t[f"{mode}_all"] = t.get(f"{mode}_first", []) + t.get(f"{mode}_warm", [])
@@ -351,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old", required=True, help="a checkout of the old commit")
     ap.add_argument("--searches", type=int, default=600)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--old-db", choices=["old", "new", "same"], default="old",
+                    help="the database the old code reads: the one it built, or a copy of the new code's "
+                    "(old code of the same schema), or the new code's database itself (searches only)")
+    ap.add_argument("--out", default="pg_keywords", help="results go to bench/results/OUT.json and OUT.md")
     a = ap.parse_args(argv)
     old = Path(a.old).resolve()
     server = Server() if a.part == "write" else Server(cache_dir() / "pgdata")
@@ -361,13 +386,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         rec = build(server, a.scale, old, new=a.part != "build-old")
         if a.part == "run":
-            res = run(server, a.scale, old, a.searches, a.seed)
+            res = run(server, a.scale, old, a.searches, a.seed, old_db=a.old_db)
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                     text=True).stdout.strip()
             old_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=old, capture_output=True,
                                         text=True).stdout.strip()
-            (RESULTS / "pg_keywords.json").write_text(json.dumps({"build": rec, "run": res}, indent=2))
-            (RESULTS / "pg_keywords.md").write_text(report(rec, res, commit, old_commit))
+            (RESULTS / f"{a.out}.json").write_text(json.dumps({"build": rec, "run": res}, indent=2))
+            (RESULTS / f"{a.out}.md").write_text(report(rec, res, commit, old_commit))
             print(report(rec, res, commit, old_commit))
     finally:
         server.close()

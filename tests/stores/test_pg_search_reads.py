@@ -113,6 +113,94 @@ def test_a_warm_search_sends_a_few_statements(tmp_path: Path, pg_url: str, monke
             assert sum(s.startswith("BEGIN") for s in hybrid) == 1
 
 
+@pytest.mark.parametrize("on_search", [False, True])
+def test_a_repeated_keyword_search_sends_one_statement(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                       on_search: bool) -> None:
+    """A keyword-only search the process has answered before at the agent's version: the checks
+    before it read the version (one statement), and its ranking starts from that version: the
+    keyword statistics, the rows they name and the chunks shown are the process's, so it sends
+    nothing more (no snapshot at all); its answers are those of a search with nothing kept. A
+    hybrid search sends its vector query (with the check of the version, in the snapshot it
+    begins) and nothing of the keyword side."""
+    ws = write(tmp_path / "ws", NOTES)
+    counter = Statements(monkeypatch)
+    with _index(ws, pg_url, tmp_path / "k", agent="kw1", embedder=None, provider="none",
+                sync={"on_search": on_search}) as kw, \
+            _index(ws, pg_url, tmp_path / "s", agent="hy1", sync={"on_search": on_search}) as mem:
+        kw.sync()
+        mem.sync()
+        for q in QUERIES:
+            kw.search(q)
+            mem.search(q)
+        got: dict[str, Any] = {}
+        for q in QUERIES:
+            keyword = counter.during(lambda: got.__setitem__(q, _shown(kw.search(q))))
+            assert len(keyword) == 1 and keyword[0].startswith("SELECT a.generation, a.data_version"), keyword
+            hybrid = counter.during(lambda: mem.search(q))
+            assert not any("clawmem_postings" in x or "c.rid = ANY" in x or "hash, model, text" in x for x in hybrid)
+            assert sum(x.startswith("BEGIN") for x in hybrid) <= 1 and len(hybrid) <= 5, [x[:60] for x in hybrid]
+        for q in QUERIES:
+            KEYWORD_CACHE.clear()  # nothing kept: every row, posting and text read from the tables
+            assert _shown(kw.search(q)) == got[q] and got[q]
+
+
+def _sync_elsewhere(ws: Path, url: str, state: Path, agent: str) -> None:
+    """Sync ``ws`` as ``agent`` from another process."""
+    import subprocess
+    import sys
+
+    script = (f"from clawmem_core import MemoryIndex\n"
+              f"with MemoryIndex({str(ws)!r}, agent_id={agent!r}, config={{'provider': 'none', "
+              f"'store': {{'url': {url!r}}}}}, state_dir={str(state)!r}) as m:\n"
+              f"    assert m.sync().files_indexed == 1\n")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_a_write_between_a_searchs_checks_and_its_ranking(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Another handle writes the agent after a search's checks read its version and before its
+    ranking: a ranking the process answers in full is that of the version the checks read; one
+    that needs a statement finds the version moved on and runs again, at the new one; either way
+    one state of the index, and the next search sees the write."""
+    from clawmem_core.index_parts.searching import SearchRunner
+
+    ws = write(tmp_path / "ws", NOTES)
+    cfg = {"sync": {"on_search": False}}
+    with _index(ws, pg_url, tmp_path / "k", agent="race", embedder=None, provider="none", **cfg) as mem:
+        mem.sync()
+        day = ws / "memory" / "2026-01-05.md"
+        warm, cold = "billing migration ledger", "search latency Alice"
+        before = {q: _shown(mem.search(q)) for q in (warm, cold)}
+        assert before[warm] == _shown(mem.search(warm))  # warm: answered by the process
+        real = SearchRunner.ranked
+        for k, q in enumerate((warm, cold)):
+            if q == cold:
+                before[q] = _shown(mem.search(q))
+                KEYWORD_CACHE.clear()  # its ranking needs statements
+            calls = [1]
+
+            def write_then_rank(self: Any, *args: Any, _calls: list[int] = calls, _k: int = k) -> Any:
+                if _calls:
+                    _calls.pop()
+                    day.write_text(f"# Day 5\n\nBilling migration ledger and search latency Alice, edit {_k}.\n",
+                                   encoding="utf-8")
+                    _sync_elsewhere(ws, pg_url, tmp_path / "o", "race")
+                return real(self, *args)
+
+            monkeypatch.setattr(SearchRunner, "ranked", write_then_rank)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="clawmem"):
+                got = _shown(mem.search(q))
+            monkeypatch.undo()
+            assert ("searching again" in caplog.text) == (q == cold)
+            after = _shown(mem.search(q))
+            assert any(f"edit {k}" in snip for p, *_, snip in after if p == "memory/2026-01-05.md")
+            if q == warm:
+                assert got == before[q]  # the version the checks read
+            else:
+                assert got == after  # ran again at the new version
+
+
 def test_a_search_with_a_shared_namespace_reads_both_in_one_snapshot(tmp_path: Path, pg_url: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     team = write(tmp_path / "team", {"MEMORY.md": "# Team\n\nThe deploy freeze starts on Fridays at noon.\n"})
@@ -203,9 +291,10 @@ def test_a_search_whose_connection_keeps_failing_raises_a_store_error(
     mem, _ = indexed
     real = PostgresStore._vector_rows
 
-    def always_cut(self: PostgresStore, *args: Any) -> Any:
+    def always_cut(self: PostgresStore, conn: Any, *args: Any) -> Any:
+        conn.execute("SELECT 1")  # its connection taken (a search takes one on its first statement), then lost
         _cut(pg_url)
-        return real(self, *args)
+        return real(self, conn, *args)
 
     monkeypatch.setattr(PostgresStore, "_vector_rows", always_cut)  # every attempt of the read
     with pytest.raises(StoreError) as err:
@@ -329,3 +418,21 @@ def test_chunks_by_id_are_read_once_per_snapshot(pg_url: str, monkeypatch: pytes
         assert len(texts) == 1 and s.get_chunks(ids) == outside[0]
         assert s.get_chunks(["nope"]) == {} and s.get_chunk_meta([]) == {}
     assert any(x.startswith("BEGIN") for x in first)
+
+
+def test_pending_flags_of_rows_named_from_the_process(pg_url: str) -> None:
+    """Rows a warm keyword search names from what the process keeps (their ids, paths and lines,
+    not their pending flags, which the vector phase changes): asked whether they are pending in
+    the same snapshot, the answer is read, and is the table's."""
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "flags").open()
+    rows = [replace(chunk(f"memory/{i}.md", i, f"绿茶 green tea note {i}"), pending=i % 2 == 1) for i in range(4)]
+    s.replace_files([(file(f"memory/{i}.md", str(i)), [rows[i]]) for i in range(4)])
+    truth = {r.id for r in rows if r.pending}
+    ids = [i for i, _ in s.keyword_search(["green", "tea"], 10)]
+    assert sorted(ids) == sorted(r.id for r in rows)
+    for snapshot in (True, False):
+        with s.reading(snapshot=snapshot):
+            assert [i for i, _ in s.keyword_search(["green", "tea"], 10)] == ids
+            assert s.pending_ids(ids) == truth and s.get_chunk_meta(ids)[rows[3].id] == ("memory/3.md", "memory", 3, 3)
+    s.close()

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ...errors import MissingDependencyError, StoreError
-from ..base import ReadInterrupted, StoreUnreachableError, wait_left
+from ..base import _DEADLINE, ReadInterrupted, StoreUnreachableError, wait_left
 from ..urls import redact_url
 
 if TYPE_CHECKING:
@@ -84,6 +84,10 @@ _WRITES = [0]
 #: Set while this thread takes a pooled connection without the pool's check (a reading block
 #: retries a read whose connection turns out to be lost instead).
 _UNCHECKED = threading.local()
+#: This thread's last block of reads outside a snapshot, by database URL, as it ended: the
+#: search it was part of (its deadline, :func:`~clawmem_core.store.base.store_deadline`), the
+#: process's writes then (:data:`_WRITES`), and the versions it read of each agent.
+_LAST_READS = threading.local()
 
 
 def _check_connection(conn: "psycopg.Connection") -> None:
@@ -118,6 +122,45 @@ class _Reading:
         self._verify: tuple[set[tuple[str, int | None]], dict[tuple[str, int | None], Any]] | None = None
         self.interrupted = False
         self._check_next = False
+        #: The statement checking the versions of :attr:`_verify` sent with the ``BEGIN``, and
+        #: those versions (its answer is read with the first read's: no round trip of its own).
+        self._checking: tuple[Any, dict[tuple[str, int | None], Any]] | None = None
+
+    def adopt(self, tokens: dict[tuple[str, int | None], Any]) -> None:
+        """Start this snapshot from the versions (``tokens``, per agent) the block of reads just
+        before it read: what a read can answer from them and from what the process keeps at those
+        versions (the keyword statistics, the rows they named) needs no statement, so a search
+        answered that way takes no snapshot at all; the first statement begins it, with a check
+        that each agent is still at its version (else the search is run again: the reads so far
+        cannot be made to agree, :class:`ReadInterrupted`)."""
+        if not self.snapshot or self.conn is not None or not tokens:
+            return
+        self._verify = (set(tokens), dict(tokens))
+        self._deferred = True
+        for key, token in tokens.items():
+            self.memo[key] = {"token": token}
+        self.read = set(tokens)
+
+    _deferred = False
+
+    def lazy(self) -> Any:
+        """The block's connection, or (while it has none and the reads so far came from adopted
+        versions) a stand-in that takes it on its first use."""
+        if self.conn is not None or not self._deferred:
+            return self.connection()
+        return _LazyConnection(self)
+
+    def verify(self) -> None:
+        """Read the answer of the version check sent with the ``BEGIN`` (:meth:`adopt`); raises
+        :class:`ReadInterrupted` when an agent moved on meanwhile."""
+        checking, self._checking = self._checking, None
+        if checking is None:
+            return
+        cur, tokens = checking
+        now = {r[0]: (int(r[1]), int(r[2])) for r in cur.fetchall()}
+        if not all(now.get(agent) == token for (agent, _), token in tokens.items()):
+            self.interrupted = True
+            raise ReadInterrupted("the index changed between the checks before a search and its ranking")
 
     def connection(self) -> "psycopg.Connection":
         if self.conn is None:
@@ -137,7 +180,17 @@ class _Reading:
                 self._pipeline = conn.pipeline()
                 self._pipeline.__enter__()
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                self._check_versions(conn)
+                if self._deferred and self._verify is not None and self._verify[0] <= set(self._verify[1]):
+                    # adopted versions: checked with the first read (its answer read after it)
+                    self._deferred = False
+                    read, tokens = self._verify
+                    self._verify = None
+                    cur = conn.execute("SELECT agent, generation, data_version FROM clawmem_agents "
+                                       "WHERE agent = ANY(%s)", ([agent for agent, _ in tokens],))
+                    self._checking = (cur, tokens)
+                else:
+                    self._deferred = False
+                    self._check_versions(conn)
         return self.conn
 
     def lost(self) -> bool:
@@ -150,6 +203,7 @@ class _Reading:
         drops it)."""
         conn, pipeline = self.conn, self._pipeline
         self.conn = self._pipeline = None
+        self._checking = None
         if conn is None:
             return
         try:
@@ -192,6 +246,17 @@ class _Reading:
             self.memo[key] = {"token": token}
         self.read = set(tokens)
 
+
+
+class _LazyConnection:
+    """Stands for a reading block's connection until something of it is used (see
+    :meth:`_Reading.lazy`)."""
+
+    def __init__(self, block: _Reading) -> None:
+        self._block = block
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._block.connection(), name)
 
 
 class _Connections:
@@ -454,9 +519,23 @@ class _Connections:
                 blocks[-1].depth -= 1
             return
         block = _Reading(self, snapshot)
+        last = _LAST_READS.__dict__.setdefault("by_url", {})
+        before = last.pop(self._url, None)
+        search = _DEADLINE.get()
+        if snapshot and not blocks and before is not None and search is not None and before[0] == search \
+                and before[1] == _WRITES[0]:
+            # the ranking of a search (one deadline) right after its checks, this process having
+            # written nothing since: from the versions the checks read (see _Reading.adopt)
+            block.adopt(before[2])
         blocks.append(block)
         try:
             yield
         finally:
             blocks.remove(block)
             block.release()
+            if not snapshot and not blocks and not block.interrupted:
+                # the versions this block read, for a snapshot that starts right after it
+                tokens = {k: m["token"] for k, m in block.memo.items()
+                          if m.get("token") is not None and m.get("writes") == _WRITES[0]}
+                if tokens and _DEADLINE.get() is not None:
+                    last[self._url] = (_DEADLINE.get(), _WRITES[0], tokens)

@@ -7,11 +7,17 @@ cannot (:meth:`_Keywords._keyword_search_sql`: the same scores, computed in SQL)
 
 A term's postings come packed from ``clawmem_postings`` (written at the end of each sync that added
 rows: :meth:`_Keywords.settle`) for the rows up to the rid its row of the empty term names, and
-from the terms of the rows above it; never from the terms of every row holding the term."""
+from the terms of the rows above it; never from the terms of every row holding the term.
+
+What a search reads of the best rows (id, path, source, lines) and of the chunks it shows is kept
+too, by rid (none of it changes under a rid, and a rid is never reused): a search the process
+has answered before at the agent's version reads nothing but that version, which the checks
+before a search read anyway (see ``_Reading.adopt`` in :mod:`.connection`)."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections import OrderedDict
 import math
@@ -47,6 +53,15 @@ SETTLE_BATCH_ROWS = 25_000
 #: Postings of the keyword rows a store handle wrote that it keeps for :meth:`_Keywords.settle`
 #: (14 bytes each); past this, it forgets them and settle has the server read the rows' terms.
 MAX_HELD_POSTINGS = 20_000_000
+#: Keyword rows whose id, path, source and lines the process keeps (over every agent, least
+#: recently used first; about 400 bytes each): a warm search names its best rows without reading
+#: them. A row's rid is never reused and those columns never change under it; whether it is
+#: still live is what the statistics of the data version say.
+MAX_ROW_META = 60_000
+#: Chunks (:class:`~clawmem_core.store.base.ChunkRow`, the text included: none of it changes under a
+#: rid either) the process keeps of those a search showed, over every agent, least recently used
+#: first: a repeated search reads no text.
+MAX_ROW_TEXTS = 2_000
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -62,8 +77,13 @@ class _KeywordStats:
     (ascending ``rid``), their lengths, and the postings of the terms searched so far. Scores are
     FTS5's ``bm25()`` (same formula, constants and order of additions as :mod:`.bm25`)."""
 
-    def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray", upto: int = 0) -> None:
+    def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray", upto: int = 0,
+                 era: int | None = None) -> None:
         self.token = token
+        #: Statistics loaded afresh get a new era, carried ones keep theirs: the rows' metadata
+        #: (:meth:`_KeywordCache.row_meta`) is kept per era, so a database dropped and created
+        #: again (rids counted from 1 again) never answers with a row of before.
+        self.era = next(_ERAS) if era is None else era
         #: The rows ``clawmem_postings`` holds at this data version: those up to this rid.
         self.upto = upto
         self.rids = rids
@@ -113,7 +133,7 @@ class _KeywordStats:
         kept = int(keep.sum())
         moved = np.cumsum(keep) - 1  # old position -> new position (where kept)
         out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
-                            np.concatenate([self.doc_len[keep], doc_len]), upto)
+                            np.concatenate([self.doc_len[keep], doc_len]), upto, self.era)
         for term, (pos, tf) in list(self.terms.items()):
             alive = keep[pos]
             new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
@@ -162,6 +182,9 @@ class _KeywordStats:
         for other, _ in postings[1:]:
             pos = np.intersect1d(pos, other, assume_unique=True)
         return len(pos)
+
+
+_ERAS = itertools.count()
 
 
 class _HeldPostings:
@@ -257,6 +280,10 @@ class _KeywordCache:
         #: (agent key, term) -> bytes of the term's postings, least recently used first
         self._lru: "OrderedDict[tuple[tuple[str, str], str], int]" = OrderedDict()
         self._bytes = 0
+        #: (era, rid) -> (id, path, source, start_line, end_line), least recently used first
+        self._meta: "OrderedDict[tuple[int, int], tuple[str, str, str, int, int]]" = OrderedDict()
+        #: (era, rid) -> the chunk as get_chunks returns it, least recently used first
+        self._texts: "OrderedDict[tuple[int, int], Any]" = OrderedDict()
 
     @property
     def nbytes(self) -> int:
@@ -301,6 +328,49 @@ class _KeywordCache:
                 self._lru.move_to_end((key, term))
             self._trim(keep=key)
 
+    def row_meta(self, stats: _KeywordStats, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
+        """What is kept of ``rids`` (rows of ``stats``): ``rid -> (id, path, source, start_line,
+        end_line)``, those used now."""
+        era, meta, out = stats.era, self._meta, {}
+        with self._lock:
+            for rid in rids:
+                got = meta.get((era, rid))
+                if got is not None:
+                    meta.move_to_end((era, rid))
+                    out[rid] = got
+        return out
+
+    def keep_row_meta(self, stats: _KeywordStats, rows: Mapping[int, tuple[str, str, str, int, int]]) -> None:
+        """Keep ``rows`` (``rid -> (id, path, source, start_line, end_line)``) of ``stats``'s rows,
+        within :data:`MAX_ROW_META` over every agent."""
+        era, meta = stats.era, self._meta
+        with self._lock:
+            for rid, row in rows.items():
+                meta[(era, rid)] = row
+                meta.move_to_end((era, rid))
+            while len(meta) > MAX_ROW_META:
+                meta.popitem(last=False)
+
+    def row_texts(self, rows: Sequence[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+        """The chunks kept of ``rows`` (``(era, rid)`` each), those used now."""
+        out = {}
+        with self._lock:
+            for row in rows:
+                got = self._texts.get(row)
+                if got is not None:
+                    self._texts.move_to_end(row)
+                    out[row] = got
+        return out
+
+    def keep_row_texts(self, era: int, rows: Mapping[int, Any]) -> None:
+        """Keep the chunks ``rows`` (``rid -> ChunkRow``) of rows of statistics of ``era``."""
+        with self._lock:
+            for rid, row in rows.items():
+                self._texts[(era, rid)] = row
+                self._texts.move_to_end((era, rid))
+            while len(self._texts) > MAX_ROW_TEXTS:
+                self._texts.popitem(last=False)
+
     def touch(self, key: tuple[str, str], terms: Sequence[str]) -> None:
         """``terms`` of ``key`` were used now."""
         with self._lock:
@@ -317,6 +387,8 @@ class _KeywordCache:
         with self._lock:
             self._stats.clear()
             self._lru.clear()
+            self._meta.clear()
+            self._texts.clear()
             self._bytes = 0
 
     def _forget(self, key: tuple[str, str]) -> None:
@@ -555,10 +627,21 @@ class _Keywords:
                 stale = stats
             return None
 
-        found = self._read(run)
+        with self._reads_on_one_connection():
+            found = self._read(run)
         if found is None:
             log.debug("keyword statistics of agent %r kept changing: scored in SQL", self.agent)
         return found
+
+    def _reads_on_one_connection(self) -> Any:
+        """Outside any block of reads or writes: a block of reads for this call (a connection from
+        the pool without the pool's check, a round trip; one lost is replaced and the read run
+        again); inside one, nothing more."""
+        from .connection import _writing_block
+
+        if self.backend._reading() is not None or _writing_block(self.backend._url) is not None:
+            return contextlib.nullcontext()
+        return self.backend.reading()
 
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         tokens = self.backend.terms.query(terms)
@@ -566,26 +649,44 @@ class _Keywords:
             return []
 
         def answer(conn: "psycopg.Connection", memo: dict[str, Any] | None, stats: _KeywordStats,
-                   entries: dict[str, Any], _: bool) -> Any:
+                   entries: dict[str, Any], checked: bool) -> Any:
             best = stats.search([entries[t] for t in tokens], int(limit))
-            # the ids of the best rows (and what search asks next about them), and the version they
-            # were scored at (one statement)
-            rows = conn.execute(
-                self._VERSION.format(
-                    cols=", c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.pending",
-                    join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
-                    "AND c.generation = a.generation",
-                ),
-                {"agent": self.agent, "rids": [rid for rid, _ in best]},
-            ).fetchall()
-            token = (rows[0][0], rows[0][1]) if rows else None
-            if token != stats.token:
+            rids = [rid for rid, _ in best]
+            known = KEYWORD_CACHE.row_meta(stats, rids)
+            missing = [rid for rid in rids if rid not in known]
+            if missing:
+                # the ids of the best rows not kept yet (and what search asks next about them), and
+                # the version they were scored at (one statement)
+                rows = conn.execute(
+                    self._VERSION.format(
+                        cols=", c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.pending",
+                        join="LEFT JOIN clawmem_chunks AS c ON c.rid = ANY(%(rids)s) AND c.agent = a.agent "
+                        "AND c.generation = a.generation",
+                    ),
+                    {"agent": self.agent, "rids": missing},
+                ).fetchall()
+                token = (rows[0][0], rows[0][1]) if rows else None
+                if token != stats.token:
+                    return _STALE
+                if memo is not None:
+                    memo.setdefault("token", token)
+                    self._remember(memo, (r[3:] for r in rows))
+                read = {int(r[2]): (r[3], r[4], r[5], int(r[6]), int(r[7])) for r in rows if r[2] is not None}
+                KEYWORD_CACHE.keep_row_meta(stats, read)
+                known.update(read)
+            elif not checked and self._token(conn, memo) != stats.token:
+                # every best row known: only the version is read (none when this snapshot read it)
                 return _STALE
-            if memo is not None:
-                memo.setdefault("token", token)
-                self._remember(memo, (r[3:] for r in rows))
-            ids = {r[2]: r[3] for r in rows}
-            return [(ids[rid], rank) for rid, rank in best if rid in ids]
+            elif checked and memo is not None:  # read just now with the statistics
+                memo.setdefault("token", stats.token)
+            if memo is not None and known:
+                # what search asks next about them (their pending flags not), and which rows they
+                # are (live at the version just checked: their texts may come from the process)
+                meta, rid_of = memo.setdefault("meta", {}), memo.setdefault("rids", {})
+                for rid, m in known.items():
+                    meta.setdefault(m[0], m[1:])
+                    rid_of[m[0]] = (stats.era, rid)
+            return [(known[rid][0], rank) for rid, rank in best if rid in known]
 
         found = self._from_keyword_cache(tokens, answer)
         return found if found is not None else self._keyword_search_sql(tokens, limit)

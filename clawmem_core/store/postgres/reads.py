@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Itera
 from ...errors import StoreError
 from ..base import ChunkRow, FileState, ReadInterrupted
 from .connection import _WRITES, _writing_block
+from .keywords import KEYWORD_CACHE
 
 if TYPE_CHECKING:
     import psycopg
@@ -40,6 +41,7 @@ class _Reads:
 
         try:
             yield block.connection()
+            block.verify()
         except psycopg.Error as exc:
             block.release(discard=True)
             block.forget()
@@ -68,7 +70,7 @@ class _Reads:
         key = (self.agent, self._gen)
         for attempt in range(2):
             try:
-                conn = block.connection()
+                conn = block.lazy()  # (taken when a statement is sent: none for what the memo answers)
                 memo = block.memo.setdefault(key, {}) if self._gen is None else None
                 if memo is not None and not block.snapshot and memo.get("writes") != _WRITES[0]:
                     # outside a snapshot, answers are reused until this process writes (a read
@@ -76,6 +78,7 @@ class _Reads:
                     memo.clear()
                     memo["writes"] = _WRITES[0]
                 out = fn(conn, memo)
+                block.verify()
             except psycopg.Error as exc:
                 # gone (killed, server restarted: AdminShutdown is seen before the connection's
                 # state says so) or another operational failure: once more, on a checked connection
@@ -109,14 +112,17 @@ class _Reads:
 
     @staticmethod
     def _remember(memo: dict[str, Any] | None, rows: Iterable[Sequence[Any]]) -> None:
-        """Keep ``(id, path, source, start_line, end_line, pending)`` of chunks read in a snapshot."""
+        """Keep ``(id, path, source, start_line, end_line, pending)`` of chunks read in a snapshot
+        (``"flags"``: the chunks whose pending flag it knows; ``"meta"`` may know more chunks)."""
         if memo is None:
             return
         meta, pending = memo.setdefault("meta", {}), memo.setdefault("pending", set())
+        flags = memo.setdefault("flags", set())
         for cid, path, source, start, end, pend in rows:
             if cid is None:
                 continue
             meta[cid] = (path, source, start, end)
+            flags.add(cid)
             if pend:
                 pending.add(cid)
 
@@ -193,6 +199,13 @@ class _Reads:
             memo = {} if memo is None else memo
             known: dict[str, Any] = memo.setdefault("chunks" if texts else "meta", {})
             missing = [i for i in ids if i not in known]
+            rid_of = memo.get("rids", {})
+            if missing and texts and rid_of:
+                # rows a keyword search of this block named (live at the version it checked):
+                # their chunks as the process keeps them, when it does
+                kept = KEYWORD_CACHE.row_texts([rid_of[i] for i in missing if i in rid_of])
+                known.update((i, kept[rid_of[i]]) for i in missing if rid_of.get(i) in kept)
+                missing = [i for i in missing if i not in known]
             if missing:
                 rows = conn.execute(
                     f"SELECT id, path, source, start_line, end_line, pending{', hash, model, text' if texts else ''} "
@@ -201,7 +214,14 @@ class _Reads:
                 ).fetchall()
                 self._remember(memo, (r[:6] for r in rows))
                 if texts:
-                    known.update((r[0], ChunkRow(*r[:5], *r[6:])) for r in rows)
+                    got = {r[0]: ChunkRow(*r[:5], *r[6:]) for r in rows}
+                    known.update(got)
+                    by_era: dict[int, dict[int, Any]] = {}
+                    for i, row in got.items():
+                        if i in rid_of:
+                            by_era.setdefault(rid_of[i][0], {})[rid_of[i][1]] = row
+                    for era, held in by_era.items():
+                        KEYWORD_CACHE.keep_row_texts(era, held)
             return {i: known[i] for i in ids if i in known}
 
         return self._read(run)

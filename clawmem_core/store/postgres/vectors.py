@@ -252,7 +252,7 @@ class _Vectors:
             return set()
 
         def run(conn: "psycopg.Connection", memo: dict[str, Any] | None) -> set[str]:
-            known = memo.get("meta", {}) if memo is not None else {}
+            known = memo.get("flags", set()) if memo is not None else set()
             if all(i in known for i in ids):  # read with the candidates in this snapshot
                 return set(ids) & memo["pending"]  # type: ignore[index]
             rows = conn.execute(
@@ -260,7 +260,11 @@ class _Vectors:
                 f"AND pending = 1 AND id = ANY(%(ids)s)",
                 {"agent": self.agent, "ids": ids},
             ).fetchall()
-            return {r[0] for r in rows}
+            found = {r[0] for r in rows}
+            if memo is not None:  # (an id no longer there: not pending, as read outside a snapshot)
+                memo.setdefault("flags", set()).update(ids)
+                memo.setdefault("pending", set()).update(found)
+            return found
 
         return self._read(run)
 
