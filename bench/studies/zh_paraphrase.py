@@ -30,6 +30,8 @@ keyword terms as they are (``base``):
   character pair sharing one character in the same place, not a function character (网上 -> 线上, 领养 -> 收养),
   or a word sharing its first five letters; at most two per absent term, ``PRF_TERMS`` in all, added to the
   keyword search only (the query's own terms still judge its confidence);
+- ``siblings-words``: ``siblings`` for the absent character pairs that stand for a word only: a pair next to a
+  pair the index holds most likely straddles two words (一幅|日出 gives 幅日; the index is the dictionary);
 - ``no-chars`` (a control, not a candidate): the query's single CJK characters left out, to see how much of the
   paraphrases the character terms already catch (网上 and 线上 share 上).
 
@@ -68,7 +70,7 @@ from ..matrix import _git_commit, config, datasets, log, make_setup
 from ..metrics import Span, hit_at, mean, ndcg_at, rank_documents
 from .fusion_strength import half_of
 
-TECHNIQUES = ("base", "prf", "prf-mix", "cooc", "words", "words-cjk", "siblings", "no-chars")
+TECHNIQUES = ("base", "prf", "prf-mix", "cooc", "words", "words-cjk", "siblings", "siblings-words", "no-chars")
 #: Chunks read for the feedback, expansion terms added, weight of the expansion in ``prf-mix``.
 PRF_DOCS = 5
 PRF_TERMS = 5
@@ -94,6 +96,7 @@ class Techniques:
         self.store = store
         self.name = "base"
         self.docs, self.terms_n, self.mix = PRF_DOCS, PRF_TERMS, PRF_MIX
+        self.query = ""
         self._texts: dict[str, list[str]] = {}
         self._rows: int | None = None
 
@@ -196,6 +199,7 @@ class Techniques:
         return [p for p in phrases if df.get(p, 0) > 0]
 
     def terms(self, base: Callable[..., list[str]], query: str, stopwords: bool = True) -> list[str]:
+        self.query = query
         terms = base(query, stopwords)
         kind = self.kind
         if kind == "prf":
@@ -229,6 +233,8 @@ class Techniques:
 
         rows, df = self._df(terms)
         absent = [t for t in terms if df.get(t, 0) == 0 and (_pair(t) or (t.isascii() and t.isalpha() and len(t) >= 5))]
+        if self.kind == "siblings-words":
+            absent = [t for t in absent if not _pair(t) or t in self._lone_pairs(df)]
         if not absent:
             return []
         hits = self._kw(terms, max(self.docs, 10))
@@ -253,11 +259,32 @@ class Techniques:
             out += sorted(sib, key=lambda c: -seen[c])[:2]
         return list(dict.fromkeys(out))[: self.terms_n]
 
+    def _lone_pairs(self, df: dict[str, int]) -> set[str]:
+        """The query's CJK character pairs whose neighbouring pairs in the question the index lacks too: with the
+        index as the dictionary, a pair next to a pair the index holds most likely straddles two words (一幅|日出
+        gives 幅日), one between pairs it lacks is a word of its own the memory does not use (去一次海滩: 海滩)."""
+        from clawmem_core.text import _CJK_RUN_RE, _SPLIT_CJK_RE, _WORD_RE, _query_segments, fold_width
+
+        out: set[str] = set()
+        for word in _WORD_RE.findall(fold_width(self.query).lower()):
+            for part in _SPLIT_CJK_RE.split(word):
+                if not (part and _CJK_RUN_RE.match(part)):
+                    continue
+                for seg in _query_segments(part):
+                    pairs = [seg[i:i + 2] for i in range(len(seg) - 1)]
+                    missing = self._df([p for p in pairs if p not in df])[1]
+                    held = {p: (df.get(p) if p in df else missing.get(p, 0)) > 0 for p in pairs}
+                    for i, p in enumerate(pairs):
+                        if not held[p] and not (i > 0 and held[pairs[i - 1]]) and not (
+                                i + 1 < len(pairs) and held[pairs[i + 1]]):
+                            out.add(p)
+        return out
+
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         """``prf-mix``: RM3's interpolation of the query's ranking with the expansion's; ``siblings``: the
         keyword search with the siblings of the query's absent terms (the query's own terms stay its terms for
         the confidence and the snippets)."""
-        if self.kind == "siblings":
+        if self.kind in ("siblings", "siblings-words"):
             extra = self.sibling_terms(terms)
             return self._kw(terms + extra, limit)
         first = self._kw(terms, limit)
