@@ -28,8 +28,10 @@ keyword terms as they are (``base``):
 - ``siblings``: for each term of the query the index does not hold (a CJK character pair, or an English word
   of five letters or more), the terms of the query's first keyword hits that keep one of its morphemes: a
   character pair sharing one character in the same place, not a function character (网上 -> 线上, 领养 -> 收养),
-  or a word sharing its first five letters; at most two per absent term, ``PRF_TERMS`` in all, added to the
-  keyword search only (the query's own terms still judge its confidence);
+  or a word sharing its first five letters; a pair only where the index uses it as a word (it is in at least
+  ``PRF_MIX`` of the rows of its rarer character; ``siblings:DOCS:TERMS:0`` drops that filter); at most two per
+  absent term, ``PRF_TERMS`` in all, added to the keyword search only (the query's own terms still judge its
+  confidence);
 - ``siblings-words``: ``siblings`` for the absent character pairs that stand for a word only: a pair next to a
   pair the index holds most likely straddles two words (一幅|日出 gives 幅日; the index is the dictionary);
 - ``no-chars`` (a control, not a candidate): the query's single CJK characters left out, to see how much of the
