@@ -14,22 +14,61 @@ def run_with_deadline(fn: Callable[[], Any], seconds: float, done: "threading.Ev
     ``(False, None)`` on time-out (the call is left to finish on its own; a daemon thread never
     holds up interpreter exit; ``done``, when given, is set when it has). An exception from ``fn``
     is raised here."""
-    box: list[Any] = []
+    return start_with_deadline(fn, done).wait(seconds)
+
+
+class Pending:
+    """A call started by :func:`start_with_deadline`: :meth:`wait` for its result."""
+
+    def __init__(self, on_late: "Callable[[], None] | None" = None) -> None:
+        self.box: list[Any] = []
+        self.ready = threading.Event()
+        self.on_late = on_late
+
+    def wait(self, seconds: float) -> tuple[bool, Any]:
+        """``(True, result)`` once the call has returned, or ``(False, None)`` when it has not within
+        ``seconds`` (it is left to finish on its own). An exception from the call is raised here."""
+        if not self.ready.wait(max(0.0, seconds)):
+            if self.on_late is not None:
+                self.on_late()
+            return False, None
+        ok, value = self.box[0]
+        if not ok:
+            raise value
+        return True, value
+
+
+def start_with_deadline(fn: Callable[[], Any], done: "threading.Event | None" = None,
+                        then: "Callable[[Any], None] | None" = None,
+                        on_late: "Callable[[], None] | None" = None) -> Pending:
+    """Start ``fn`` on a kept daemon thread (see :func:`run_with_deadline`) and return at once, so
+    that the caller works meanwhile. ``then(result)``, when given, runs on that thread after the
+    result is handed over (its errors are dropped: it may only prepare what the caller may ask for
+    next); ``done``, when given, is set when both have finished; ``on_late`` is called when a
+    :meth:`~Pending.wait` runs out of time."""
+    pending = Pending(on_late)
     done = done if done is not None else threading.Event()
+    if then is None:  # the worker is idle again when the caller hears (see _Worker._loop)
+        pending.ready = done
 
     def run() -> None:
         try:
-            box.append((True, fn()))
+            value = fn()
         except BaseException as exc:  # handed to the caller
-            box.append((False, exc))
+            pending.box.append((False, exc))
+            if then is not None:
+                pending.ready.set()
+            return
+        pending.box.append((True, value))
+        if then is not None:
+            pending.ready.set()
+            try:
+                then(value)
+            except Exception:  # only a preparation: the caller does the work itself
+                pass
 
     _Worker.take().jobs.put((run, done))
-    if not done.wait(max(0.0, seconds)):
-        return False, None
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return True, value
+    return pending
 
 
 class _Worker:
@@ -103,11 +142,17 @@ class LateCalls:
 
     def run(self, owner: Any, fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
         """:func:`run_with_deadline`, remembering the call when it runs out of time."""
+        return self.start(owner, fn).wait(seconds)
+
+    def start(self, owner: Any, fn: Callable[[], Any], then: "Callable[[Any], None] | None" = None) -> Pending:
+        """:func:`start_with_deadline`, remembering the call when a :meth:`~Pending.wait` for it runs
+        out of time."""
         done = threading.Event()
-        ok, value = run_with_deadline(fn, seconds, done)
-        if not ok:
+
+        def late() -> None:
             self._late[id(owner)] = (owner, done)
-        return ok, value
+
+        return start_with_deadline(fn, done, then, late)
 
 
 #: The process's calls that ran out of time.

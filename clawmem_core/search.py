@@ -656,6 +656,11 @@ def _rerank_head(
     return out, rel
 
 
+def query_terms(query: str) -> list[str]:
+    """The terms :func:`rank` searches the keyword index for."""
+    return search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+
+
 #: Reads of the candidate lists when a sync replaced some of them between the reads.
 _CANDIDATE_READS = 3
 
@@ -684,7 +689,7 @@ def rank(
     ``deadline`` (a ``time.monotonic()`` value) at the latest; ``mtime_of(path, source)`` dates the
     files that decay by modification time; ``vectors_partial``: some chunks still wait for their
     vectors (they rank by their keywords, see :func:`merge_partial`)."""
-    terms = search_terms(query[:MAX_QUERY_TERM_CHARS])[:MAX_QUERY_TERMS]
+    terms = query_terms(query)
     info: dict[str, Any] = {}
     args = (store, cfg, query, terms, qvec, min_score, keyword_only, mtime_of)
     extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline,

@@ -15,8 +15,9 @@ from typing import Any
 from ..config import MemoryConfig
 from ..embeddings.base import Embedder
 from ..results import SearchHits
-from ..search import LATE_CALLS, MAX_QUERY_EMBED_CHARS, check_args, rank
+from ..search import LATE_CALLS, MAX_QUERY_EMBED_CHARS, check_args, query_terms, rank
 from ..store.base import CorruptIndexError, ReadInterrupted, store_deadline
+from ..tuning import CANDIDATE_POOL
 from .calibration_vectors import CalibrationVectors
 from .embedder import EmbedderChoice
 from .freshness import Freshness
@@ -121,13 +122,24 @@ class SearchRunner:
                 degraded = "embedding timeout"
                 log.info("an earlier query embedding is still running: keyword results only")
             else:
-                ok, qvec = LATE_CALLS.run(emb, lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]),
-                                          deadline - time.monotonic())
+                ok, qvec = self.embed_beside_keywords(emb, q, deadline)
                 if not ok:
                     degraded = "embedding timeout"
                     log.warning("query embedding took longer than query.timeout_ms (%d ms): keyword results only",
                                 self.config.query.timeout_ms)
         return self.ranked(q, qvec, k, ms, keyword_only, stale, vectors, emb, explicit, deadline, degraded)
+
+    def embed_beside_keywords(self, emb: Embedder, q: str, deadline: float) -> tuple[bool, Any]:
+        """The query's embedding (``(False, None)`` past ``deadline``), with the keyword side of
+        the search run meanwhile, and the vector side on the embedding's thread as soon as it is
+        done: each store keeps what it prepared for the ranking that follows, which uses it if the
+        index has not changed in between (see :meth:`~clawmem_core.store.base.Store.prepare_keyword_search`)."""
+        store = self.namespaces.search_store()
+        pending = LATE_CALLS.start(emb, lambda: emb.embed_query(q[:MAX_QUERY_EMBED_CHARS]),
+                                   then=lambda qvec: store.prepare_vector_search(qvec, CANDIDATE_POOL))
+        if self.config.query.hybrid.enabled:
+            store.prepare_keyword_search(query_terms(q), CANDIDATE_POOL)
+        return pending.wait(deadline - time.monotonic())
 
     async def asearch(self, query: str, max_results: int | None = None, min_score: float | None = None) -> SearchHits:
         """See :meth:`~clawmem_core.index.MemoryIndex.asearch`."""

@@ -332,6 +332,15 @@ class Store(ABC):
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         """``(chunk id, cosine similarity)`` best first."""
 
+    def prepare_keyword_search(self, terms: list[str], limit: int) -> None:
+        """Run :meth:`keyword_search` ahead of the search that will ask for it (while the query is
+        being embedded), keeping the answer for that one call if the index is unchanged by then. A
+        store that keeps nothing does nothing."""
+
+    def prepare_vector_search(self, query: Sequence[float], limit: int) -> None:
+        """Likewise for :meth:`vector_search`; called from another thread than the search's, so a
+        store may only do here what needs neither its connection nor its lock."""
+
     @abstractmethod
     def get_chunk_meta(self, ids: Iterable[str]) -> dict[str, tuple[str, str, int, int]]:
         """``id -> (path, source, start_line, end_line)`` without the text."""

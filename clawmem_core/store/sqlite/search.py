@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any, Iterable, Sequence
 
 import apsw
@@ -148,6 +149,9 @@ class _Search:
     def keyword_search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
         if not self.fts_available or not terms:
             return []
+        ahead, self._kw_ahead = self._kw_ahead, None
+        if ahead is not None and ahead[1] == tuple(terms) and ahead[2] == int(limit) and ahead[0] == self._data_token():
+            return list(ahead[3])  # run ahead on this state of the index (prepare_keyword_search)
         if self.fts_tokenizer == "trigram":
             terms = [t for t in terms if len(t) >= 3]
             if not terms:
@@ -169,6 +173,17 @@ class _Search:
         except apsw.SQLError as exc:  # never expected: every term is quoted
             log.warning("keyword search failed: %s", exc)
             return []
+
+    @_locked
+    def prepare_keyword_search(self, terms: list[str], limit: int) -> None:
+        """:meth:`keyword_search` now, its answer kept for the next call with the same arguments
+        if the index is unchanged by then (see :meth:`Store.prepare_keyword_search`)."""
+        self._kw_ahead = None
+        if not self.fts_available or not terms:
+            return
+        token = self._data_token()
+        hits = self.keyword_search(terms, limit)
+        self._kw_ahead = (token, tuple(terms), int(limit), hits)
 
     def _bm25_search(self, terms: list[str], limit: int) -> list[tuple[str, float]] | None:
         """The keyword query scored in process once the index has stayed unchanged for a few
@@ -277,6 +292,7 @@ class _Search:
 
     @_locked
     def vector_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        ahead, self._vec_ahead = self._vec_ahead, None  # used once at most, never kept
         self.refresh()
         if not self.vector_dims or len(query) != self.vector_dims:
             return []
@@ -285,7 +301,7 @@ class _Search:
         if use_extension and not self._matrix_fresh():
             with _vec_errors():
                 return self._vec_query(query, limit)
-        return self._matrix_search(query, limit)
+        return self._matrix_search(query, limit, ahead)
 
     def _vec_query(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
         """sqlite-vec's nearest chunks (an all-zero stored vector has no distance: skipped)."""
@@ -305,13 +321,17 @@ class _Search:
     def _matrix_fresh(self) -> bool:
         return self._matrix is not None and self._matrix[0] == self._data_token()
 
-    def _matrix_search(self, query: Sequence[float], limit: int) -> list[tuple[str, float]]:
+    def _matrix_search(self, query: Sequence[float], limit: int, ahead: "_VectorScan | None" = None
+                       ) -> list[tuple[str, float]]:
         """Exact cosine search over a float32 matrix kept in memory while the index is unchanged,
-        with each row's chunk id and metadata (a search reads nothing else from the index)."""
+        with each row's chunk id and metadata (a search reads nothing else from the index).
+        ``ahead``: the same scan run on another thread (:meth:`prepare_vector_search`), used when
+        it scanned this matrix for this query."""
         import numpy as np
 
         q = np.asarray(query, dtype=np.float32)
         if not self._matrix_fresh():
+            ahead = None
             token = self._data_token()
             ids: list[str] = []
             rids: list[int] = []
@@ -335,20 +355,64 @@ class _Search:
                 m = np.zeros((0, self.vector_dims or 0), dtype=np.float32)
             del blobs
             self._matrix = (token, ids, m, np.asarray(rids, dtype=np.int64), metas)
-        _, ids, m, rid_of, _ = self._matrix  # type: ignore[misc]
-        if not ids:
+        matrix = self._matrix
+        got = None
+        if (ahead is not None and ahead.matrix is matrix and ahead.limit == int(limit)
+                and (ahead.query is query or list(ahead.query) == list(query))):
+            ahead.done.wait()  # the scan of another thread (prepare_vector_search): arithmetic only
+            got = ahead.result
+        if got is None:
+            got = _scan(matrix, q, limit)  # type: ignore[arg-type]
+        top, best = got
+        if not len(top):
             return []
-        qn = float(np.linalg.norm(q))
-        if qn == 0:
-            return []
-        scores = m @ (q / qn)
-        k = min(int(limit), len(ids))
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
-        top = top[np.argsort(-scores[top], kind="stable")]
-        best = scores[top]
-        finite = np.isfinite(best)
-        if not finite.all():
-            top, best = top[finite], best[finite]
+        _, ids, _, rid_of, _ = matrix  # type: ignore[misc]
         positions = top.tolist()
         self._read_meta(rid_of[top].tolist(), positions)
         return [(ids[i], s) for i, s in zip(positions, best.tolist())]
+
+    def prepare_vector_search(self, query: Sequence[float], limit: int) -> None:
+        """The scan of the vector matrix kept in memory, for the next :meth:`vector_search` with
+        these arguments while that matrix is still the index's. Runs on another thread than the
+        search, without the store's lock: it reads the matrix (never changed, only replaced) and
+        nothing else; the search checks that the matrix is current before it uses the result."""
+        matrix = self._matrix
+        if matrix is None or not self.vector_dims or len(query) != self.vector_dims:
+            return
+        ahead = _VectorScan(matrix, query, int(limit))
+        self._vec_ahead = ahead
+        try:
+            import numpy as np
+
+            ahead.result = _scan(matrix, np.asarray(query, dtype=np.float32), limit)
+        finally:
+            ahead.done.set()
+
+
+class _VectorScan:
+    """A scan of one vector matrix run ahead (:meth:`_Search.prepare_vector_search`)."""
+
+    def __init__(self, matrix: Any, query: Sequence[float], limit: int) -> None:
+        self.matrix, self.query, self.limit = matrix, query, limit
+        self.done = threading.Event()
+        self.result: tuple[Any, Any] | None = None
+
+
+def _scan(matrix: Any, q: Any, limit: int) -> tuple[Any, Any]:
+    """Positions and cosines of the best ``limit`` rows of ``matrix`` (unit rows, see
+    :meth:`_Search._matrix_search`) for the float32 query ``q``, best first (ties by position)."""
+    import numpy as np
+
+    _, ids, m, _, _ = matrix
+    qn = float(np.linalg.norm(q))
+    if not ids or qn == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    scores = m @ (q / qn)
+    k = min(int(limit), len(ids))
+    top = np.argpartition(-scores, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
+    top = top[np.argsort(-scores[top], kind="stable")]
+    best = scores[top]
+    finite = np.isfinite(best)
+    if not finite.all():
+        top, best = top[finite], best[finite]
+    return top, best

@@ -82,6 +82,10 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
         self._writes = 0
         self._vec_queries = 0
         self._matrix: tuple[Any, list[str], Any, Any, list[tuple[str, str, int, int]]] | None = None
+        #: A keyword search run ahead (:meth:`prepare_keyword_search`): token, terms, limit, hits.
+        self._kw_ahead: tuple[Any, tuple[str, ...], int, list[tuple[str, float]]] | None = None
+        #: A vector scan run ahead on another thread (:meth:`prepare_vector_search`).
+        self._vec_ahead: Any = None
         self._seen_token: Any = None
         self._bm25: tuple[Any, Bm25Index] | None = None
         self._kw_token: Any = None
@@ -295,6 +299,7 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
             self._conn = None
         self._matrix = None
         self._bm25 = None
+        self._kw_ahead = self._vec_ahead = None
 
     # -- meta ---------------------------------------------------------------------------------
 
