@@ -62,6 +62,10 @@ MAX_ROW_META = 60_000
 #: rid either) the process keeps of those a search showed, over every agent, least recently used
 #: first: a repeated search reads no text.
 MAX_ROW_TEXTS = 2_000
+#: Bytes the metadata of one keyword row takes in :class:`_RowMeta` (its id, file, lines) and of
+#: one file (besides its path), counted in :data:`MAX_CACHED_BYTES`.
+_META_ROW_BYTES = 44
+_META_FILE_BYTES = 120
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -72,14 +76,80 @@ class _StaleKeywords(Exception):
     """The agent's keyword rows changed while their statistics were being read."""
 
 
+class _RowMeta:
+    """The id, path, source and lines of every keyword row of one :class:`_KeywordStats`, in its
+    row order, read with the row lengths: a search names its best rows without reading them.
+    About :data:`_META_ROW_BYTES` a row (the id as 32 bytes, its file's number, two lines) and
+    :data:`_META_FILE_BYTES` plus the path a file. Held only where every id is a lowercase
+    SHA-256 in hex (the chunk ids clawmem writes); else rows are read by rid as before."""
+
+    def __init__(self, ids: "np.ndarray", file_of: "np.ndarray", lines: "np.ndarray",
+                 files: list[tuple[str, str]]) -> None:
+        self.ids = ids  # (rows, 32) uint8
+        self.file_of = file_of  # int32, into ``files``
+        self.lines = lines  # (rows, 2) int32
+        self.files = files  # (path, source)
+        self.nbytes = (ids.nbytes + file_of.nbytes + lines.nbytes
+                       + sum(_META_FILE_BYTES + len(p) + len(src) for p, src in files))
+
+    @staticmethod
+    def parse(n: int, ids: str | None, uniform: Any, lines: bytes | None, at: Any, paths: Any,
+              sources: Any) -> "_RowMeta | None":
+        """From what :meth:`_Keywords._load_keyword_stats` reads: ``ids`` concatenated in row
+        order (``uniform``: all 64 characters long), ``lines`` packed (two big-endian int4 a
+        row), and the rows (``at``: positions) where a file starts, with its path and source."""
+        import numpy as np
+
+        ids = ids or ""
+        if (n and not uniform) or len(ids) != 64 * n or ids != ids.lower():
+            return None
+        try:
+            raw = bytes.fromhex(ids)
+        except ValueError:
+            return None
+        packed = np.frombuffer(lines or b"", dtype=">i4").astype(np.int32).reshape(-1, 2)
+        if len(packed) != n:
+            return None
+        starts = np.array(list(at or []), dtype=np.int64)
+        file_of = np.zeros(n, dtype=np.int32)
+        if n:
+            if not len(starts) or starts[0] != 0:
+                return None
+            marks = np.zeros(n, dtype=np.int32)
+            marks[starts] = 1
+            file_of = (np.cumsum(marks) - 1).astype(np.int32)
+        return _RowMeta(np.frombuffer(raw, dtype=np.uint8).reshape(n, 32), file_of, packed,
+                        list(zip(paths or [], sources or [])))
+
+    def take(self, keep: "np.ndarray | None", new: "_RowMeta") -> "_RowMeta":
+        """These rows (those of ``keep`` only, all when ``None``) followed by ``new``'s; files no
+        row names any more are left out."""
+        import numpy as np
+
+        ids, file_of, lines = (self.ids, self.file_of, self.lines) if keep is None else \
+            (self.ids[keep], self.file_of[keep], self.lines[keep])
+        file_of = np.concatenate([file_of, new.file_of + len(self.files)])
+        used, file_of = np.unique(file_of, return_inverse=True)
+        files = self.files + new.files
+        return _RowMeta(np.concatenate([ids, new.ids]), file_of.astype(np.int32).reshape(-1),
+                        np.concatenate([lines, new.lines]), [files[i] for i in used.tolist()])
+
+    def row(self, pos: int) -> tuple[str, str, str, int, int]:
+        """``(id, path, source, start_line, end_line)`` of the row at ``pos``."""
+        path, source = self.files[int(self.file_of[pos])]
+        return (self.ids[pos].tobytes().hex(), path, source, int(self.lines[pos, 0]), int(self.lines[pos, 1]))
+
+
 class _KeywordStats:
     """BM25 statistics of one agent's keyword rows at one data version, kept in process: the rows
     (ascending ``rid``), their lengths, and the postings of the terms searched so far. Scores are
     FTS5's ``bm25()`` (same formula, constants and order of additions as :mod:`.bm25`)."""
 
     def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray", upto: int = 0,
-                 era: int | None = None) -> None:
+                 era: int | None = None, meta: _RowMeta | None = None) -> None:
         self.token = token
+        #: The rows' ids, paths and lines (``None``: read by rid when a search names them).
+        self.meta = meta if meta is not None and len(meta.ids) == len(rids) else None
         #: Statistics loaded afresh get a new era, carried ones keep theirs: the rows' metadata
         #: (:meth:`_KeywordCache.row_meta`) is kept per era, so a database dropped and created
         #: again (rids counted from 1 again) never answers with a row of before.
@@ -99,8 +169,21 @@ class _KeywordStats:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the row arrays take (the terms' postings are counted by the cache)."""
-        return self.rows * _ROW_BYTES
+        """Bytes the row arrays and their metadata take (the terms' postings are counted by the cache)."""
+        return self.rows * _ROW_BYTES + (self.meta.nbytes if self.meta is not None else 0)
+
+    def row_meta(self, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
+        """``rid -> (id, path, source, start_line, end_line)`` of ``rids`` (rows these statistics
+        hold) from :attr:`meta`; empty without it."""
+        import numpy as np
+
+        meta = self.meta
+        if meta is None or not len(rids):
+            return {}
+        want = np.asarray(rids, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.rids, want), max(self.rows - 1, 0))
+        return {int(r): meta.row(int(i)) for r, i in zip(want.tolist(), pos.tolist())
+                if self.rows and int(self.rids[i]) == r}
 
     def entry(self, rids: "np.ndarray", tf: "np.ndarray", live_only: bool = False) -> tuple[Any, Any]:
         """The postings of a term as kept: ``rids`` (ascending) as row positions, with its count
@@ -119,11 +202,12 @@ class _KeywordStats:
         return pos.astype(np.int32), tf.astype(np.uint16)  # 6 bytes a posting (tf <= 256)
 
     def advance(self, token: Any, live: "np.ndarray | None", rids: "np.ndarray", doc_len: "np.ndarray",
-                postings: dict[str, tuple["np.ndarray", "np.ndarray"]], upto: int) -> "_KeywordStats":
+                postings: dict[str, tuple["np.ndarray", "np.ndarray"]], upto: int,
+                meta: _RowMeta | None = None) -> "_KeywordStats":
         """These statistics carried to a later data version of the same generation: of the rows
         held, those in ``live`` stay (all when ``None``); ``rids`` (all above the ones held) come
         with their lengths and, for each term held, its ``postings`` among them; ``upto``: the
-        rows ``clawmem_postings`` holds at that version."""
+        rows ``clawmem_postings`` holds at that version; ``meta``: the metadata of ``rids``."""
         import numpy as np
 
         if live is None:
@@ -132,8 +216,11 @@ class _KeywordStats:
             keep = np.isin(self.rids, live, assume_unique=True)
         kept = int(keep.sum())
         moved = np.cumsum(keep) - 1  # old position -> new position (where kept)
+        carried = None
+        if self.meta is not None and meta is not None and len(meta.ids) == len(rids):
+            carried = self.meta.take(None if live is None else keep, meta)
         out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
-                            np.concatenate([self.doc_len[keep], doc_len]), upto, self.era)
+                            np.concatenate([self.doc_len[keep], doc_len]), upto, self.era, carried)
         for term, (pos, tf) in list(self.terms.items()):
             alive = keep[pos]
             new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
@@ -458,16 +545,34 @@ class _Keywords:
 
         row = conn.execute(
             self._VERSION.format(
-                cols=f", s.rids, s.lens, {self._UPTO}",
-                join="CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
-                "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
-                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0) AS s",
+                cols=f", s.rids, s.lens, {self._UPTO}, {self._META_COLS}",
+                join=f"CROSS JOIN LATERAL ({self._ROWS.format(where='')}) AS s",
             ),
             {"agent": self.agent},
         ).fetchone()
         if row is None:
             return _KeywordStats(None, self._ints(None), self._ints(None, "float64"))
-        return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"), int(row[4]))
+        rids = self._ints(row[2])
+        return _KeywordStats((row[0], row[1]), rids, self._ints(row[3], "float64"), int(row[4]),
+                             meta=_RowMeta.parse(len(rids), *row[5:]))
+
+    #: The agent's keyword rows (``{where}``: more conditions on ``c``), in rid order: their rids
+    #: and lengths, and what :class:`_RowMeta` keeps of them (:attr:`_META_COLS`): the ids, whether
+    #: all are 64 characters long, the lines packed, and where each run of rows of one file starts.
+    _ROWS = (
+        "SELECT string_agg(r.rid::text, ',' ORDER BY r.rid) AS rids, "
+        "string_agg(r.doc_len::text, ',' ORDER BY r.rid) AS lens, "
+        "string_agg(r.id, '' ORDER BY r.rid) AS ids, bool_and(octet_length(r.id) = 64) AS uniform, "
+        "string_agg(int4send(r.start_line) || int4send(r.end_line), ''::bytea ORDER BY r.rid) AS lines, "
+        "array_agg(r.n - 1 ORDER BY r.rid) FILTER (WHERE r.first) AS at, "
+        "array_agg(r.path ORDER BY r.rid) FILTER (WHERE r.first) AS paths, "
+        "array_agg(r.source ORDER BY r.rid) FILTER (WHERE r.first) AS sources "
+        "FROM (SELECT c.rid, c.doc_len, c.id, c.start_line, c.end_line, c.path, c.source, "
+        "row_number() OVER w AS n, (c.path, c.source) IS DISTINCT FROM (lag(c.path) OVER w, lag(c.source) OVER w) AS first "
+        "FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0{where} "
+        "WINDOW w AS (ORDER BY c.rid)) AS r"
+    )
+    _META_COLS = "s.ids, s.uniform, s.lines, s.at, s.paths, s.sources"
 
     #: A term's rows packed (8 bytes big-endian each, ascending) and its counts (2 bytes each), as
     #: ``clawmem_postings`` keeps them, from rows ``c`` and lexemes ``x`` grouped by lexeme.
@@ -513,12 +618,13 @@ class _Keywords:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
             rows = conn.execute(
                 self._VERSION.format(
-                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs",
+                    # (the new rows' metadata on one row of the answer only: one row per term held)
+                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs, "
+                    + ", ".join(f"CASE WHEN row_number() OVER () = 1 THEN {c} END"
+                                for c in self._META_COLS.replace("s.", "n.").split(", ")),
                     join="CROSS JOIN LATERAL (SELECT count(*) AS kept FROM clawmem_chunks AS c WHERE c.agent = a.agent "
                     "AND c.generation = a.generation AND c.part = 0 AND c.rid <= %(top)s) AS o "
-                    "CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
-                    "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
-                    "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND c.rid > %(top)s) AS n "
+                    f"CROSS JOIN LATERAL ({self._ROWS.format(where=' AND c.rid > %(top)s')}) AS n "
                     f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.rid > %(top)s')}) AS p ON true",
                 ),
                 {"agent": self.agent, "top": top, "tokens": tokens},
@@ -538,8 +644,14 @@ class _Keywords:
                 ).fetchone()
                 live = self._ints(row[0] if row else None)
         postings = {r[6]: self._unpack(r[7], r[8]) for r in rows if r[6] is not None}
-        return stats.advance((rows[0][0], rows[0][1]), live, self._ints(rows[0][3]), self._ints(rows[0][4], "float64"),
-                             postings, int(rows[0][5]))
+        new = self._ints(rows[0][3])
+        head = next((r for r in rows if r[10] is not None or r[11] is not None), None)  # (row_number 1)
+        meta = None
+        if stats.meta is not None:
+            meta = _RowMeta.parse(len(new), *head[9:15]) if head is not None else \
+                _RowMeta.parse(0, None, None, None, None, None, None) if not len(new) else None
+        return stats.advance((rows[0][0], rows[0][1]), live, new, self._ints(rows[0][4], "float64"),
+                             postings, int(rows[0][5]), meta)
 
     def _load_postings(self, conn: "psycopg.Connection", stats: _KeywordStats, tokens: list[str]) -> dict[str, tuple[Any, Any]]:
         """The postings of ``tokens`` at the data version of ``stats`` (:class:`_StaleKeywords` when
@@ -652,7 +764,7 @@ class _Keywords:
                    entries: dict[str, Any], checked: bool) -> Any:
             best = stats.search([entries[t] for t in tokens], int(limit))
             rids = [rid for rid, _ in best]
-            known = KEYWORD_CACHE.row_meta(stats, rids)
+            known = stats.row_meta(rids) if stats.meta is not None else KEYWORD_CACHE.row_meta(stats, rids)
             missing = [rid for rid in rids if rid not in known]
             if missing:
                 # the ids of the best rows not kept yet (and what search asks next about them), and
