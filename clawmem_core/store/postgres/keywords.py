@@ -62,8 +62,12 @@ MAX_ROW_META = 60_000
 #: rid either) the process keeps of those a search showed, over every agent, least recently used
 #: first: a repeated search reads no text.
 MAX_ROW_TEXTS = 2_000
+#: Bytes the rows' metadata kept with the keyword statistics (:class:`_RowMeta`) may take, over
+#: every agent of the process: past it, the metadata of the agents searched least recently is
+#: dropped (their rows are then read by rid, kept in the row cache of :data:`MAX_ROW_META`).
+MAX_META_BYTES = 40_000_000
 #: Bytes the metadata of one keyword row takes in :class:`_RowMeta` (its id, file, lines) and of
-#: one file (besides its path), counted in :data:`MAX_CACHED_BYTES`.
+#: one file (besides its path and source), counted in :data:`MAX_META_BYTES`.
 _META_ROW_BYTES = 44
 _META_FILE_BYTES = 120
 #: Attempts to read statistics of one data version while other processes write.
@@ -169,8 +173,8 @@ class _KeywordStats:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the row arrays and their metadata take (the terms' postings are counted by the cache)."""
-        return self.rows * _ROW_BYTES + (self.meta.nbytes if self.meta is not None else 0)
+        """Bytes the row arrays take (their metadata and the terms' postings are counted by the cache)."""
+        return self.rows * _ROW_BYTES
 
     def row_meta(self, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
         """``rid -> (id, path, source, start_line, end_line)`` of ``rids`` (rows these statistics
@@ -367,6 +371,8 @@ class _KeywordCache:
         #: (agent key, term) -> bytes of the term's postings, least recently used first
         self._lru: "OrderedDict[tuple[tuple[str, str], str], int]" = OrderedDict()
         self._bytes = 0
+        #: bytes of the rows' metadata held by the statistics (:data:`MAX_META_BYTES`)
+        self._meta_bytes = 0
         #: (era, rid) -> (id, path, source, start_line, end_line), least recently used first
         self._meta: "OrderedDict[tuple[int, int], tuple[str, str, str, int, int]]" = OrderedDict()
         #: (era, rid) -> the chunk as get_chunks returns it, least recently used first
@@ -376,6 +382,11 @@ class _KeywordCache:
     def nbytes(self) -> int:
         """Bytes kept now (row arrays and postings)."""
         return self._bytes
+
+    @property
+    def meta_nbytes(self) -> int:
+        """Bytes of the rows' metadata the statistics keep now."""
+        return self._meta_bytes
 
     def get(self, key: tuple[str, str]) -> _KeywordStats | None:
         with self._lock:
@@ -390,11 +401,20 @@ class _KeywordCache:
             old = self._stats.get(key)
             if old is not None:
                 self._bytes -= old.nbytes
+                self._meta_bytes -= old.meta.nbytes if old.meta is not None else 0
                 for term in old.terms:
                     if term not in stats.terms:
                         self._bytes -= self._lru.pop((key, term), 0)
             self._stats[key] = stats
             self._bytes += stats.nbytes
+            if stats.meta is not None:
+                self._meta_bytes += stats.meta.nbytes
+                for other in sorted(self._stats.values(), key=lambda st: st.used):
+                    if self._meta_bytes <= MAX_META_BYTES:
+                        break
+                    if other.meta is not None:  # (the least recently searched first; at last its own)
+                        self._meta_bytes -= other.meta.nbytes
+                        other.meta = None
             for term, (pos, _) in stats.terms.items():
                 size = len(pos) * _POSTING_BYTES
                 self._bytes += size - self._lru.get((key, term), 0)
@@ -476,13 +496,14 @@ class _KeywordCache:
             self._lru.clear()
             self._meta.clear()
             self._texts.clear()
-            self._bytes = 0
+            self._bytes = self._meta_bytes = 0
 
     def _forget(self, key: tuple[str, str]) -> None:
         stats = self._stats.pop(key, None)
         if stats is None:
             return
         self._bytes -= stats.nbytes
+        self._meta_bytes -= stats.meta.nbytes if stats.meta is not None else 0
         for term in stats.terms:
             self._bytes -= self._lru.pop((key, term), 0)
 
