@@ -1,7 +1,8 @@
-"""A query's first use on PostgreSQL: the ids, paths and lines of an agent's keyword rows come with
-its keyword statistics (read once per data version, carried across writes), so a search naming
-rows it has not named before reads no rows by rid; what they answer is the table's, after writes
-and deletes by this handle or another, and their memory is counted and freed with the statistics."""
+"""A query's first use on PostgreSQL: once an agent's searches have read rows by rid a few times,
+the ids, paths and lines of all its keyword rows are read (in the background, off the searches)
+and kept with its keyword statistics (carried across writes), so a search naming rows it has not
+named before reads no rows by rid; what they answer is the table's, after writes and deletes by
+this handle or another, and their memory is bounded, counted and freed with the statistics."""
 
 from __future__ import annotations
 
@@ -48,6 +49,20 @@ def _kept(s: Any) -> Any:
     return stats
 
 
+def _settled() -> None:
+    """Wait for a load of rows' metadata started in the background, if any."""
+    with keywords._META_LOADS:
+        pass
+
+
+def _with_meta(s: Any) -> Any:
+    """The agent's statistics with their rows' metadata (read now)."""
+    s._load_row_meta(_kept(s))
+    stats = _kept(s)
+    assert stats.meta is not None
+    return stats
+
+
 def test_row_metadata_kept_with_the_statistics_is_the_tables(pg_url: str) -> None:
     """Loaded with the statistics, then carried over writes and deletes (of this handle and of
     another): every row's id, path, source and lines are those of the table."""
@@ -56,7 +71,7 @@ def test_row_metadata_kept_with_the_statistics_is_the_tables(pg_url: str) -> Non
     other = PostgresBackend(pg_url, "meta-a").open()
     s.replace_files(_files([f"memory/{i}.md" for i in range(6)]) + _files(["sessions/a.jsonl"], "sessions"))
     assert s.keyword_search(["green"], 50)
-    stats = _kept(s)
+    stats = _with_meta(s)
     assert stats.row_meta(stats.rids.tolist()) == _table(pg_url, "meta-a") and len(stats.rids) == 21
     era = stats.era
     steps = [
@@ -81,6 +96,7 @@ def test_a_first_use_reads_no_rows_by_rid(pg_url: str, monkeypatch: pytest.Monke
     s = PostgresBackend(pg_url, "meta-b").open()
     s.replace_files(_files([f"memory/{i}.md" for i in range(8)]))
     assert s.keyword_search(["part"], 5)  # the statistics loaded
+    _with_meta(s)
     counter = Statements(monkeypatch)
     for terms in (["green", "tea"], ["账单"], ["ledger", "绿茶"]):
         got: list[Any] = []
@@ -101,7 +117,7 @@ def test_row_metadata_is_counted_and_freed_with_the_statistics(pg_url: str) -> N
     s = PostgresBackend(pg_url, "meta-c").open()
     s.replace_files(_files([f"memory/{i}.md" for i in range(10)]))
     assert s.keyword_search(["green"], 5)
-    stats = _kept(s)
+    stats = _with_meta(s)
     assert stats.meta is not None and stats.meta.nbytes >= stats.rows * _META_ROW_BYTES
     assert KEYWORD_CACHE.meta_nbytes == stats.meta.nbytes and KEYWORD_CACHE.nbytes >= stats.nbytes
     s.backend.forget_cached()  # (the registry closing the agent)
@@ -118,17 +134,18 @@ def test_row_metadata_over_its_budget_goes_least_recently_searched_first(
     for h in handles:
         h.replace_files(_files([f"memory/{i}.md" for i in range(10)]))
     answers = [h.keyword_search(["green"], 5) for h in handles]
-    one = _kept(handles[0]).meta.nbytes  # type: ignore[union-attr]
+    one = _with_meta(handles[0]).meta.nbytes  # type: ignore[union-attr]
     KEYWORD_CACHE.clear()
     monkeypatch.setattr(keywords, "MAX_META_BYTES", 2 * one + one // 2)
     for h, want in zip(handles, answers):
         assert h.keyword_search(["green"], 5) == want
+        _with_meta(h)
     assert [_kept(h).meta is None for h in handles] == [True, False, False]
     assert KEYWORD_CACHE.meta_nbytes == 2 * one
     counter = Statements(monkeypatch)
-    sent = counter.during(lambda: handles[0].keyword_search(["tea"], 5))
+    sent = counter.during(lambda: handles[0].keyword_search(["tea"], 30))  # (rows not read before)
     assert any("c.rid = ANY" in x for x in sent)  # read by rid, as before
-    assert handles[0].keyword_search(["tea"], 5) == handles[0]._keyword_search_sql(["tea"], 5)
+    assert handles[0].keyword_search(["tea"], 30) == handles[0]._keyword_search_sql(["tea"], 30)
     for h in handles:
         h.backend.forget_cached()
         h.close()
@@ -143,6 +160,7 @@ def test_ids_not_made_by_clawmem_are_read_by_rid(pg_url: str) -> None:
     s.replace_files([(file(f"memory/{i}.md", str(i)), [chunk(f"memory/{i}.md", i, f"绿茶 green tea {i}")])
                      for i in range(4)])
     got = s.keyword_search(["green"], 10)
+    s._load_row_meta(_kept(s))
     assert _kept(s).meta is None
     assert [i for i, _ in got] == [i for i, _ in s._keyword_search_sql(["green"], 10)] and len(got) == 4
     s.close()
@@ -157,7 +175,10 @@ def test_a_querys_first_search_sends_no_rows_statement(tmp_path: Path, pg_url: s
     counter = Statements(monkeypatch)
     with _index(ws, pg_url, tmp_path / "k", agent="first-kw", embedder=None, provider="none") as kw:
         kw.sync()
-        kw.search("moved")  # the statistics loaded
+        for q in ("moved", "invoices", "prefers"):  # the statistics loaded, rows read by rid twice
+            kw.search(q)
+        _settled()
+        assert _kept(kw._store).meta is not None
         got = {}
         for q in QUERIES:
             sent = counter.during(lambda: got.__setitem__(q, _shown(kw.search(q))))
@@ -166,3 +187,26 @@ def test_a_querys_first_search_sends_no_rows_statement(tmp_path: Path, pg_url: s
         for q in QUERIES:
             KEYWORD_CACHE.clear()
             assert _shown(kw.search(q)) == got[q] and got[q]
+
+
+def test_the_rows_metadata_is_read_once_searches_read_rows_by_rid(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statistics loaded read no rows' metadata (the agent's first search costs what it did);
+    after :data:`META_AFTER_READS` searches that read rows by rid, it is read in the background,
+    and the next first use reads none."""
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "meta-f").open()
+    s.replace_files(_files([f"memory/{i}.md" for i in range(8)]))
+    counter = Statements(monkeypatch)
+    sent = counter.during(lambda: s.keyword_search(["green"], 5))
+    assert not any("octet_length" in x for x in sent) and any("c.rid = ANY" in x for x in sent)
+    for terms in (["tea"], ["ledger"], ["part"])[:keywords.META_AFTER_READS - 1]:
+        _settled()
+        assert _kept(s).meta is None
+        KEYWORD_CACHE._meta.clear()  # (the rows kept one by one forgotten: read by rid again)
+        s.keyword_search(terms, 5)
+    _settled()
+    assert _kept(s).meta is not None
+    sent = counter.during(lambda: s.keyword_search(["绿茶"], 5))
+    assert not any("c.rid = ANY" in x for x in sent)
+    assert s.keyword_search(["绿茶"], 5) == s._keyword_search_sql(["绿茶"], 5)
+    s.close()

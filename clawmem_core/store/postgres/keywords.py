@@ -66,6 +66,11 @@ MAX_ROW_TEXTS = 2_000
 #: every agent of the process: past it, the metadata of the agents searched least recently is
 #: dropped (their rows are then read by rid, kept in the row cache of :data:`MAX_ROW_META`).
 MAX_META_BYTES = 40_000_000
+#: Searches of an agent's statistics that read rows by rid before the rows' metadata is read (in
+#: the background, for every row of the agent): an agent searched once costs no more than before.
+META_AFTER_READS = 2
+#: One load of rows' metadata at a time in the process.
+_META_LOADS = threading.Semaphore(1)
 #: Bytes the metadata of one keyword row takes in :class:`_RowMeta` (its id, file, lines) and of
 #: one file (besides its path and source), counted in :data:`MAX_META_BYTES`.
 _META_ROW_BYTES = 44
@@ -170,6 +175,9 @@ class _KeywordStats:
         #: :class:`_KeywordCache`
         self.terms: dict[str, tuple[Any, Any]] = {}
         self.used = time.monotonic()
+        #: Searches that read rows by rid, and whether the rows' metadata is being read.
+        self.reads_by_rid = 0
+        self.meta_loading = False
 
     @property
     def nbytes(self) -> int:
@@ -225,6 +233,7 @@ class _KeywordStats:
             carried = self.meta.take(None if live is None else keep, meta)
         out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
                             np.concatenate([self.doc_len[keep], doc_len]), upto, self.era, carried)
+        out.reads_by_rid = self.reads_by_rid
         for term, (pos, tf) in list(self.terms.items()):
             alive = keep[pos]
             new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
@@ -409,12 +418,7 @@ class _KeywordCache:
             self._bytes += stats.nbytes
             if stats.meta is not None:
                 self._meta_bytes += stats.meta.nbytes
-                for other in sorted(self._stats.values(), key=lambda st: st.used):
-                    if self._meta_bytes <= MAX_META_BYTES:
-                        break
-                    if other.meta is not None:  # (the least recently searched first; at last its own)
-                        self._meta_bytes -= other.meta.nbytes
-                        other.meta = None
+                self._trim_meta()
             for term, (pos, _) in stats.terms.items():
                 size = len(pos) * _POSTING_BYTES
                 self._bytes += size - self._lru.get((key, term), 0)
@@ -434,6 +438,24 @@ class _KeywordCache:
                 self._lru[(key, term)] = size
                 self._lru.move_to_end((key, term))
             self._trim(keep=key)
+
+    def keep_meta(self, key: tuple[str, str], stats: _KeywordStats, meta: _RowMeta) -> None:
+        """Keep ``meta`` (of every row of ``stats``) with ``stats``, while they are ``key``'s."""
+        with self._lock:
+            if self._stats.get(key) is not stats or stats.meta is not None or len(meta.ids) != stats.rows:
+                return
+            stats.meta = meta
+            self._meta_bytes += meta.nbytes
+            self._trim_meta()
+
+    def _trim_meta(self) -> None:
+        """Over :data:`MAX_META_BYTES`: the metadata of the agents searched least recently goes."""
+        for other in sorted(self._stats.values(), key=lambda st: st.used):
+            if self._meta_bytes <= MAX_META_BYTES:
+                break
+            if other.meta is not None:  # (the least recently searched first; at last the newest)
+                self._meta_bytes -= other.meta.nbytes
+                other.meta = None
 
     def row_meta(self, stats: _KeywordStats, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
         """What is kept of ``rids`` (rows of ``stats``): ``rid -> (id, path, source, start_line,
@@ -564,18 +586,70 @@ class _Keywords:
     def _load_keyword_stats(self, conn: "psycopg.Connection") -> _KeywordStats:
         import numpy as np
 
+        # (the row lengths come from an index; the rows' metadata needs the table's rows: read
+        # later, off the search, once the agent's searches need it: _load_row_meta)
         row = conn.execute(
             self._VERSION.format(
-                cols=f", s.rids, s.lens, {self._UPTO}, {self._META_COLS}",
-                join=f"CROSS JOIN LATERAL ({self._ROWS.format(where='')}) AS s",
+                cols=f", s.rids, s.lens, {self._UPTO}",
+                join="CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0) AS s",
             ),
             {"agent": self.agent},
         ).fetchone()
         if row is None:
             return _KeywordStats(None, self._ints(None), self._ints(None, "float64"))
-        rids = self._ints(row[2])
-        return _KeywordStats((row[0], row[1]), rids, self._ints(row[3], "float64"), int(row[4]),
-                             meta=_RowMeta.parse(len(rids), *row[5:]))
+        return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"), int(row[4]))
+
+    def _load_row_meta(self, stats: _KeywordStats) -> None:
+        """Read the metadata of the rows of ``stats`` (on a connection of the pool, outside any
+        search) and keep it with them, if they are still the agent's statistics then. Run in a
+        thread of its own (:meth:`_want_row_meta`); any failure leaves them without."""
+        import numpy as np
+
+        key = self._kw_key()
+        try:
+            if stats.token is None or not stats.rows:
+                return
+            with self.backend.connection() as conn:
+                row = conn.execute(
+                    self._VERSION.format(cols=f", s.rids, {self._META_COLS}",
+                                         join=f"CROSS JOIN LATERAL ({self._ROWS.format(where=' AND c.rid <= %(top)s')}) AS s"),
+                    {"agent": self.agent, "top": int(stats.rids[-1])},
+                ).fetchone()
+            if row is None or int(row[0]) != stats.token[0]:
+                return
+            rids = self._ints(row[2])
+            meta = _RowMeta.parse(len(rids), *row[3:])
+            if meta is None:
+                return
+            keep = np.isin(rids, stats.rids, assume_unique=True)
+            if int(keep.sum()) != stats.rows:  # (rows of the statistics deleted since: not all there)
+                return
+            KEYWORD_CACHE.keep_meta(key, stats, meta.take(keep, _RowMeta.parse(0, None, None, None, None, None, None)))
+        except Exception as exc:  # (closed, unreachable: searches read the rows by rid, as before)
+            log.debug("rows' metadata of agent %r not kept: %s", self.agent, exc)
+        finally:
+            stats.meta_loading = False
+
+    def _want_row_meta(self, stats: _KeywordStats) -> None:
+        """A search of ``stats`` read rows by rid: after :data:`META_AFTER_READS` such searches,
+        the rows' metadata is read in the background (one load at a time in the process)."""
+        stats.reads_by_rid += 1
+        if stats.reads_by_rid < META_AFTER_READS or stats.meta is not None or stats.meta_loading \
+                or stats.token is None or MAX_META_BYTES <= 0:
+            return
+        if not _META_LOADS.acquire(blocking=False):
+            return
+        stats.meta_loading = True
+
+        def run() -> None:
+            try:
+                self._load_row_meta(stats)
+            finally:
+                _META_LOADS.release()
+
+        threading.Thread(target=run, name="clawmem-row-meta", daemon=True).start()
 
     #: The agent's keyword rows (``{where}``: more conditions on ``c``), in rid order: their rids
     #: and lengths, and what :class:`_RowMeta` keeps of them (:attr:`_META_COLS`): the ids, whether
@@ -594,6 +668,10 @@ class _Keywords:
         "WINDOW w AS (ORDER BY c.rid)) AS r"
     )
     _META_COLS = "s.ids, s.uniform, s.lines, s.at, s.paths, s.sources"
+    #: The rids and lengths of :attr:`_ROWS` alone (from an index, not the table's rows).
+    _ROWS_ONLY = ("SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                  "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                  "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0{where}")
 
     #: A term's rows packed (8 bytes big-endian each, ascending) and its counts (2 bytes each), as
     #: ``clawmem_postings`` keeps them, from rows ``c`` and lexemes ``x`` grouped by lexeme.
@@ -633,6 +711,8 @@ class _Keywords:
         by its row in ``clawmem_agents``), and the rows deleted. ``None`` when the generation changed."""
         top = int(stats.rids[-1]) if stats.rows else 0
         tokens = list(stats.terms)
+        with_meta = stats.meta is not None  # (the new rows' metadata too)
+        rows_sql = self._ROWS if with_meta else self._ROWS_ONLY
         snapshot = self._in_snapshot()
         with (contextlib.nullcontext() if snapshot else conn.transaction()):
             if not snapshot:
@@ -640,12 +720,12 @@ class _Keywords:
             rows = conn.execute(
                 self._VERSION.format(
                     # (the new rows' metadata on one row of the answer only: one row per term held)
-                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs, "
-                    + ", ".join(f"CASE WHEN row_number() OVER () = 1 THEN {c} END"
-                                for c in self._META_COLS.replace("s.", "n.").split(", ")),
+                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs"
+                    + "".join(f", CASE WHEN row_number() OVER () = 1 THEN {c} END"
+                              for c in self._META_COLS.replace("s.", "n.").split(", ") if with_meta),
                     join="CROSS JOIN LATERAL (SELECT count(*) AS kept FROM clawmem_chunks AS c WHERE c.agent = a.agent "
                     "AND c.generation = a.generation AND c.part = 0 AND c.rid <= %(top)s) AS o "
-                    f"CROSS JOIN LATERAL ({self._ROWS.format(where=' AND c.rid > %(top)s')}) AS n "
+                    f"CROSS JOIN LATERAL ({rows_sql.format(where=' AND c.rid > %(top)s')}) AS n "
                     f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.rid > %(top)s')}) AS p ON true",
                 ),
                 {"agent": self.agent, "top": top, "tokens": tokens},
@@ -666,9 +746,9 @@ class _Keywords:
                 live = self._ints(row[0] if row else None)
         postings = {r[6]: self._unpack(r[7], r[8]) for r in rows if r[6] is not None}
         new = self._ints(rows[0][3])
-        head = next((r for r in rows if r[10] is not None or r[11] is not None), None)  # (row_number 1)
         meta = None
-        if stats.meta is not None:
+        if with_meta:
+            head = next((r for r in rows if r[10] is not None or r[11] is not None), None)  # (row_number 1)
             meta = _RowMeta.parse(len(new), *head[9:15]) if head is not None else \
                 _RowMeta.parse(0, None, None, None, None, None, None) if not len(new) else None
         return stats.advance((rows[0][0], rows[0][1]), live, new, self._ints(rows[0][4], "float64"),
@@ -690,6 +770,7 @@ class _Keywords:
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
             prepare=False,  # planned for these values (the rows above ``upto`` are read by rid: no index of terms)
+            binary=True,  # the packed postings as they are (not twice their size in hex, encoded and decoded)
         ).fetchall()
         token = (rows[0][0], rows[0][1]) if rows else None
         if token != stats.token:
@@ -806,6 +887,7 @@ class _Keywords:
                     self._remember(memo, (r[3:] for r in rows))
                 read = {int(r[2]): (r[3], r[4], r[5], int(r[6]), int(r[7])) for r in rows if r[2] is not None}
                 KEYWORD_CACHE.keep_row_meta(stats, read)
+                self._want_row_meta(stats)
                 known.update(read)
             elif not checked and self._token(conn, memo) != stats.token:
                 # every best row known: only the version is read (none when this snapshot read it)
