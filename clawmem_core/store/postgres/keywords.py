@@ -634,11 +634,12 @@ class _Keywords:
 
     def _want_row_meta(self, stats: _KeywordStats) -> None:
         """A search of ``stats`` read rows by rid: after :data:`META_AFTER_READS` such searches,
-        the rows' metadata is read in the background (one load at a time in the process)."""
+        the rows' metadata is read in the background (one load at a time in the process, on one
+        connection of the pool: not with a pool of one)."""
         stats.reads_by_rid += 1
         if stats.reads_by_rid < META_AFTER_READS or stats.meta is not None or stats.meta_loading \
-                or stats.token is None or MAX_META_BYTES <= 0:
-            return
+                or stats.token is None or MAX_META_BYTES <= 0 or self.backend._pool_size < 2:
+            return  # (a pool of one connection: not taken from the searches)
         if not _META_LOADS.acquire(blocking=False):
             return
         stats.meta_loading = True
