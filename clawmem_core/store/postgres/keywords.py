@@ -12,7 +12,11 @@ from the terms of the rows above it; never from the terms of every row holding t
 What a search reads of the best rows (id, path, source, lines) and of the chunks it shows is kept
 too, by rid (none of it changes under a rid, and a rid is never reused): a search the process
 has answered before at the agent's version reads nothing but that version, which the checks
-before a search read anyway (see ``_Reading.adopt`` in :mod:`.connection`)."""
+before a search read anyway (see ``_Reading.adopt`` in :mod:`.connection`). Once an agent's
+searches have read rows by rid a few times (:data:`META_AFTER_READS`), the id, path, source and
+lines of every row are read in the background and kept with its statistics (:class:`_RowMeta`,
+about 44 bytes a row, within :data:`MAX_META_BYTES` over the process, carried across writes like
+the row lengths): a query's first use then reads its terms' postings and no rows."""
 
 from __future__ import annotations
 
