@@ -212,3 +212,24 @@ def test_the_rows_metadata_is_read_once_searches_read_rows_by_rid(pg_url: str, m
     assert not any("c.rid = ANY" in x for x in sent)
     assert s.keyword_search(["绿茶"], 5) == s._keyword_search_sql(["绿茶"], 5)
     s.close()
+
+
+def test_a_terms_first_use_reads_the_few_rows_above_the_postings_by_rid(pg_url: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows ``clawmem_postings`` does not hold yet (a sync that wrote too few to settle): a
+    term's first use filters their terms by rid while they are few (not the index of terms, over
+    every agent's rows: the planner cannot tell how few they are), through that index when many;
+    the answers are the server's own scoring's either way."""
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "meta-g").open()
+    s.replace_files(_files([f"memory/{i}.md" for i in range(8)]))  # (no settle: every row above)
+    assert s.keyword_search(["part"], 5)
+    counter = Statements(monkeypatch)
+    for below, terms in ((keywords.BY_RID_BELOW, ["green", "账单"]), (10, ["ledger", "绿茶"])):
+        monkeypatch.setattr(keywords, "BY_RID_BELOW", below)
+        got: list[Any] = []
+        sent = [x for x in counter.during(lambda: got.extend(s.keyword_search(terms, 30)))
+                if "clawmem_postings" in x]
+        assert len(sent) == 1 and ("terms @@" in sent[0]) == (below < 24), sent
+        assert got == s._keyword_search_sql(s.backend.terms.query(terms), 30) and len(got) == 24
+    s.close()

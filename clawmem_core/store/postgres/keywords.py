@@ -70,6 +70,9 @@ MAX_ROW_TEXTS = 2_000
 #: every agent of the process: past it, the metadata of the agents searched least recently is
 #: dropped (their rows are then read by rid, kept in the row cache of :data:`MAX_ROW_META`).
 MAX_META_BYTES = 40_000_000
+#: Keyword rows above those ``clawmem_postings`` holds up to which a term's first use reads their
+#: terms by rid (a row's terms filtered to the query's), not through the index of terms.
+BY_RID_BELOW = 4096
 #: Searches of an agent's statistics that read rows by rid before the rows' metadata is read (in
 #: the background, for every row of the agent): an agent searched once costs no more than before.
 META_AFTER_READS = 2
@@ -765,12 +768,18 @@ class _Keywords:
         ``stats.upto`` (less the rows deleted since), from the terms of the rows above it."""
         import numpy as np
 
+        # The rows above ``upto`` (a few, normally: those of syncs that wrote too few to settle):
+        # each one's terms filtered by rid, without the index of terms, which the planner (that
+        # cannot tell how few of the agent's rids are that high) would otherwise scan for every
+        # agent's rows holding the tokens; many (postings not written yet): by that index.
+        above = stats.rows - int(np.searchsorted(stats.rids, stats.upto, side="right"))
+        where = "c.rid > %(upto)s" + ("" if above <= BY_RID_BELOW else " AND c.terms @@ %(query)s::tsquery")
         rows = conn.execute(
             self._VERSION.format(
                 cols=", p.lexeme, p.rids, p.tfs",
                 join="LEFT JOIN LATERAL (SELECT s.term AS lexeme, s.rids, s.tfs FROM clawmem_postings AS s "
                 "WHERE s.agent = a.agent AND s.generation = a.generation AND s.term = ANY(%(tokens)s::text[]) "
-                f"UNION ALL {self._POSTINGS.format(where='c.rid > %(upto)s AND c.terms @@ %(query)s::tsquery')}"
+                f"UNION ALL {self._POSTINGS.format(where=where)}"
                 ") AS p ON true",
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
