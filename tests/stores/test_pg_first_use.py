@@ -233,3 +233,26 @@ def test_a_terms_first_use_reads_the_few_rows_above_the_postings_by_rid(pg_url: 
         assert len(sent) == 1 and ("terms @@" in sent[0]) == (below < 24), sent
         assert got == s._keyword_search_sql(s.backend.terms.query(terms), 30) and len(got) == 24
     s.close()
+
+
+def test_pending_flags_of_rows_named_from_the_kept_metadata(pg_url: str) -> None:
+    """Rows a search names from the metadata kept with the statistics: their pending flags (which
+    the vector phase changes) are read, in a snapshot and outside one, and are the table's."""
+    from dataclasses import replace
+
+    KEYWORD_CACHE.clear()
+    s = PostgresBackend(pg_url, "meta-h").open()
+    items = _files([f"memory/{i}.md" for i in range(4)])
+    items = [(f, [replace(r, pending=k % 2 == 1) for r in rows]) for k, (f, rows) in enumerate(items)]
+    s.replace_files(items)
+    truth = {r.id for _, rows in items for r in rows if r.pending}
+    assert s.keyword_search(["green"], 20)
+    _with_meta(s)
+    KEYWORD_CACHE._meta.clear()
+    for snapshot in (True, False):
+        with s.reading(snapshot=snapshot):
+            ids = [i for i, _ in s.keyword_search(["tea", "绿茶"], 20)]
+            assert len(ids) == 12 and s.pending_ids(ids) == truth
+            assert s.get_chunk_meta(ids) == {r.id: (r.path, r.source, r.start_line, r.end_line)
+                                             for _, rows in items for r in rows}
+    s.close()
