@@ -94,7 +94,8 @@ class _StaleKeywords(Exception):
 
 class _RowMeta:
     """The id, path, source and lines of every keyword row of one :class:`_KeywordStats`, in its
-    row order, read with the row lengths: a search names its best rows without reading them.
+    row order (read by :meth:`_Keywords._load_row_meta`, the new rows' with their lengths when
+    the statistics are carried to a later version): a search names its best rows without reading them.
     About :data:`_META_ROW_BYTES` a row (the id as 32 bytes, its file's number, two lines) and
     :data:`_META_FILE_BYTES` plus the path a file. Held only where every id is a lowercase
     SHA-256 in hex (the chunk ids clawmem writes); else rows are read by rid as before."""
@@ -111,7 +112,7 @@ class _RowMeta:
     @staticmethod
     def parse(n: int, ids: str | None, uniform: Any, lines: bytes | None, at: Any, paths: Any,
               sources: Any) -> "_RowMeta | None":
-        """From what :meth:`_Keywords._load_keyword_stats` reads: ``ids`` concatenated in row
+        """From what :attr:`_Keywords._ROWS` reads of ``n`` rows: ``ids`` concatenated in row
         order (``uniform``: all 64 characters long), ``lines`` packed (two big-endian int4 a
         row), and the rows (``at``: positions) where a file starts, with its path and source."""
         import numpy as np
@@ -657,7 +658,11 @@ class _Keywords:
             finally:
                 _META_LOADS.release()
 
-        threading.Thread(target=run, name="clawmem-row-meta", daemon=True).start()
+        try:
+            threading.Thread(target=run, name="clawmem-row-meta", daemon=True).start()
+        except RuntimeError:  # (no thread to be had: rows read by rid, as before)
+            stats.meta_loading = False
+            _META_LOADS.release()
 
     #: The agent's keyword rows (``{where}``: more conditions on ``c``), in rid order: their rids
     #: and lengths, and what :class:`_RowMeta` keeps of them (:attr:`_META_COLS`): the ids, whether
