@@ -35,22 +35,24 @@ QUERIES = ["billing migration ledger", "账单迁移", "Dana green tea", "search
 
 class Statements:
     """Counts the statements sent to the server (every ``execute`` of a psycopg cursor, the pool's
-    connection checks included) while on."""
+    connection checks included) by the thread that turned it on, while on (not those of a thread
+    reading the rows' metadata in the background)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[str] = []
         self.on = False
+        self.thread: int | None = None
         real = psycopg.Cursor.execute
 
         def execute(cur: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.on:
+            if self.on and threading.get_ident() == self.thread:
                 self.sent.append(str(query))
             return real(cur, query, *args, **kwargs)
 
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
 
     def during(self, fn: Callable[[], Any]) -> list[str]:
-        self.sent, self.on = [], True
+        self.sent, self.on, self.thread = [], True, threading.get_ident()
         try:
             fn()
         finally:

@@ -12,7 +12,11 @@ from the terms of the rows above it; never from the terms of every row holding t
 What a search reads of the best rows (id, path, source, lines) and of the chunks it shows is kept
 too, by rid (none of it changes under a rid, and a rid is never reused): a search the process
 has answered before at the agent's version reads nothing but that version, which the checks
-before a search read anyway (see ``_Reading.adopt`` in :mod:`.connection`)."""
+before a search read anyway (see ``_Reading.adopt`` in :mod:`.connection`). Once an agent's
+searches have read rows by rid a few times (:data:`META_AFTER_READS`), the id, path, source and
+lines of every row are read in the background and kept with its statistics (:class:`_RowMeta`,
+about 44 bytes a row, within :data:`MAX_META_BYTES` over the process, carried across writes like
+the row lengths): a query's first use then reads its terms' postings and no rows."""
 
 from __future__ import annotations
 
@@ -62,6 +66,22 @@ MAX_ROW_META = 60_000
 #: rid either) the process keeps of those a search showed, over every agent, least recently used
 #: first: a repeated search reads no text.
 MAX_ROW_TEXTS = 2_000
+#: Bytes the rows' metadata kept with the keyword statistics (:class:`_RowMeta`) may take, over
+#: every agent of the process: past it, the metadata of the agents searched least recently is
+#: dropped (their rows are then read by rid, kept in the row cache of :data:`MAX_ROW_META`).
+MAX_META_BYTES = 40_000_000
+#: Keyword rows above those ``clawmem_postings`` holds up to which a term's first use reads their
+#: terms by rid (a row's terms filtered to the query's), not through the index of terms.
+BY_RID_BELOW = 4096
+#: Searches of an agent's statistics that read rows by rid before the rows' metadata is read (in
+#: the background, for every row of the agent): an agent searched once costs no more than before.
+META_AFTER_READS = 2
+#: One load of rows' metadata at a time in the process.
+_META_LOADS = threading.Semaphore(1)
+#: Bytes the metadata of one keyword row takes in :class:`_RowMeta` (its id, file, lines) and of
+#: one file (besides its path and source), counted in :data:`MAX_META_BYTES`.
+_META_ROW_BYTES = 44
+_META_FILE_BYTES = 120
 #: Attempts to read statistics of one data version while other processes write.
 _KEYWORD_ATTEMPTS = 3
 #: What a keyword-cache answer returns when it finds the statistics out of date (asked again).
@@ -72,14 +92,81 @@ class _StaleKeywords(Exception):
     """The agent's keyword rows changed while their statistics were being read."""
 
 
+class _RowMeta:
+    """The id, path, source and lines of every keyword row of one :class:`_KeywordStats`, in its
+    row order (read by :meth:`_Keywords._load_row_meta`, the new rows' with their lengths when
+    the statistics are carried to a later version): a search names its best rows without reading them.
+    About :data:`_META_ROW_BYTES` a row (the id as 32 bytes, its file's number, two lines) and
+    :data:`_META_FILE_BYTES` plus the path a file. Held only where every id is a lowercase
+    SHA-256 in hex (the chunk ids clawmem writes); else rows are read by rid as before."""
+
+    def __init__(self, ids: "np.ndarray", file_of: "np.ndarray", lines: "np.ndarray",
+                 files: list[tuple[str, str]]) -> None:
+        self.ids = ids  # (rows, 32) uint8
+        self.file_of = file_of  # int32, into ``files``
+        self.lines = lines  # (rows, 2) int32
+        self.files = files  # (path, source)
+        self.nbytes = (ids.nbytes + file_of.nbytes + lines.nbytes
+                       + sum(_META_FILE_BYTES + len(p) + len(src) for p, src in files))
+
+    @staticmethod
+    def parse(n: int, ids: str | None, uniform: Any, lines: bytes | None, at: Any, paths: Any,
+              sources: Any) -> "_RowMeta | None":
+        """From what :attr:`_Keywords._ROWS` reads of ``n`` rows: ``ids`` concatenated in row
+        order (``uniform``: all 64 characters long), ``lines`` packed (two big-endian int4 a
+        row), and the rows (``at``: positions) where a file starts, with its path and source."""
+        import numpy as np
+
+        ids = ids or ""
+        if (n and not uniform) or len(ids) != 64 * n or ids != ids.lower():
+            return None
+        try:
+            raw = bytes.fromhex(ids)
+        except ValueError:
+            return None
+        packed = np.frombuffer(lines or b"", dtype=">i4").astype(np.int32).reshape(-1, 2)
+        if len(packed) != n:
+            return None
+        starts = np.array(list(at or []), dtype=np.int64)
+        file_of = np.zeros(n, dtype=np.int32)
+        if n:
+            if not len(starts) or starts[0] != 0:
+                return None
+            marks = np.zeros(n, dtype=np.int32)
+            marks[starts] = 1
+            file_of = (np.cumsum(marks) - 1).astype(np.int32)
+        return _RowMeta(np.frombuffer(raw, dtype=np.uint8).reshape(n, 32), file_of, packed,
+                        list(zip(paths or [], sources or [])))
+
+    def take(self, keep: "np.ndarray | None", new: "_RowMeta") -> "_RowMeta":
+        """These rows (those of ``keep`` only, all when ``None``) followed by ``new``'s; files no
+        row names any more are left out."""
+        import numpy as np
+
+        ids, file_of, lines = (self.ids, self.file_of, self.lines) if keep is None else \
+            (self.ids[keep], self.file_of[keep], self.lines[keep])
+        file_of = np.concatenate([file_of, new.file_of + len(self.files)])
+        used, file_of = np.unique(file_of, return_inverse=True)
+        files = self.files + new.files
+        return _RowMeta(np.concatenate([ids, new.ids]), file_of.astype(np.int32).reshape(-1),
+                        np.concatenate([lines, new.lines]), [files[i] for i in used.tolist()])
+
+    def row(self, pos: int) -> tuple[str, str, str, int, int]:
+        """``(id, path, source, start_line, end_line)`` of the row at ``pos``."""
+        path, source = self.files[int(self.file_of[pos])]
+        return (self.ids[pos].tobytes().hex(), path, source, int(self.lines[pos, 0]), int(self.lines[pos, 1]))
+
+
 class _KeywordStats:
     """BM25 statistics of one agent's keyword rows at one data version, kept in process: the rows
     (ascending ``rid``), their lengths, and the postings of the terms searched so far. Scores are
     FTS5's ``bm25()`` (same formula, constants and order of additions as :mod:`.bm25`)."""
 
     def __init__(self, token: Any, rids: "np.ndarray", doc_len: "np.ndarray", upto: int = 0,
-                 era: int | None = None) -> None:
+                 era: int | None = None, meta: _RowMeta | None = None) -> None:
         self.token = token
+        #: The rows' ids, paths and lines (``None``: read by rid when a search names them).
+        self.meta = meta if meta is not None and len(meta.ids) == len(rids) else None
         #: Statistics loaded afresh get a new era, carried ones keep theirs: the rows' metadata
         #: (:meth:`_KeywordCache.row_meta`) is kept per era, so a database dropped and created
         #: again (rids counted from 1 again) never answers with a row of before.
@@ -96,11 +183,27 @@ class _KeywordStats:
         #: :class:`_KeywordCache`
         self.terms: dict[str, tuple[Any, Any]] = {}
         self.used = time.monotonic()
+        #: Searches that read rows by rid, and whether the rows' metadata is being read.
+        self.reads_by_rid = 0
+        self.meta_loading = False
 
     @property
     def nbytes(self) -> int:
-        """Bytes the row arrays take (the terms' postings are counted by the cache)."""
+        """Bytes the row arrays take (their metadata and the terms' postings are counted by the cache)."""
         return self.rows * _ROW_BYTES
+
+    def row_meta(self, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
+        """``rid -> (id, path, source, start_line, end_line)`` of ``rids`` (rows these statistics
+        hold) from :attr:`meta`; empty without it."""
+        import numpy as np
+
+        meta = self.meta
+        if meta is None or not len(rids):
+            return {}
+        want = np.asarray(rids, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.rids, want), max(self.rows - 1, 0))
+        return {int(r): meta.row(int(i)) for r, i in zip(want.tolist(), pos.tolist())
+                if self.rows and int(self.rids[i]) == r}
 
     def entry(self, rids: "np.ndarray", tf: "np.ndarray", live_only: bool = False) -> tuple[Any, Any]:
         """The postings of a term as kept: ``rids`` (ascending) as row positions, with its count
@@ -119,11 +222,12 @@ class _KeywordStats:
         return pos.astype(np.int32), tf.astype(np.uint16)  # 6 bytes a posting (tf <= 256)
 
     def advance(self, token: Any, live: "np.ndarray | None", rids: "np.ndarray", doc_len: "np.ndarray",
-                postings: dict[str, tuple["np.ndarray", "np.ndarray"]], upto: int) -> "_KeywordStats":
+                postings: dict[str, tuple["np.ndarray", "np.ndarray"]], upto: int,
+                meta: _RowMeta | None = None) -> "_KeywordStats":
         """These statistics carried to a later data version of the same generation: of the rows
         held, those in ``live`` stay (all when ``None``); ``rids`` (all above the ones held) come
         with their lengths and, for each term held, its ``postings`` among them; ``upto``: the
-        rows ``clawmem_postings`` holds at that version."""
+        rows ``clawmem_postings`` holds at that version; ``meta``: the metadata of ``rids``."""
         import numpy as np
 
         if live is None:
@@ -132,8 +236,12 @@ class _KeywordStats:
             keep = np.isin(self.rids, live, assume_unique=True)
         kept = int(keep.sum())
         moved = np.cumsum(keep) - 1  # old position -> new position (where kept)
+        carried = None
+        if self.meta is not None and meta is not None and len(meta.ids) == len(rids):
+            carried = self.meta.take(None if live is None else keep, meta)
         out = _KeywordStats(token, np.concatenate([self.rids[keep], rids]),
-                            np.concatenate([self.doc_len[keep], doc_len]), upto, self.era)
+                            np.concatenate([self.doc_len[keep], doc_len]), upto, self.era, carried)
+        out.reads_by_rid = self.reads_by_rid
         for term, (pos, tf) in list(self.terms.items()):
             alive = keep[pos]
             new_rids, new_tf = postings.get(term, (rids[:0], doc_len[:0]))
@@ -280,6 +388,8 @@ class _KeywordCache:
         #: (agent key, term) -> bytes of the term's postings, least recently used first
         self._lru: "OrderedDict[tuple[tuple[str, str], str], int]" = OrderedDict()
         self._bytes = 0
+        #: bytes of the rows' metadata held by the statistics (:data:`MAX_META_BYTES`)
+        self._meta_bytes = 0
         #: (era, rid) -> (id, path, source, start_line, end_line), least recently used first
         self._meta: "OrderedDict[tuple[int, int], tuple[str, str, str, int, int]]" = OrderedDict()
         #: (era, rid) -> the chunk as get_chunks returns it, least recently used first
@@ -289,6 +399,11 @@ class _KeywordCache:
     def nbytes(self) -> int:
         """Bytes kept now (row arrays and postings)."""
         return self._bytes
+
+    @property
+    def meta_nbytes(self) -> int:
+        """Bytes of the rows' metadata the statistics keep now."""
+        return self._meta_bytes
 
     def get(self, key: tuple[str, str]) -> _KeywordStats | None:
         with self._lock:
@@ -303,11 +418,15 @@ class _KeywordCache:
             old = self._stats.get(key)
             if old is not None:
                 self._bytes -= old.nbytes
+                self._meta_bytes -= old.meta.nbytes if old.meta is not None else 0
                 for term in old.terms:
                     if term not in stats.terms:
                         self._bytes -= self._lru.pop((key, term), 0)
             self._stats[key] = stats
             self._bytes += stats.nbytes
+            if stats.meta is not None:
+                self._meta_bytes += stats.meta.nbytes
+                self._trim_meta()
             for term, (pos, _) in stats.terms.items():
                 size = len(pos) * _POSTING_BYTES
                 self._bytes += size - self._lru.get((key, term), 0)
@@ -327,6 +446,24 @@ class _KeywordCache:
                 self._lru[(key, term)] = size
                 self._lru.move_to_end((key, term))
             self._trim(keep=key)
+
+    def keep_meta(self, key: tuple[str, str], stats: _KeywordStats, meta: _RowMeta) -> None:
+        """Keep ``meta`` (of every row of ``stats``) with ``stats``, while they are ``key``'s."""
+        with self._lock:
+            if self._stats.get(key) is not stats or stats.meta is not None or len(meta.ids) != stats.rows:
+                return
+            stats.meta = meta
+            self._meta_bytes += meta.nbytes
+            self._trim_meta()
+
+    def _trim_meta(self) -> None:
+        """Over :data:`MAX_META_BYTES`: the metadata of the agents searched least recently goes."""
+        for other in sorted(self._stats.values(), key=lambda st: st.used):
+            if self._meta_bytes <= MAX_META_BYTES:
+                break
+            if other.meta is not None:  # (the least recently searched first; at last the newest)
+                self._meta_bytes -= other.meta.nbytes
+                other.meta = None
 
     def row_meta(self, stats: _KeywordStats, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
         """What is kept of ``rids`` (rows of ``stats``): ``rid -> (id, path, source, start_line,
@@ -389,13 +526,14 @@ class _KeywordCache:
             self._lru.clear()
             self._meta.clear()
             self._texts.clear()
-            self._bytes = 0
+            self._bytes = self._meta_bytes = 0
 
     def _forget(self, key: tuple[str, str]) -> None:
         stats = self._stats.pop(key, None)
         if stats is None:
             return
         self._bytes -= stats.nbytes
+        self._meta_bytes -= stats.meta.nbytes if stats.meta is not None else 0
         for term in stats.terms:
             self._bytes -= self._lru.pop((key, term), 0)
 
@@ -456,6 +594,8 @@ class _Keywords:
     def _load_keyword_stats(self, conn: "psycopg.Connection") -> _KeywordStats:
         import numpy as np
 
+        # (the row lengths come from an index; the rows' metadata needs the table's rows: read
+        # later, off the search, once the agent's searches need it: _load_row_meta)
         row = conn.execute(
             self._VERSION.format(
                 cols=f", s.rids, s.lens, {self._UPTO}",
@@ -468,6 +608,83 @@ class _Keywords:
         if row is None:
             return _KeywordStats(None, self._ints(None), self._ints(None, "float64"))
         return _KeywordStats((row[0], row[1]), self._ints(row[2]), self._ints(row[3], "float64"), int(row[4]))
+
+    def _load_row_meta(self, stats: _KeywordStats) -> None:
+        """Read the metadata of the rows of ``stats`` (on a connection of the pool, outside any
+        search) and keep it with them, if they are still the agent's statistics then. Run in a
+        thread of its own (:meth:`_want_row_meta`); any failure leaves them without."""
+        import numpy as np
+
+        key = self._kw_key()
+        try:
+            if stats.token is None or not stats.rows:
+                return
+            with self.backend.connection() as conn:
+                row = conn.execute(
+                    self._VERSION.format(cols=f", s.rids, {self._META_COLS}",
+                                         join=f"CROSS JOIN LATERAL ({self._ROWS.format(where=' AND c.rid <= %(top)s')}) AS s"),
+                    {"agent": self.agent, "top": int(stats.rids[-1])},
+                ).fetchone()
+            if row is None or int(row[0]) != stats.token[0]:
+                return
+            rids = self._ints(row[2])
+            meta = _RowMeta.parse(len(rids), *row[3:])
+            if meta is None:
+                return
+            keep = np.isin(rids, stats.rids, assume_unique=True)
+            if int(keep.sum()) != stats.rows:  # (rows of the statistics deleted since: not all there)
+                return
+            KEYWORD_CACHE.keep_meta(key, stats, meta.take(keep, _RowMeta.parse(0, None, None, None, None, None, None)))
+        except Exception as exc:  # (closed, unreachable: searches read the rows by rid, as before)
+            log.debug("rows' metadata of agent %r not kept: %s", self.agent, exc)
+        finally:
+            stats.meta_loading = False
+
+    def _want_row_meta(self, stats: _KeywordStats) -> None:
+        """A search of ``stats`` read rows by rid: after :data:`META_AFTER_READS` such searches,
+        the rows' metadata is read in the background (one load at a time in the process, on one
+        connection of the pool: not with a pool of one)."""
+        stats.reads_by_rid += 1
+        if stats.reads_by_rid < META_AFTER_READS or stats.meta is not None or stats.meta_loading \
+                or stats.token is None or MAX_META_BYTES <= 0 or self.backend._pool_size < 2:
+            return  # (a pool of one connection: not taken from the searches)
+        if not _META_LOADS.acquire(blocking=False):
+            return
+        stats.meta_loading = True
+
+        def run() -> None:
+            try:
+                self._load_row_meta(stats)
+            finally:
+                _META_LOADS.release()
+
+        try:
+            threading.Thread(target=run, name="clawmem-row-meta", daemon=True).start()
+        except RuntimeError:  # (no thread to be had: rows read by rid, as before)
+            stats.meta_loading = False
+            _META_LOADS.release()
+
+    #: The agent's keyword rows (``{where}``: more conditions on ``c``), in rid order: their rids
+    #: and lengths, and what :class:`_RowMeta` keeps of them (:attr:`_META_COLS`): the ids, whether
+    #: all are 64 characters long, the lines packed, and where each run of rows of one file starts.
+    _ROWS = (
+        "SELECT string_agg(r.rid::text, ',' ORDER BY r.rid) AS rids, "
+        "string_agg(r.doc_len::text, ',' ORDER BY r.rid) AS lens, "
+        "string_agg(r.id, '' ORDER BY r.rid) AS ids, bool_and(octet_length(r.id) = 64) AS uniform, "
+        "string_agg(int4send(r.start_line) || int4send(r.end_line), ''::bytea ORDER BY r.rid) AS lines, "
+        "array_agg(r.n - 1 ORDER BY r.rid) FILTER (WHERE r.first) AS at, "
+        "array_agg(r.path ORDER BY r.rid) FILTER (WHERE r.first) AS paths, "
+        "array_agg(r.source ORDER BY r.rid) FILTER (WHERE r.first) AS sources "
+        "FROM (SELECT c.rid, c.doc_len, c.id, c.start_line, c.end_line, c.path, c.source, "
+        "row_number() OVER w AS n, (c.path, c.source) IS DISTINCT FROM (lag(c.path) OVER w, lag(c.source) OVER w) AS first "
+        "FROM clawmem_chunks AS c WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0{where} "
+        "WINDOW w AS (ORDER BY c.rid)) AS r"
+    )
+    _META_COLS = "s.ids, s.uniform, s.lines, s.at, s.paths, s.sources"
+    #: The rids and lengths of :attr:`_ROWS` alone (from an index, not the table's rows).
+    _ROWS_ONLY = ("SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
+                  "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
+                  "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0{where}")
 
     #: A term's rows packed (8 bytes big-endian each, ascending) and its counts (2 bytes each), as
     #: ``clawmem_postings`` keeps them, from rows ``c`` and lexemes ``x`` grouped by lexeme.
@@ -507,18 +724,21 @@ class _Keywords:
         by its row in ``clawmem_agents``), and the rows deleted. ``None`` when the generation changed."""
         top = int(stats.rids[-1]) if stats.rows else 0
         tokens = list(stats.terms)
+        with_meta = stats.meta is not None  # (the new rows' metadata too)
+        rows_sql = self._ROWS if with_meta else self._ROWS_ONLY
         snapshot = self._in_snapshot()
         with (contextlib.nullcontext() if snapshot else conn.transaction()):
             if not snapshot:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
             rows = conn.execute(
                 self._VERSION.format(
-                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs",
+                    # (the new rows' metadata on one row of the answer only: one row per term held)
+                    cols=f", o.kept, n.rids, n.lens, {self._UPTO}, p.lexeme, p.rids, p.tfs"
+                    + "".join(f", CASE WHEN row_number() OVER () = 1 THEN {c} END"
+                              for c in self._META_COLS.replace("s.", "n.").split(", ") if with_meta),
                     join="CROSS JOIN LATERAL (SELECT count(*) AS kept FROM clawmem_chunks AS c WHERE c.agent = a.agent "
                     "AND c.generation = a.generation AND c.part = 0 AND c.rid <= %(top)s) AS o "
-                    "CROSS JOIN LATERAL (SELECT string_agg(c.rid::text, ',' ORDER BY c.rid) AS rids, "
-                    "string_agg(c.doc_len::text, ',' ORDER BY c.rid) AS lens FROM clawmem_chunks AS c "
-                    "WHERE c.agent = a.agent AND c.generation = a.generation AND c.part = 0 AND c.rid > %(top)s) AS n "
+                    f"CROSS JOIN LATERAL ({rows_sql.format(where=' AND c.rid > %(top)s')}) AS n "
                     f"LEFT JOIN LATERAL ({self._POSTINGS.format(where='c.rid > %(top)s')}) AS p ON true",
                 ),
                 {"agent": self.agent, "top": top, "tokens": tokens},
@@ -538,8 +758,14 @@ class _Keywords:
                 ).fetchone()
                 live = self._ints(row[0] if row else None)
         postings = {r[6]: self._unpack(r[7], r[8]) for r in rows if r[6] is not None}
-        return stats.advance((rows[0][0], rows[0][1]), live, self._ints(rows[0][3]), self._ints(rows[0][4], "float64"),
-                             postings, int(rows[0][5]))
+        new = self._ints(rows[0][3])
+        meta = None
+        if with_meta:
+            head = next((r for r in rows if r[10] is not None or r[11] is not None), None)  # (row_number 1)
+            meta = _RowMeta.parse(len(new), *head[9:15]) if head is not None else \
+                _RowMeta.parse(0, None, None, None, None, None, None) if not len(new) else None
+        return stats.advance((rows[0][0], rows[0][1]), live, new, self._ints(rows[0][4], "float64"),
+                             postings, int(rows[0][5]), meta)
 
     def _load_postings(self, conn: "psycopg.Connection", stats: _KeywordStats, tokens: list[str]) -> dict[str, tuple[Any, Any]]:
         """The postings of ``tokens`` at the data version of ``stats`` (:class:`_StaleKeywords` when
@@ -547,16 +773,23 @@ class _Keywords:
         ``stats.upto`` (less the rows deleted since), from the terms of the rows above it."""
         import numpy as np
 
+        # The rows above ``upto`` (a few, normally: those of syncs that wrote too few to settle):
+        # each one's terms filtered by rid, without the index of terms, which the planner (that
+        # cannot tell how few of the agent's rids are that high) would otherwise scan for every
+        # agent's rows holding the tokens; many (postings not written yet): by that index.
+        above = stats.rows - int(np.searchsorted(stats.rids, stats.upto, side="right"))
+        where = "c.rid > %(upto)s" + ("" if above <= BY_RID_BELOW else " AND c.terms @@ %(query)s::tsquery")
         rows = conn.execute(
             self._VERSION.format(
                 cols=", p.lexeme, p.rids, p.tfs",
                 join="LEFT JOIN LATERAL (SELECT s.term AS lexeme, s.rids, s.tfs FROM clawmem_postings AS s "
                 "WHERE s.agent = a.agent AND s.generation = a.generation AND s.term = ANY(%(tokens)s::text[]) "
-                f"UNION ALL {self._POSTINGS.format(where='c.rid > %(upto)s AND c.terms @@ %(query)s::tsquery')}"
+                f"UNION ALL {self._POSTINGS.format(where=where)}"
                 ") AS p ON true",
             ),
             {"agent": self.agent, "tokens": tokens, "query": _tsquery(tokens), "upto": stats.upto},
             prepare=False,  # planned for these values (the rows above ``upto`` are read by rid: no index of terms)
+            binary=True,  # the packed postings as they are (not twice their size in hex, encoded and decoded)
         ).fetchall()
         token = (rows[0][0], rows[0][1]) if rows else None
         if token != stats.token:
@@ -652,7 +885,7 @@ class _Keywords:
                    entries: dict[str, Any], checked: bool) -> Any:
             best = stats.search([entries[t] for t in tokens], int(limit))
             rids = [rid for rid, _ in best]
-            known = KEYWORD_CACHE.row_meta(stats, rids)
+            known = stats.row_meta(rids) if stats.meta is not None else KEYWORD_CACHE.row_meta(stats, rids)
             missing = [rid for rid in rids if rid not in known]
             if missing:
                 # the ids of the best rows not kept yet (and what search asks next about them), and
@@ -673,6 +906,7 @@ class _Keywords:
                     self._remember(memo, (r[3:] for r in rows))
                 read = {int(r[2]): (r[3], r[4], r[5], int(r[6]), int(r[7])) for r in rows if r[2] is not None}
                 KEYWORD_CACHE.keep_row_meta(stats, read)
+                self._want_row_meta(stats)
                 known.update(read)
             elif not checked and self._token(conn, memo) != stats.token:
                 # every best row known: only the version is read (none when this snapshot read it)
