@@ -85,9 +85,7 @@ class Side:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        # the side's own package first, the harness next, then whatever path the caller had (its dependencies)
-        env["PYTHONPATH"] = os.pathsep.join([str(self.lib), str(REPO_ROOT)] + [
-            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = os.pathsep.join([str(self.lib), str(REPO_ROOT)])
         for var in ("CLAWMEM_STATE_DIR", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):
             env.pop(var, None)  # both sides load their byte code as an installed package does
         return env

@@ -88,56 +88,19 @@ def _listed(items: Sequence[Entry]) -> bytes:
     return h.digest()
 
 
-#: Below this many files the stat calls run in the caller's thread; above it, split across threads
-#: (each ``stat`` releases the interpreter lock, so on a machine with cores to spare they overlap).
-PARALLEL_STAT_MIN = 8192
-#: At most this many threads stat at once.
-STAT_THREADS = 8
-
-
-def _cores() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _stat_slice(items: Sequence[Entry], out: list[list[int] | None], slot: int) -> None:
-    keys: list[int] = []
-    add = keys.extend
+def stat_keys(items: Sequence[Entry]) -> list[int] | None:
+    """Each file's :func:`~clawmem_core.sync.stat_key`, flattened in the order of ``items``; ``None``
+    when one cannot be stat-ed."""
+    out: list[int] = []
+    add = out.extend
     stat = os.stat
     try:
         for item in items:
             st = stat(item[1])
             add((st.st_size, int(st.st_mtime * 1000), st.st_ctime_ns, st.st_ino))
     except OSError:
-        out[slot] = None
-        return
-    out[slot] = keys
-
-
-def stat_keys(items: Sequence[Entry], threads: int | None = None) -> list[int] | None:
-    """Each file's :func:`~clawmem_core.sync.stat_key`, flattened in the order of ``items``; ``None``
-    when one cannot be stat-ed. Many files are stat-ed by up to :data:`STAT_THREADS` threads, each
-    taking one contiguous slice (``threads`` overrides the choice; 1 keeps it in this thread)."""
-    if threads is None:
-        threads = 1 if len(items) < PARALLEL_STAT_MIN else max(1, min(STAT_THREADS, _cores() - 1))
-    if threads <= 1:
-        one: list[list[int] | None] = [None]
-        _stat_slice(items, one, 0)
-        return one[0]
-    import threading
-
-    size = -(-len(items) // threads)
-    out: list[list[int] | None] = [None] * threads
-    workers = [threading.Thread(target=_stat_slice, args=(items[i * size:(i + 1) * size], out, i), daemon=True)
-               for i in range(1, threads)]
-    for w in workers:
-        w.start()
-    _stat_slice(items[:size], out, 0)  # the first slice in this thread
-    for w in workers:
-        w.join()
-    if any(part is None for part in out):
         return None
-    return [k for part in out for k in part]  # type: ignore[union-attr]
+    return out
 
 
 class WalkSnapshot:
