@@ -142,9 +142,15 @@ class Bm25Index:
             scores = np.zeros(top_row + 1, dtype=np.float64)
             for rows, tf, idf in terms:
                 freq = tf.astype(np.float64)
-                scores[rows] += idf * ((freq * (K1 + 1.0)) / (freq + norm[rows]))
+                # ``ufunc.at`` is faster here than ``scores[rows] += ...`` (a gather and a scatter)
+                np.add.at(scores, rows, idf * ((freq * (K1 + 1.0)) / (freq + norm[rows])))
             # Every matching row scores above 0 (IDF >= 1e-6), and no other row does.
-            found = np.flatnonzero(scores)
+            if 4 * sum(len(rows) for rows, _, _ in terms) < len(scores):  # few matches: cut among them
+                found = np.flatnonzero(scores)
+            else:  # most rows match: cut the whole array once (no copy of the matching rows first)
+                cut = len(scores) - limit
+                kth = np.partition(scores, cut)[cut] if cut > 0 else 0.0
+                found = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores)
             values = scores[found]
         if len(found) > limit:  # the rows at least as good as the limit-th score
             cut = len(found) - limit

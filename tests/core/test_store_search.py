@@ -31,6 +31,8 @@ def _fts_table(n: int = 600, seed: int = 3) -> apsw.Connection:
     conn.execute(f'CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content="", contentless_delete=1, tokenize="{tokenize}")')
     for rid in range(1, n + 1):
         text = "alpha beta" if rid % 50 == 0 else _text(rng)  # identical rows: equal scores
+        # two rare words: a query of them matches few rows (scored and cut among the matches alone)
+        text += " quasar" * (rid % 97 == 0) + " pulsar" * (rid % 89 == 0)
         conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rid, index_document(text)))
     for rid in range(1, n + 1, 7):
         conn.execute("DELETE FROM chunks_fts WHERE rowid = ?", (rid,))
@@ -58,6 +60,8 @@ def _tokens(conn: apsw.Connection, terms: list[str]) -> list[str]:
         "notes_v2 zeta missing",
         "今天玩成语接龙游戏",
         "delta gamma beta alpha lamp cafe",
+        "quasar pulsar",  # few rows match
+        "quasar pulsar quasar",
     ],
 )
 @pytest.mark.parametrize("limit", [1, 5, 200, 1000])
