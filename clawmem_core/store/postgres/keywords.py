@@ -12,9 +12,9 @@ from the terms of the rows above it; never from the terms of every row holding t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections import OrderedDict
-from itertools import chain
 import math
 import threading
 import time
@@ -210,8 +210,8 @@ class _HeldPostings:
             total = sum(map(len, counts))
             sizes = np.fromiter(map(len, counts), dtype=np.int64, count=len(counts))
             # (a term not seen before is numbered as it is met: ``_TermIds.__missing__``)
-            tids = np.fromiter(map(self.ids.__getitem__, chain.from_iterable(counts)), dtype=np.int32, count=total)
-        tfs = np.fromiter(chain.from_iterable([c.values() for c in counts]), dtype=np.int64, count=total)
+            tids = np.fromiter(map(self.ids.__getitem__, itertools.chain.from_iterable(counts)), dtype=np.int32, count=total)
+        tfs = np.fromiter(itertools.chain.from_iterable([c.values() for c in counts]), dtype=np.int64, count=total)
         np.minimum(tfs, _MAX_POSITIONS, out=tfs)
         return sizes, tids, tfs.astype(np.int16)
 
