@@ -165,14 +165,6 @@ class _KeywordStats:
         return len(pos)
 
 
-class _TermIds(dict):  # type: ignore[type-arg]
-    """Terms' numbers: a term not numbered yet gets the next number when it is looked up."""
-
-    def __missing__(self, term: str) -> int:
-        n = self[term] = len(self)
-        return n
-
-
 class _HeldPostings:
     """The postings of the keyword rows a store handle wrote into one generation, from the term
     counts it computed for them (what their ``tsvector`` holds: each term with its count, capped
@@ -267,6 +259,14 @@ class _HeldPostings:
                 out.append((terms[int(t[i])], int(high), r[i:j].tobytes(), f[i:j].tobytes()))
             low = high
         return out
+
+
+class _TermIds(dict):  # type: ignore[type-arg]
+    """Terms' numbers: a term not numbered yet gets the next number when it is looked up."""
+
+    def __missing__(self, term: str) -> int:
+        n = self[term] = len(self)
+        return n
 
 
 class _KeywordCache:
