@@ -23,6 +23,23 @@ META_KEY = "memory_index_meta_v1"
 _OWN_KEPT = 1024
 
 
+def _send_all(conn: "psycopg.Connection") -> None:
+    """Put all of the statements queued on ``conn`` (a pipeline) on the wire now. psycopg sends
+    what the socket takes at once and leaves the rest of a large statement in libpq's buffer
+    until the next statement: the server would wait for the rest of a batch's rows while the
+    client tokenizes the next batch, instead of inserting them. Reads what the server sends
+    meanwhile (into libpq's buffer, for psycopg to take as usual), so that neither side waits
+    on the other's full buffer."""
+    import select
+
+    pgconn = conn.pgconn
+    fd = conn.fileno()
+    while pgconn.flush():
+        readable, _, _ = select.select([fd], [fd], [])
+        if readable:
+            pgconn.consume_input()
+
+
 class _Writes:
     """The writes of :class:`~clawmem_core.store.postgres.PostgresStore`."""
 
@@ -217,6 +234,7 @@ class _Writes:
                                               cols[13], embeddings, cols[16]))
             curs.append(cur)
             batch.clear()
+            _send_all(conn)
 
         for c in chunks:
             if c.id in seen:  # identical pieces of one chunk: one row
