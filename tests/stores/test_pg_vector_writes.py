@@ -224,3 +224,29 @@ def test_the_keyword_phase_inserts_many_rows_a_statement_and_holds_each_rows_own
         assert np.frombuffer(packed[term], dtype=">i8").tolist() == [rid_of[cid]], term
     assert [h[0] for h in s.keyword_search(["word157"], 5)] == [items[15][1][7].id]
     s.close()
+
+
+def test_a_batch_of_keyword_rows_reaches_the_server_whole_before_the_next_is_tokenized(pg_url: str) -> None:
+    """A batch of rows larger than the socket takes at once is on the wire as soon as it is sent:
+    the server inserts it while the client tokenizes the next batch (it used to wait for the rest
+    of the batch, left in the client's buffer until the next statement). The server's progress is
+    seen from another connection through the rows' ids, which the sequence hands out outside
+    any transaction."""
+    from clawmem_core.store.postgres.values import _now_ms
+
+    s = PostgresBackend(pg_url, "a").open()
+    s.replace_files([(file("seed.md"), [chunk("seed.md", 1, "seed")])])  # the schema, the sequence
+    with psycopg.connect(pg_url, autocommit=True) as watch:
+        start = int(watch.execute("SELECT last_value FROM clawmem_chunks_rid_seq").fetchone()[0])
+        text = "龙井茶 lantern " * 700  # about 10 kB a row: a batch of about a megabyte
+        rows = [pending("big.md", i, f"{text} {i}") for i in range(s._INSERT_BATCH)]
+        with s._write() as (conn, gen):
+            values, curs = s._insert_chunks(conn, gen, _now_ms(), rows)
+            deadline = time.monotonic() + 60  # (only for the old behaviour: it never got there)
+            seen = start
+            while seen < start + len(values) and time.monotonic() < deadline:
+                seen = int(watch.execute("SELECT last_value FROM clawmem_chunks_rid_seq").fetchone()[0])
+                time.sleep(0.01)
+            assert seen == start + len(values), f"the server numbered {seen - start} of {len(values)} rows sent"
+            assert len(s._inserted_rids(curs)) == len(values)
+    s.close()
