@@ -74,9 +74,9 @@ _DUMPER: Any = None
 
 
 def register_binary(conn: "psycopg.Connection") -> None:
-    """Teach ``conn`` to send :class:`VectorArray`, :class:`BinaryVector`, :class:`BinaryTsVector`
-    and :class:`TsVectorArray` values as binary parameters of unknown type (the statement's cast
-    names it: ``%b::vector[]``, ``%b::vector``, ``%b::tsvector``, ``%b::tsvector[]``)."""
+    """Teach ``conn`` to send :class:`VectorArray`, :class:`BinaryVector` and
+    :class:`BinaryTsVector` values as binary parameters of unknown type (the statement's cast
+    names it: ``%b::vector[]``, ``%b::vector``, ``%b::tsvector``)."""
     global _DUMPER
     if _DUMPER is None:
         from psycopg.adapt import Dumper
@@ -89,7 +89,7 @@ def register_binary(conn: "psycopg.Connection") -> None:
                 return obj.dump()  # type: ignore[no-any-return]
 
         _DUMPER = _BinaryDumper
-    for cls in (VectorArray, BinaryVector, BinaryTsVector, TsVectorArray):
+    for cls in (VectorArray, BinaryVector, BinaryTsVector):
         conn.adapters.register_dumper(cls, _DUMPER)
 
 
@@ -137,36 +137,6 @@ class BinaryTsVector:
         pos, top = _BINARY_POSITIONS_STR, _MAX_POSITIONS
         return struct.pack(">i", len(self.counts)) + "".join(
             [t + "\0" + pos[n if n < top else top] for t, n in self.counts.items()]).encode("utf-8", "surrogateescape")
-
-
-#: PostgreSQL's OID of ``tsvector`` (a built-in type: the same in every database).
-TSVECTOR_OID = 3614
-
-
-class TsVectorArray:
-    """``tsvector`` values sent as one binary ``tsvector[]`` parameter (write it ``%b::tsvector[]``),
-    each as :class:`BinaryTsVector` sends it; a ``None`` is a NULL element."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: Sequence[BinaryTsVector | None]) -> None:
-        self.values = values
-
-    def dump(self) -> bytes:
-        """PostgreSQL's binary array (as :meth:`VectorArray.dump`) of binary ``tsvector``s."""
-        parts = [b""]
-        nulls = 0
-        pack = struct.pack
-        for v in self.values:
-            if v is None:
-                parts.append(b"\xff\xff\xff\xff")
-                nulls = 1
-                continue
-            b = v.dump()
-            parts.append(pack(">i", len(b)))
-            parts.append(b)
-        parts[0] = pack(">iiIii", 1, nulls, TSVECTOR_OID, len(self.values), 1)
-        return b"".join(parts)
 
 
 def _tsquery(tokens: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Seque
 from ...errors import StoreError
 from ..base import ChunkRow, FileRow
 from .connection import _WRITES
-from .values import BinaryTsVector, BinaryVector, TsVectorArray, VectorArray, _now_ms, _pg_text, register_binary
+from .values import BinaryTsVector, BinaryVector, _now_ms, _pg_text, register_binary
 
 if TYPE_CHECKING:
     import psycopg
@@ -21,23 +21,6 @@ META_KEY = "memory_index_meta_v1"
 #: Versions of its own commits a store handle keeps for :meth:`PostgresStore.others_version`
 #: (older ones are counted, not kept).
 _OWN_KEPT = 1024
-
-
-def _send_all(conn: "psycopg.Connection") -> None:
-    """Put all of the statements queued on ``conn`` (a pipeline) on the wire now. psycopg sends
-    what the socket takes at once and leaves the rest of a large statement in libpq's buffer
-    until the next statement: the server would wait for the rest of a batch's rows while the
-    client tokenizes the next batch, instead of inserting them. Reads what the server sends
-    meanwhile (into libpq's buffer, for psycopg to take as usual), so that neither side waits
-    on the other's full buffer."""
-    import select
-
-    pgconn = conn.pgconn
-    fd = conn.fileno()
-    while pgconn.flush():
-        readable, _, _ = select.select([fd], [fd], [])
-        if readable:
-            pgconn.consume_input()
 
 
 class _Writes:
@@ -195,80 +178,20 @@ class _Writes:
                 int(c.window), terms, doc_len, len(emb) if emb else None, BinaryVector(emb) if emb else None, now,
                 int(c.pending))
 
-    #: :data:`_CHUNK_INSERT` for many rows in one statement: per column an array (the terms a
-    #: binary ``tsvector[]``, the vectors a binary ``vector[]`` or NULL when there is none), the
-    #: rows' ids and chunk ids returned.
-    _CHUNKS_INSERT = (
-        "INSERT INTO clawmem_chunks (agent, generation, id, path, source, start_line, end_line, hash, model, text, "
-        "part, terms, doc_len, dims, embedding, updated_at, pending) SELECT %s, %s, u.id, u.path, u.source, "
-        "u.start_line, u.end_line, u.hash, u.model, u.text, u.part, u.terms, u.doc_len, u.dims, u.embedding, %s, "
-        "u.pending FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[], %s::text[], "
-        "%s::text[], %s::smallint[], %b::tsvector[], %s::int[], %s::int[], %b::vector[], %s::smallint[]) AS u (id, "
-        "path, source, start_line, end_line, hash, model, text, part, terms, doc_len, dims, embedding, pending) "
-        "RETURNING rid, id"
-    )
-    #: Rows per :data:`_CHUNKS_INSERT`: the server inserts a batch while the next is tokenized.
-    _INSERT_BATCH = 128
-
-    def _insert_chunks(self, conn: "psycopg.Connection", gen: int, now: int,
-                       chunks: Iterable[ChunkRow]) -> tuple[list[tuple[Any, ...]], list[Any]]:
-        """Insert ``chunks`` (the first of each id) into ``gen``, in statements of
-        :data:`_INSERT_BATCH` rows sent without waiting (pipelined); returns their values (as
-        :meth:`_chunk_values`) and the statements' cursors, whose row ids :meth:`_inserted_rids` reads."""
-        rows: list[tuple[Any, ...]] = []
-        seen: set[str] = set()
-        batch: list[tuple[Any, ...]] = []
-        curs: list[Any] = []
-        oid: int | None = None
-
-        def send() -> None:
-            nonlocal oid
-            cols = [list(col) for col in zip(*batch)]  # (lists: a tuple would be sent as a record)
-            vecs = cols[14]
-            if any(v is not None for v in vecs) and oid is None:
-                oid = self._vector_oid(conn)  # type: ignore[attr-defined]
-            embeddings = (VectorArray(oid, [v.vector if v is not None else None for v in vecs])  # type: ignore[arg-type]
-                          if oid is not None and any(v is not None for v in vecs) else None)
-            cur = conn.cursor()
-            cur.execute(self._CHUNKS_INSERT, (self.agent, gen, now, *cols[2:11], TsVectorArray(cols[11]), cols[12],
-                                              cols[13], embeddings, cols[16]))
-            curs.append(cur)
-            batch.clear()
-            _send_all(conn)
-
-        for c in chunks:
-            if c.id in seen:  # identical pieces of one chunk: one row
-                continue
-            seen.add(c.id)
-            row = self._chunk_values(c, gen, now)
-            rows.append(row)
-            batch.append(row)
-            if len(batch) >= self._INSERT_BATCH:
-                send()
-        if batch:
-            send()
-        return rows, curs
-
-    @staticmethod
-    def _inserted_rids(curs: list[Any]) -> dict[str, int]:
-        """The row ids of the chunks inserted by the statements of ``curs``, by chunk id."""
-        out: dict[str, int] = {}
-        for cur in curs:
-            out.update((cid, rid) for rid, cid in cur.fetchall())
-            cur.close()
-        return out
-
     def replace_files(self, items: list[tuple[FileRow, list[ChunkRow]]]) -> None:
         now = _now_ms()
         dims = next((len(c.embedding) for _, chunks in items for c in chunks if c.embedding), None)
         by_source: dict[str, list[str]] = {}
         for file, _ in items:
             by_source.setdefault(file.source, []).append(file.path)
-        rows: list[tuple[Any, ...]] = []
-        rids: dict[str, int] = {}
-        numbered: Any = None
-        held: Any = None
+        rows = []
+        seen: set[str] = set()
         with self._write() as (conn, gen):
+            for _, chunks in items:
+                for c in chunks:
+                    if c.id not in seen:  # identical pieces of one chunk: one row
+                        seen.add(c.id)
+                        rows.append(self._chunk_values(c, gen, now))
             for source, paths in by_source.items():
                 self._delete(conn, gen, source, paths)
             register_binary(conn)
@@ -281,33 +204,37 @@ class _Writes:
                     [(self.agent, gen, f.source, f.path, f.hash, f.mtime, f.size, f.text if f.text is None else _pg_text(f.text),
                       f.ctime, f.ino) for f, _ in items],
                 )
-            # the rows' ids come back: their postings are held for settle (``_HeldPostings``)
-            rows, curs = self._insert_chunks(conn, gen, now, (c for _, chunks in items for c in chunks))
-            if rows:
-                # the keyword rows' postings numbered while the server inserts the last rows
-                held = self._held_for(gen)
-                numbered = held.number([r[11].counts for r in rows if r[11] is not None])
-                rids = self._inserted_rids(curs)
+                if rows:
+                    # the rows' ids come back: their postings are held for settle (``_HeldPostings``)
+                    with conn.cursor() as ccur:
+                        ccur.executemany(self._CHUNK_INSERT + " RETURNING rid", rows, returning=True)
+                        rids = []
+                        while True:
+                            rids.append(ccur.fetchone()[0])  # type: ignore[index]
+                            if not ccur.nextset():
+                                break
             if dims and dims != self.vector_dims:
                 conn.execute(
                     "INSERT INTO clawmem_meta (agent, generation, key, value) VALUES (%s, %s, 'vector_dims', %s) "
                     "ON CONFLICT (agent, generation, key) DO UPDATE SET value = excluded.value",
                     (self.agent, gen, str(dims)),
                 )
-        if numbered is not None:
-            held.add_numbered([rids[r[2]] for r in rows if r[11] is not None], numbered)
+        keyword = [(rid, r[11].counts) for rid, r in zip(rids, rows) if r[11] is not None] if rows else []
+        if keyword:
+            self._hold_postings(gen, keyword)
         if dims:
             self.vector_dims = dims
             self._maybe_build_hnsw(dims, sum(1 for r in rows if r[14] is not None))
 
-    def _held_for(self, gen: int) -> Any:
-        """The postings held for rows written to ``gen`` (those held for another generation are forgotten)."""
+    def _hold_postings(self, gen: int, rows: list[tuple[int, Any]]) -> None:
+        """Hold the postings of keyword ``rows`` (``(rid, term counts)``) just committed to ``gen``
+        for :meth:`settle`; those held for another generation are forgotten."""
         from .keywords import _HeldPostings
 
         held = self._held
         if held is None or held.gen != gen:
             held = self._held = _HeldPostings(gen)
-        return held
+        held.add(rows)
 
     def touch_files(self, files: Sequence[FileRow]) -> None:
         with self._write() as (conn, gen):
