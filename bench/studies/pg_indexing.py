@@ -40,30 +40,67 @@ import clawmem_core
 from clawmem_core import MemoryIndex
 from clawmem_core.testing import HashEmbedder
 
-kind, ws, url, state_root = sys.argv[1:5]
+kind, ws, url, state_root, server_pid = sys.argv[1:6]
+
+
+def server_cpu():
+    # the server's processes' CPU seconds so far (its live children and those it reaped)
+    if kind != "postgres":
+        return 0.0
+    import psutil
+    main = psutil.Process(int(server_pid))
+    t = main.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for proc in main.children(recursive=True):
+        try:
+            c = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return total
+
+
 state = Path(tempfile.mkdtemp(prefix=f"clawmem-index-{kind}-", dir=state_root))
+hnsw_s = [0.0]
+if kind == "postgres":  # the HNSW build's own time (at the end of the vector phase, past exact_below)
+    from clawmem_core.store.postgres import vectors as _v
+    _build = _v._HnswBuild.build_hnsw
+
+    def _timed_build(self, dims):
+        t = time.perf_counter()
+        try:
+            return _build(self, dims)
+        finally:
+            hnsw_s[0] += time.perf_counter() - t
+
+    _v._HnswBuild.build_hnsw = _timed_build
 cfg = {"store": {"url": url} if kind == "postgres" else {}, "sync": {"on_search": False}}
 load = os.getloadavg()[0]
 with MemoryIndex(Path(ws), agent_id="bench", config=cfg, embedder=HashEmbedder(dims=384), state_dir=state) as mem:
+    s0 = server_cpu()
     t0 = time.perf_counter()
     mem.sync(vectors=False)
     t1 = time.perf_counter()
+    s1 = server_cpu()
+    c1 = os.times()
     mem.sync()
     t2 = time.perf_counter()
+    s2 = server_cpu()
     st = mem.status()
     chunks = st.chunks
 cpu = os.times()
 print(json.dumps({"chunks": chunks, "keyword_s": t1 - t0, "vector_s": t2 - t1, "total_s": t2 - t0,
                   "chunks_per_second": chunks / (t2 - t0), "client_cpu_s": cpu.user + cpu.system,
+                  "client_keyword_cpu_s": c1.user + c1.system, "hnsw_build_s": hnsw_s[0], "server_keyword_cpu_s": s1 - s0, "server_vector_cpu_s": s2 - s1,
                   "load": [load, os.getloadavg()[0]], "code": os.path.dirname(os.path.dirname(clawmem_core.__file__))}))
 """
 
 
-def index_once(variant: str, tree: Path, ws: Path, url: str) -> dict[str, Any]:
+def index_once(variant: str, tree: Path, ws: Path, url: str, server_pid: int = 0) -> dict[str, Any]:
     """Index ``ws`` from nothing with the ``clawmem_core`` of ``tree``, in a new process."""
     kind = "sqlite" if variant == "sqlite" else "postgres"
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(ws), url, str(RAW)], env=env, cwd=str(tree),
+    out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(ws), url, str(RAW), str(server_pid)], env=env, cwd=str(tree),
                          capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"{variant} failed:\n{out.stderr[-3000:]}")
@@ -82,6 +119,23 @@ def _update_stats(url: str) -> dict[str, int]:
         row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
                            "WHERE relname = 'clawmem_chunks'").fetchone()
     return {"updates": int(row[0]), "hot_updates": int(row[1])} if row else {}
+
+
+def _server_cpu(server: Server) -> float:
+    """CPU seconds of the server's processes so far: the postmaster's, those of its live children,
+    and those of its children that exited (the backends of the runs before, reaped by it)."""
+    import psutil
+
+    main = psutil.Process(server.pg.get_pid())
+    t = main.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for proc in main.children(recursive=True):
+        try:
+            c = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return float(total)
 
 
 def _olds(specs: list[str] | None) -> dict[str, Path]:
@@ -110,9 +164,11 @@ def run(scale: int, rounds: int, olds: dict[str, Path]) -> dict[str, Any]:
             for variant in order:
                 # a new database each run: the embedding cache is shared by a database's agents
                 url = server.database(f"indexing_{scale}_{r}_{variant.replace('-', '_')}")
-                got = index_once(variant, variants[variant], ws, url)
+                cpu0 = _server_cpu(server)
+                got = index_once(variant, variants[variant], ws, url, server.pg.get_pid())
                 if variant != "sqlite":
-                    got.update(_update_stats(url))
+                    got.update(_update_stats(url))  # (after a second: the backend has exited)
+                    got["server_cpu_s"] = _server_cpu(server) - cpu0
                     server.drop(f"indexing_{scale}_{r}_{variant.replace('-', '_')}")
                 got["round"] = r
                 runs[variant].append(got)
@@ -163,15 +219,18 @@ def report(data: dict[str, Any]) -> str:
              "between rounds), each in a process of its own, PostgreSQL into a new database of one embedded "
              "server (PostgreSQL 18, pgvector, default settings: `synchronous_commit` on). Deterministic 384-d "
              "hash embedder, so every variant embeds the same texts at the same cost: embedding is not what is "
-             "measured. `updates (HOT)`: rows of the chunks table updated, and how many in place.", "",
-             "| round | variant | chunks | keyword phase s | vector phase s | chunks/s | client CPU s | updates (HOT) | load average |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "measured. `server CPU s`: the server's processes' CPU time during the run (its backends, "
+             "WAL writer, checkpointer, autovacuum; in brackets: during the keyword phase + the vector phase). `updates (HOT)`: rows of the chunks table updated, and how many in place.", "",
+             "| round | variant | chunks | keyword phase s | vector phase s | chunks/s | client CPU s | server CPU s | updates (HOT) | load average |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in range(data["rounds"]):
         for v in names:
             x = data["runs"][v][r]
             upd = f"{x['updates']} ({x['hot_updates']})" if "updates" in x else ""
+            server_cpu = (f"{x['server_cpu_s']:.1f} ({x['server_keyword_cpu_s']:.1f} + {x['server_vector_cpu_s']:.1f})"
+                          if "server_cpu_s" in x else "")
             lines.append(f"| {r} | {v} | {x['chunks']} | {x['keyword_s']:.1f} | {x['vector_s']:.1f} | "
-                         f"{x['chunks_per_second']:.0f} | {x['client_cpu_s']:.1f} | {upd} | "
+                         f"{x['chunks_per_second']:.0f} | {x['client_cpu_s']:.1f} | {server_cpu} | {upd} | "
                          f"{x['load'][0]:.1f} -> {x['load'][1]:.1f} |")
     lines.append("")
     for v in names[1:]:
@@ -180,6 +239,17 @@ def report(data: dict[str, Any]) -> str:
                      f"{data['sqlite']['chunks_per_second']:.0f}; its time over SQLite's, median of the rounds: "
                      f"**{ratio['total']:.2f}x** (per round: " + ", ".join(f"{x:.2f}x" for x in ratio["per_round"])
                      + f"); keyword phase {ratio['keyword']:.2f}x, vector phase {ratio['vector']:.2f}x.")
+    if all("server_cpu_s" in x for v in names[1:] for x in data["runs"][v]):
+        for v in names[1:]:
+            cpu = [(pg["client_cpu_s"] + pg["server_cpu_s"]) / lite["client_cpu_s"]
+                   for lite, pg in zip(data["runs"]["sqlite"], data["runs"][v])]
+            lines.append(f"- `{v}`: its CPU time (client and server) over SQLite's, median of the rounds: "
+                         f"{statistics.median(cpu):.2f}x (per round: " + ", ".join(f"{x:.2f}x" for x in cpu) + ").")
+    for v in names[1:]:
+        builds = [x.get("hnsw_build_s", 0.0) for x in data["runs"][v]]
+        if any(builds):
+            lines.append(f"- `{v}`: of its vector phase, the HNSW build took, per round: "
+                         + ", ".join(f"{b:.1f} s" for b in builds) + ".")
     for v in olds:
         got = data["ratio"].get(f"{v}_over_new") or data["ratio"]["old_over_new"]
         lines.append(f"- `{v}` over `postgres` (time), per round: " + ", ".join(f"{x:.2f}x" for x in got) + ".")

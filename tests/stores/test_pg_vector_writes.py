@@ -171,3 +171,49 @@ def test_binary_terms_and_vectors_are_the_values_their_literals_give(pg_url: str
     assert [h[0] for h in s.keyword_search(["龙井"], 5)] == [chunk("a.md", 1, "龙井茶 tea, it's tea").id]
     assert s.vector_search([0.5, 0.5], 1)[0][1] > 0.99
     s.close()
+
+
+def test_the_keyword_phase_holds_each_rows_own_postings(pg_url: str) -> None:
+    """The keyword phase's rows keep their values (terms, length, text without NUL, a vector where
+    one is known, windows without terms), and the postings settle writes from what the handle held
+    (numbered in one pass per write) name exactly the rows holding each term."""
+    from collections import Counter
+
+    from clawmem_core.store.postgres.values import _tsvector
+
+    s = PostgresBackend(pg_url, "a").open()
+    items = []
+    for f in range(30):
+        rows = [pending(f"f{f}.md", i, f"word{f * 10 + i} tea 茶叶 龙井 note {i}") for i in range(10)]
+        items.append((file(f"f{f}.md", f"c{f}"), rows + [rows[0]]))  # an identical piece: one row
+    odd = [chunk("odd.md", 1, "nul\x00inside 绿茶", [0.25, 0.5, 1.0]), chunk("odd.md", 2, "a window", window=True)]
+    items.append((file("odd.md", "odd"), odd))
+    s.replace_files(items)
+    with psycopg.connect(pg_url) as conn:
+        stored = {r[0]: r[1:] for r in conn.execute(
+            "SELECT id, rid, terms = %s::tsvector, terms IS NULL, doc_len, text, part, pending, dims, "
+            "embedding::text FROM clawmem_chunks WHERE id = %s OR id = %s OR id = %s",
+            (_tsvector(Counter({"word0": 1, "tea": 1, "茶": 1, "叶": 1, "茶叶": 1, "龙": 1, "井": 1, "龙井": 1,
+                                "note": 1, "0": 1})), items[0][1][0].id, odd[0].id, odd[1].id))}
+        total = conn.execute("SELECT count(*) FROM clawmem_chunks").fetchone()[0]
+    assert total == 30 * 10 + 2
+    first = stored[items[0][1][0].id]
+    assert first[1:] == (True, False, 10, items[0][1][0].text, 0, 1, None, None)
+    nul = stored[odd[0].id]
+    assert nul[4:] == ("nul\ufffdinside 绿茶", 0, 0, 3, "[0.25,0.5,1]")
+    window = stored[odd[1].id]
+    assert window[2:5] == (True, 0, "a window") and window[5] == 1
+    # the postings held for the rows written (settled from what the client held): each term names its own rows
+    s.settle()
+    with psycopg.connect(pg_url) as conn:
+        rid_of = {r[0]: r[1] for r in conn.execute("SELECT id, rid FROM clawmem_chunks")}
+        packed = dict(conn.execute("SELECT term, rids FROM clawmem_postings WHERE term = ANY(%s)",
+                                   (["word0", "word157", "word299", "绿茶"],)).fetchall())
+    import numpy as np
+
+    for term, cid in (("word0", items[0][1][0].id), ("word157", items[15][1][7].id),
+                      ("word299", items[29][1][9].id), ("绿茶", odd[0].id)):
+        assert np.frombuffer(packed[term], dtype=">i8").tolist() == [rid_of[cid]], term
+    assert [h[0] for h in s.keyword_search(["word157"], 5)] == [items[15][1][7].id]
+    s.close()
+

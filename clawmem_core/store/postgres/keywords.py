@@ -305,7 +305,7 @@ class _HeldPostings:
         self.gen = gen
         self.lock = threading.Lock()
         #: term -> its number (in the order first held)
-        self.ids: dict[str, int] = {}
+        self.ids: dict[str, int] = _TermIds()
         #: per write: the rows (int64), and per posting the row, the term's number, its count
         self.parts: list[tuple[Any, Any, Any, Any]] = []
         self.held = 0
@@ -314,28 +314,45 @@ class _HeldPostings:
 
     def add(self, rows: Sequence[tuple[int, Mapping[str, int]]]) -> None:
         """Hold the postings of ``rows``: ``(rid, term -> count)`` each."""
+        self.add_numbered([r for r, _ in rows], self.number([c for _, c in rows]))
+
+    def number(self, counts: Sequence[Mapping[str, int]]) -> tuple[Any, Any, Any] | None:
+        """The postings of rows whose ids are not known yet (``term -> count`` each, in the order
+        of the rows), for :meth:`add_numbered`: per row its number of terms, per posting the
+        term's number and its count. Numbers terms not seen before (a number given to a term
+        whose rows are never added is harmless: no posting refers to it). ``None`` once
+        postings are no longer held."""
         import numpy as np
 
         from .values import _MAX_POSITIONS
 
         with self.lock:
-            if not self.whole or not rows:
+            if not self.whole or not counts:
+                return None
+            total = sum(map(len, counts))
+            sizes = np.fromiter(map(len, counts), dtype=np.int64, count=len(counts))
+            # (a term not seen before is numbered as it is met: ``_TermIds.__missing__``)
+            tids = np.fromiter(map(self.ids.__getitem__, itertools.chain.from_iterable(counts)), dtype=np.int32, count=total)
+        tfs = np.fromiter(itertools.chain.from_iterable([c.values() for c in counts]), dtype=np.int64, count=total)
+        np.minimum(tfs, _MAX_POSITIONS, out=tfs)
+        return sizes, tids, tfs.astype(np.int16)
+
+    def add_numbered(self, rids: Sequence[int], numbered: tuple[Any, Any, Any] | None) -> None:
+        """Hold the postings :meth:`number` gave for rows now known by ``rids`` (in the same order)."""
+        import numpy as np
+
+        if numbered is None or not len(rids):
+            return
+        sizes, tids, tfs = numbered
+        with self.lock:
+            if not self.whole:
                 return
-            ids = self.ids
-            rids = np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows))
-            sizes = np.fromiter((len(c) for _, c in rows), dtype=np.int64, count=len(rows))
-            keys = [t for _, c in rows for t in c]
-            fresh = set(keys).difference(ids)
-            if fresh:
-                ids.update(zip(fresh, range(len(ids), len(ids) + len(fresh))))
-            tids = np.array(list(map(ids.__getitem__, keys)), dtype=np.int32)
-            tfs = np.array([n for _, c in rows for n in c.values()], dtype=np.int64)
-            np.minimum(tfs, _MAX_POSITIONS, out=tfs)
-            self.parts.append((rids, np.repeat(rids, sizes), tids, tfs.astype(np.int16)))
+            rids = np.asarray(rids, dtype=np.int64)
+            self.parts.append((rids, np.repeat(rids, sizes), tids, tfs))
             self.held += len(tids)
             if self.held > MAX_HELD_POSTINGS:
                 self.whole = False
-                self.ids, self.parts = {}, []
+                self.ids, self.parts = _TermIds(), []
 
     def segments(self, new: "np.ndarray", cuts: Sequence[int], low: int) -> list[tuple[str, int, bytes, bytes]] | None:
         """``(term, upto, rids, tfs)`` packed for each segment of rows ``(low, cut]`` of ``cuts``,
@@ -362,15 +379,24 @@ class _HeldPostings:
         out: list[tuple[str, int, bytes, bytes]] = []
         for high in cuts:
             a, b = np.searchsorted(rids, [low, high], side="right")
-            t = tids[a:b]
-            order = np.argsort(t, kind="stable")  # by term, then row
-            r, t, f = rids[a:b][order].astype(">i8"), t[order], tfs[a:b][order].astype(">i2")
+            # by term, then row: the postings (in row order) sorted on (term number, position)
+            key = np.sort((tids[a:b].astype(np.int64) << 32) | np.arange(b - a, dtype=np.int64))
+            order = key & 0xFFFFFFFF
+            r, t, f = rids[a:b][order].astype(">i8"), (key >> 32).astype(np.int32), tfs[a:b][order].astype(">i2")
             starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
             ends = np.r_[starts[1:], len(t)]
             for i, j in zip(starts.tolist(), ends.tolist()):
                 out.append((terms[int(t[i])], int(high), r[i:j].tobytes(), f[i:j].tobytes()))
             low = high
         return out
+
+
+class _TermIds(dict):  # type: ignore[type-arg]
+    """Terms' numbers: a term not numbered yet gets the next number when it is looked up."""
+
+    def __missing__(self, term: str) -> int:
+        n = self[term] = len(self)
+        return n
 
 
 class _KeywordCache:
