@@ -162,17 +162,10 @@ def _lin(v: Any, t: Any, w: float) -> Any:
     return w * v + (1 - w) * t
 
 
-def alternatives(setup: Any, ds: Any, work: Path) -> list[dict[str, Any]]:
-    """Each form of :data:`ALTERNATIVES` on one cell, per half (hit@1 / hit@5, and nDCG@10 on SciFact)."""
-    import numpy as np
-
-    import clawmem_core.search as S
-    from clawmem_core import MemoryIndex
-
-    from ..matrix import config
-    from ..metrics import hit_at, ndcg_at, rank_documents, Span
-
-    seen: dict[str, Any] = {}
+def _capture_fusion(S: Any, seen: dict[str, Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Put capturing versions of ``S.merge_hybrid`` and ``S.vector_evidence`` in place: each search leaves its
+    candidates (path, lines, both sides' scores) and its vector evidence in ``seen``. Returns the originals, for
+    the caller to put back."""
     merge, evidence = S.merge_hybrid, S.vector_evidence
 
     def capture_merge(vector: Any, keyword: Any, vw: float, tw: float) -> Any:
@@ -185,6 +178,21 @@ def alternatives(setup: Any, ds: Any, work: Path) -> list[dict[str, Any]]:
         return seen["e"]
 
     S.merge_hybrid, S.vector_evidence = capture_merge, capture_evidence
+    return merge, evidence
+
+
+def alternatives(setup: Any, ds: Any, work: Path) -> list[dict[str, Any]]:
+    """Each form of :data:`ALTERNATIVES` on one cell, per half (hit@1 / hit@5, and nDCG@10 on SciFact)."""
+    import numpy as np
+
+    import clawmem_core.search as S
+    from clawmem_core import MemoryIndex
+
+    from ..matrix import config
+    from ..metrics import hit_at, ndcg_at, rank_documents, Span
+
+    seen: dict[str, Any] = {}
+    merge, evidence = _capture_fusion(S, seen)
     per: dict[str, dict[str, list[tuple[float, float, float]]]] = {k: {"A": [], "B": []} for k in ALTERNATIVES}
     try:
         setup.warm_queries([q.text for q in ds.queries])
@@ -309,20 +317,9 @@ def diagnose(setup: Any, ds: Any, work: Path) -> dict[str, Any]:
     from ..metrics import hit_at, ndcg_at, rank_documents, Span
 
     seen: dict[str, Any] = {}
-    merge, evidence = S.merge_hybrid, S.vector_evidence
-
-    def capture_merge(vector: Any, keyword: Any, vw: float, tw: float) -> Any:
-        out = merge(vector, keyword, vw, tw)
-        seen["cands"] = [(c.path, c.start_line, c.end_line, c.vector_score, c.text_score) for c in out]
-        return out
-
-    def capture_evidence(*args: Any) -> Any:
-        seen["e"] = evidence(*args)
-        return seen["e"]
-
+    merge, evidence = _capture_fusion(S, seen)
     k = 200 if ds.kind == "beir" else 10
     got: dict[str, dict[str, Any]] = {}
-    S.merge_hybrid, S.vector_evidence = capture_merge, capture_evidence
     try:
         setup.warm_queries([q.text for q in ds.queries])
         for ws in ds.workspaces:

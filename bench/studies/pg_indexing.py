@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 import subprocess
+import inspect
 import sys
 import time
 from pathlib import Path
@@ -31,9 +32,26 @@ from ..postgres import RAW, RESULTS, Server, log
 
 ROOT = Path(__file__).resolve().parents[2]
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far: its own, those of its live children, and those of its
+    children that exited (for a PostgreSQL server: the backends of the runs before, reaped by it)."""
+    import psutil
+
+    main = psutil.Process(pid)
+    t = main.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for proc in main.children(recursive=True):
+        try:
+            c = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return float(total)
+
+
 #: Run in a process of its own, with the checkout to measure first on ``PYTHONPATH``: index the
 #: workspace from nothing, print the phases' seconds as JSON.
-_CHILD = r"""
+_CHILD = "from __future__ import annotations\n" + inspect.getsource(tree_cpu) + r"""
 import json, os, sys, tempfile, time
 from pathlib import Path
 import clawmem_core
@@ -45,19 +63,7 @@ kind, ws, url, state_root, server_pid = sys.argv[1:6]
 
 def server_cpu():
     # the server's processes' CPU seconds so far (its live children and those it reaped)
-    if kind != "postgres":
-        return 0.0
-    import psutil
-    main = psutil.Process(int(server_pid))
-    t = main.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for proc in main.children(recursive=True):
-        try:
-            c = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += c.user + c.system
-    return total
+    return tree_cpu(int(server_pid)) if kind == "postgres" else 0.0
 
 
 state = Path(tempfile.mkdtemp(prefix=f"clawmem-index-{kind}-", dir=state_root))
@@ -122,20 +128,8 @@ def _update_stats(url: str) -> dict[str, int]:
 
 
 def _server_cpu(server: Server) -> float:
-    """CPU seconds of the server's processes so far: the postmaster's, those of its live children,
-    and those of its children that exited (the backends of the runs before, reaped by it)."""
-    import psutil
-
-    main = psutil.Process(server.pg.get_pid())
-    t = main.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for proc in main.children(recursive=True):
-        try:
-            c = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += c.user + c.system
-    return float(total)
+    """CPU seconds of the server's processes so far."""
+    return tree_cpu(server.pg.get_pid())
 
 
 def _olds(specs: list[str] | None) -> dict[str, Path]:
