@@ -200,7 +200,7 @@ def test_a_vouched_sync_writes_the_postgresql_postings_of_what_it_added(pg_url: 
                                                                         open_index: IndexFactory) -> None:
     """On PostgreSQL a sync ends by packing the keyword postings of the rows it wrote (once enough
     wait): a sync the journal vouches for too, or rows pile up above what the postings cover."""
-    from clawmem_core.store.postgres.keywords import SETTLE_MIN_ROWS
+    from clawmem_core.store.postgres.postings import SETTLE_MIN_ROWS
 
     ws = make_workspace(SAMPLE_FILES)
     from clawmem_core.config import StoreConfig

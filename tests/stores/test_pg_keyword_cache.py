@@ -67,9 +67,9 @@ def _hits_in_sql(store: PostgresStore, terms: list[str]) -> tuple[int, list[int]
 
 @pytest.fixture
 def store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
-    from clawmem_core.store.postgres import keywords
+    from clawmem_core.store.postgres import postings
 
-    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1, raising=False)  # every settle writes postings
+    monkeypatch.setattr(postings, "SETTLE_MIN_ROWS", 1, raising=False)  # every settle writes postings
     KEYWORD_CACHE.clear()
     s = PostgresBackend(pg_url, "kw").open()
     yield s
@@ -192,10 +192,10 @@ def test_postings_written_at_sync_answer_as_the_rows(store: PostgresStore, pg_ur
     """Packed postings written at the end of syncs (segments, merged as they pile up, with rows
     deleted since left in them) give the same answers as the server's scoring of the rows, read
     cold (the cache emptied) or carried from version to version."""
-    from clawmem_core.store.postgres import keywords
+    from clawmem_core.store.postgres import postings
 
-    monkeypatch.setattr(keywords, "MAX_POSTING_SEGMENTS", 4)
-    monkeypatch.setattr(keywords, "SETTLE_BATCH_ROWS", 5)  # a sync's rows in two segments
+    monkeypatch.setattr(postings, "MAX_POSTING_SEGMENTS", 4)
+    monkeypatch.setattr(postings, "SETTLE_BATCH_ROWS", 5)  # a sync's rows in two segments
     rng = random.Random(11)
     paths = [f"memory/n{i}.md" for i in range(10)]
     for p in paths:
@@ -279,10 +279,10 @@ def test_postings_from_the_written_terms_are_the_servers(pg_url: str, monkeypatc
     settles, searches still find every row."""
     import psycopg
 
-    from clawmem_core.store.postgres import keywords
+    from clawmem_core.store.postgres import postings
 
-    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1)
-    monkeypatch.setattr(keywords, "SETTLE_BATCH_ROWS", 4)  # several segments
+    monkeypatch.setattr(postings, "SETTLE_MIN_ROWS", 1)
+    monkeypatch.setattr(postings, "SETTLE_BATCH_ROWS", 4)  # several segments
     KEYWORD_CACHE.clear()
     got = {}
     for agent, held in (("held", True), ("server", False)):

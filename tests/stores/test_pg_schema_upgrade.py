@@ -125,12 +125,12 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clawmem_core.store.postgres import SCHEMA_VERSION
 
-    from clawmem_core.store.postgres import keywords
+    from clawmem_core.store.postgres import postings
 
     ws, ref, before, rows = reference
     make_old(pg_url, ref, kind)
     assert table_rows(pg_url) == rows
-    monkeypatch.setattr(keywords, "SETTLE_MIN_ROWS", 1)  # the sync writes the postings of every row
+    monkeypatch.setattr(postings, "SETTLE_MIN_ROWS", 1)  # the sync writes the postings of every row
     assert "clawmem_chunks_terms" in indexes(pg_url)  # every old version indexed the terms (GIN)
     assert "clawmem_chunks_terms" not in indexes(ref)  # version 5 reads packed postings instead
     leftovers = out_of_line(pg_url)

@@ -4,7 +4,7 @@ Version 2 created the tables; version 3 added the keyword index and kept vectors
 rows; version 4 stores the terms uncompressed and marks the agents whose vectors (written under
 version 2) are still out of line, moved into their rows at each agent's next sync; version 5 keeps
 each term's postings (rows and counts, packed) per agent and generation, written at the end of a sync
-(:meth:`~clawmem_core.store.postgres.keywords._Keywords.settle`), so that a keyword search reads a term without reading the terms of its rows,
+(:meth:`~clawmem_core.store.postgres.postings._Postings.settle`), so that a keyword search reads a term without reading the terms of its rows,
 and drops the GIN index of the terms (no search reads it any more)."""
 
 from __future__ import annotations

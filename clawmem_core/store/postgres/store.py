@@ -9,6 +9,7 @@ from typing import Any
 from ..base import CorruptIndexError, Store, StoreCounts, VectorCounts
 from .cache import _EmbeddingCache
 from .keywords import _Keywords
+from .postings import _Postings
 from .migrations import _InlineVectors
 from .reads import _Reads
 from .vectors import _Vectors
@@ -22,7 +23,7 @@ _BTREE_MAX_ITEM = 2704
 _KEY_OVERHEAD = 72
 
 
-class PostgresStore(_Reads, _Writes, _Keywords, _Vectors, _EmbeddingCache, _InlineVectors, Store):
+class PostgresStore(_Reads, _Writes, _Keywords, _Postings, _Vectors, _EmbeddingCache, _InlineVectors, Store):
     """An open handle on one agent's index (``generation`` set: a generation being built)."""
 
     vector_extension = True

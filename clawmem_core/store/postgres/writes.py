@@ -229,7 +229,7 @@ class _Writes:
     def _hold_postings(self, gen: int, rows: list[tuple[int, Any]]) -> None:
         """Hold the postings of keyword ``rows`` (``(rid, term counts)``) just committed to ``gen``
         for :meth:`settle`; those held for another generation are forgotten."""
-        from .keywords import _HeldPostings
+        from .postings import _HeldPostings
 
         held = self._held
         if held is None or held.gen != gen:
