@@ -64,6 +64,34 @@ def _pcts(xs: list[float]) -> dict[str, float]:
 # -- phase: full index, no-op sync, one-file-changed sync ------------------------------------------------------
 
 
+def timed_syncs(mem: Any, target: Path, repeats: int) -> dict[str, Any]:
+    """No-op syncs of a live index, then one-file syncs (a line appended to ``target`` before each; the
+    file restored afterwards): ``noop_sync`` and ``one_file_sync`` percentiles, and the files each
+    one-file sync indexed (``one_file_sync_files_indexed``)."""
+    xs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        mem.sync()
+        xs.append(time.perf_counter() - t0)
+    out: dict[str, Any] = {"noop_sync": _pcts(xs)}
+    original = target.read_bytes()
+    xs, indexed = [], []
+    try:
+        for i in range(repeats):
+            with target.open("ab") as fh:
+                fh.write(f"- benchmark edit {i}: moved the launch review to Friday.\n".encode())
+            t0 = time.perf_counter()
+            rep = mem.sync()
+            xs.append(time.perf_counter() - t0)
+            indexed.append(rep.files_indexed)
+    finally:
+        target.write_bytes(original)
+        mem.sync()
+    out["one_file_sync"] = _pcts(xs)
+    out["one_file_sync_files_indexed"] = indexed
+    return out
+
+
 def task_index(t: dict[str, Any]) -> dict[str, Any]:
     from . import engine
 
@@ -87,28 +115,7 @@ def task_index(t: dict[str, Any]) -> dict[str, Any]:
         res["chunks"], res["files"] = chunks, files
         if chunks:
             res["chunks_per_s"] = chunks / res["index_seconds"]
-        # no-op sync on the live instance
-        xs = []
-        for _ in range(t.get("repeats", 5)):
-            t0 = time.perf_counter()
-            mem.sync()
-            xs.append(time.perf_counter() - t0)
-        res["noop_sync"] = _pcts(xs)
-        # one file changed: append a line, sync, measure; restore afterwards
-        target = ws / t["edit_file"]
-        original = target.read_bytes()
-        xs = []
-        try:
-            for i in range(t.get("repeats", 5)):
-                with target.open("ab") as fh:
-                    fh.write(f"- benchmark edit {i}: moved the launch review to Friday.\n".encode())
-                t0 = time.perf_counter()
-                mem.sync()
-                xs.append(time.perf_counter() - t0)
-        finally:
-            target.write_bytes(original)
-            mem.sync()
-        res["one_file_sync"] = _pcts(xs)
+        res.update(timed_syncs(mem, ws / t["edit_file"], t.get("repeats", 5)))
     # a new instance on the same index: open + no-op sync (what a fresh process pays)
     xs = []
     for _ in range(3):

@@ -26,7 +26,7 @@ from typing import Any
 from .. import synth
 from ..data import REPO_ROOT
 from ..speed import _edit_file, _env
-from ..worker import _peak_mb, _pcts
+from ..worker import _peak_mb, _pcts, timed_syncs
 
 DIMS = 384
 
@@ -73,28 +73,7 @@ def task_build(t: dict[str, Any]) -> dict[str, Any]:
         fr = getattr(mem, "_freshness", None)
         journal = getattr(fr, "journal", None)
         res["journal_running"] = bool(journal is not None and getattr(journal, "healthy", False))
-        xs = []
-        for _ in range(t.get("repeats", 7)):
-            t0 = time.perf_counter()
-            mem.sync()
-            xs.append(time.perf_counter() - t0)
-        res["noop_sync"] = _pcts(xs)
-        target = ws / t["edit_file"]
-        original = target.read_bytes()
-        xs, scanned = [], []
-        try:
-            for i in range(t.get("repeats", 7)):
-                with target.open("ab") as fh:
-                    fh.write(f"- benchmark edit {i}: moved the launch review to Friday.\n".encode())
-                t0 = time.perf_counter()
-                rep = mem.sync()
-                xs.append(time.perf_counter() - t0)
-                scanned.append(rep.files_indexed)
-        finally:
-            target.write_bytes(original)
-            mem.sync()
-        res["one_file_sync"] = _pcts(xs)
-        res["one_file_sync_files_indexed"] = scanned
+        res.update(timed_syncs(mem, ws / t["edit_file"], t.get("repeats", 7)))
         res["journal_scans"] = getattr(fr, "journal_scans", None)
     res["index_bytes"] = engine.index_size_bytes(sd)
     res["peak_rss_mb"] = max(res["build_peak_rss_mb"], _peak_mb())
