@@ -33,6 +33,19 @@ def _file(store: PostgresStore, path: str, texts: list[str], agent_tag: str = ""
     store.replace_files([(FileRow(path, "memory", f"h-{path}-{len(texts)}", 1, 1), chunks)])
 
 
+def _random_change(store: PostgresStore, rng: random.Random, paths: list[str], touch: bool = False) -> None:
+    """One random write: a file's chunks replaced (60%), a file deleted (20%), or (``touch``) a version
+    bump without keyword changes."""
+    op = rng.random()
+    p = rng.choice(paths)
+    if op < 0.6:
+        _file(store, p, [_doc(rng, rng.randint(1, 60)) for _ in range(rng.randint(1, 5))])
+    elif op < 0.8:
+        store.delete_files("memory", [p])
+    elif touch:
+        store.touch_files([FileRow(p, "memory", "x", 5, 5)])
+
+
 def _in_sql(store: PostgresStore, terms: list[str], limit: int = 50) -> list[tuple[str, float]]:
     """The reference: every matching row scored by the server."""
     tokens = store.backend.terms.query(terms)
@@ -92,14 +105,7 @@ def test_cached_scores_follow_every_write(store: PostgresStore) -> None:
         _file(store, p, [_doc(rng, rng.randint(3, 40)) for _ in range(rng.randint(1, 4))])
     for step in range(40):
         _assert_answers_as_in_sql(store, step)
-        op = rng.random()
-        p = rng.choice(paths)
-        if op < 0.6:
-            _file(store, p, [_doc(rng, rng.randint(1, 60)) for _ in range(rng.randint(1, 5))])
-        elif op < 0.8:
-            store.delete_files("memory", [p])
-        else:
-            store.touch_files([FileRow(p, "memory", "x", 5, 5)])  # a version bump without keyword changes
+        _random_change(store, rng, paths, touch=True)
     stats = KEYWORD_CACHE.get((store.backend._url, "kw"))
     assert stats is not None and stats.terms  # the answers above came from the cache
     assert store.keyword_search(["jazz"], 50)  # not vacuous
@@ -207,12 +213,7 @@ def test_postings_written_at_sync_answer_as_the_rows(store: PostgresStore, pg_ur
         if rng.random() < 0.3:
             KEYWORD_CACHE.clear()  # the next searches read every term from the table
         _assert_answers_as_in_sql(store, step)
-        op = rng.random()
-        p = rng.choice(paths)
-        if op < 0.6:
-            _file(store, p, [_doc(rng, rng.randint(1, 60)) for _ in range(rng.randint(1, 5))])
-        elif op < 0.8:
-            store.delete_files("memory", [p])
+        _random_change(store, rng, paths)
         if rng.random() < 0.5:
             store.settle()
             segments = _segments(pg_url, "kw")
