@@ -33,43 +33,27 @@ from llama_index_clawmem import (  # noqa: E402
 )
 from llama_index_clawmem.testing import NOTHING_FOUND, ScriptedRecallLLM  # noqa: E402
 
+from .two_users import NOTES, two_users  # noqa: E402
+
 pytestmark = [
     pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
     pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
     pytest.mark.filterwarnings("ignore::UserWarning"),  # the workflow state store on serializing Memory
 ]
 
-NOTES = {
-    "alice": "# Notes\n\nAlice plays the cello on Tuesdays.\n\n爱丽丝喜欢喝乌龙茶。\n",
-    "bob": "# Notes\n\nBob repairs vintage bicycles on weekends.\n\n鲍勃喜欢吃饺子。\n",
-}
 TERMS = [{"alice": "cello", "bob": "bicycles"}, {"alice": "乌龙茶", "bob": "饺子"}]
-
-
-def _users(tmp_path: Path, store: dict[str, Any]) -> Iterator[MemoryResolver]:
-    root = tmp_path / "users"
-    for user, text in NOTES.items():
-        (root / user).mkdir(parents=True)
-        (root / user / "MEMORY.md").write_text(text, encoding="utf-8")
-    indexes = MemoryIndexes({"provider": "none", "store": store}, workspace_root=root, state_dir=tmp_path / "state",
-                            max_open=1)
-    with indexes:
-        for user in NOTES:
-            with indexes.lease(user) as mem:
-                mem.sync()
-        yield MemoryResolver(indexes, key="user_id")
 
 
 @pytest.fixture
 def resolver(tmp_path: Path) -> Iterator[MemoryResolver]:
     """Two users, one SQLite file and one workspace each (max_open=1: each switch of user reopens)."""
-    yield from _users(tmp_path, {})
+    yield from two_users(tmp_path, {})
 
 
 @pytest.fixture
 def resolver_on(tmp_path: Path, store_config: dict[str, Any]) -> Iterator[MemoryResolver]:
     """The same, on SQLite and on one PostgreSQL database."""
-    yield from _users(tmp_path, store_config)
+    yield from two_users(tmp_path, store_config)
 
 
 @pytest.fixture

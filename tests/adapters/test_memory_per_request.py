@@ -20,25 +20,11 @@ from clawmem_core.registry import MemoryIndexes, MemoryResolver  # noqa: E402
 from langchain_clawmem import ClawmemMiddleware, ClawmemToolkit  # noqa: E402
 
 from .fakes import ScriptedToolModel, call  # noqa: E402
-
-NOTES = {
-    "alice": "# Notes\n\nAlice plays the cello on Tuesdays.\n\n爱丽丝喜欢喝乌龙茶。\n",
-    "bob": "# Notes\n\nBob repairs vintage bicycles on weekends.\n\n鲍勃喜欢吃饺子。\n",
-}
-
+from .two_users import NOTES, two_users  # noqa: E402
 
 @pytest.fixture
 def resolver(tmp_path: Path) -> Iterator[MemoryResolver]:
-    root = tmp_path / "users"
-    for user, text in NOTES.items():
-        (root / user).mkdir(parents=True)
-        (root / user / "MEMORY.md").write_text(text, encoding="utf-8")
-    indexes = MemoryIndexes({"provider": "none"}, workspace_root=root, state_dir=tmp_path / "state", max_open=1)
-    with indexes:
-        for user in NOTES:
-            with indexes.lease(user) as mem:
-                mem.sync()
-        yield MemoryResolver(indexes, key="user_id")
+    yield from two_users(tmp_path)
 
 
 @pytest.fixture
