@@ -35,6 +35,19 @@ class Walks:
         mem._syncer.scan = counting  # type: ignore[method-assign]
 
 
+def journal_running(mem: MemoryIndex) -> None:
+    """Assert the index's change journal runs; skip when no inotify instance is left on this machine
+    (``fs.inotify.max_user_instances`` used up by other processes)."""
+    if mem._freshness.journal is None:
+        from inotify_simple import INotify
+
+        try:
+            INotify().close()
+        except OSError as exc:
+            pytest.skip(f"no inotify instance available: {exc}")
+    assert mem._freshness.journal is not None and mem._freshness.journal.healthy
+
+
 def paths(mem: MemoryIndex, query: str) -> set[str]:
     return {h.path for h in mem.search(query)}
 
@@ -47,14 +60,7 @@ def trusting(ws: Path, open_index: IndexFactory, **kw: Any) -> tuple[MemoryIndex
     walks = Walks(mem)
     mem.search("espresso")
     mem.search("espresso")  # the second search starts the journal, then walks once
-    if mem._freshness.journal is None:
-        from inotify_simple import INotify
-
-        try:
-            INotify().close()
-        except OSError as exc:  # fs.inotify.max_user_instances used up by other processes
-            pytest.skip(f"no inotify instance available: {exc}")
-    assert mem._freshness.journal is not None and mem._freshness.journal.healthy
+    journal_running(mem)
     before = walks.count
     assert paths(mem, "espresso") == {"MEMORY.md"}
     assert walks.count == before  # trusted: no file checked

@@ -17,7 +17,7 @@ from clawmem_core import MemoryConfig, MemoryIndex
 from clawmem_core.discovery import list_memory_files
 
 from .conftest import SAMPLE_FILES, IndexFactory, WorkspaceFactory
-from .test_change_journal import Walks, inotify_queue_limit, overflow_the_queue, paths
+from .test_change_journal import Walks, inotify_queue_limit, journal_running, overflow_the_queue, paths
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the change journal is Linux inotify")
 
@@ -30,14 +30,7 @@ def vouching(ws: Path, open_index: IndexFactory, **config: Any) -> tuple[MemoryI
     walks = Walks(mem)
     mem.sync()
     mem.sync()
-    if mem._freshness.journal is None:
-        from inotify_simple import INotify
-
-        try:
-            INotify().close()
-        except OSError as exc:  # fs.inotify.max_user_instances used up by other processes
-            pytest.skip(f"no inotify instance available: {exc}")
-    assert mem._freshness.journal is not None and mem._freshness.journal.healthy
+    journal_running(mem)
     n, scans = walks.count, mem._freshness.journal_scans
     report = mem.sync()
     assert walks.count == n and mem._freshness.journal_scans == scans + 1  # vouched: no walk
