@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from clawmem_core.store.base import ChunkRow
-from clawmem_core.store.postgres import KEYWORD_CACHE, PostgresBackend, keywords
-from clawmem_core.store.postgres.keywords import _META_ROW_BYTES
+from clawmem_core.store.postgres import KEYWORD_CACHE, PostgresBackend, keyword_cache, keywords
+from clawmem_core.store.postgres.keyword_cache import _META_ROW_BYTES
 
 from .conftest import chunk, file
 from .test_index_backends import write
@@ -137,7 +137,7 @@ def test_row_metadata_over_its_budget_goes_least_recently_searched_first(
     answers = [h.keyword_search(["green"], 5) for h in handles]
     one = _with_meta(handles[0]).meta.nbytes  # type: ignore[union-attr]
     KEYWORD_CACHE.clear()
-    monkeypatch.setattr(keywords, "MAX_META_BYTES", 2 * one + one // 2)
+    monkeypatch.setattr(keyword_cache, "MAX_META_BYTES", 2 * one + one // 2)
     for h, want in zip(handles, answers):
         assert h.keyword_search(["green"], 5) == want
         _with_meta(h)

@@ -367,7 +367,7 @@ def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.Mo
     """Agents searched in turn over the cache's budget evict each other's least recently used
     terms, not each other whole: an agent's hot term and row lengths stay while another agent's
     one-off terms come and go."""
-    from clawmem_core.store.postgres import keywords
+    from clawmem_core.store.postgres import keyword_cache
 
     KEYWORD_CACHE.clear()
     a = PostgresBackend(pg_url, "hot-a").open()
@@ -377,8 +377,8 @@ def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.Mo
                              for i in range(40)], agent_tag="B:")
     # room for both agents' rows, A's hot term and three of B's one-off terms (as bytes, and as
     # rows plus postings for a cache that counts those)
-    monkeypatch.setattr(keywords, "MAX_CACHED_BYTES", 40 * 24 * 2 + 40 * 6 + 3 * 20 * 6, raising=False)
-    monkeypatch.setattr(keywords, "MAX_CACHED_POSTINGS", 40 * 3 + 3 * 20, raising=False)
+    monkeypatch.setattr(keyword_cache, "MAX_CACHED_BYTES", 40 * 24 * 2 + 40 * 6 + 3 * 20 * 6, raising=False)
+    monkeypatch.setattr(keyword_cache, "MAX_CACHED_POSTINGS", 40 * 3 + 3 * 20, raising=False)
     try:
         expected = _in_sql(a, ["hot"], 10)
         for k in range(10):
@@ -389,7 +389,7 @@ def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.Mo
             assert "hot" in held.terms, k
         stats_b = KEYWORD_CACHE.get((pg_url, "hot-b"))
         assert stats_b is not None and set(stats_b.terms) == {"cold7", "cold8", "cold9"}
-        assert KEYWORD_CACHE.nbytes <= keywords.MAX_CACHED_BYTES
+        assert KEYWORD_CACHE.nbytes <= keyword_cache.MAX_CACHED_BYTES
     finally:
         a.close()
         b.close()

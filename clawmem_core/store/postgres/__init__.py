@@ -27,7 +27,7 @@ from __future__ import annotations
 from ..urls import SECRET_PARAMETERS, _passwords_of, is_postgres_url, redact_url
 from .backend import PostgresBackend
 from .connection import _CHECKOUT_SECONDS, _PROBE_SECONDS, _writing_block
-from .keywords import KEYWORD_CACHE, MAX_CACHED_BYTES
+from .keyword_cache import KEYWORD_CACHE, MAX_CACHED_BYTES
 from .migrations import _SCHEMA, _UPGRADES_FROM, SCHEMA_DDL, SCHEMA_VERSION
 from .store import PostgresStore
 from .vectors import (EXACT_BELOW, HNSW_BUILD_MEMORY, HNSW_EF_SEARCH, HNSW_ITERATIVE_SCAN, HNSW_VISIT_COST,

@@ -72,7 +72,7 @@ class PostgresBackend(_Connections, _Locks, _Schema, _HnswBuild, StoreBackend):
     def forget_cached(self) -> None:
         """Drop the agent's keyword statistics and postings, kept per database and agent for
         every index of the agent in the process (the next search loads them again)."""
-        from .keywords import KEYWORD_CACHE
+        from .keyword_cache import KEYWORD_CACHE
 
         KEYWORD_CACHE.drop((self._url, self.agent_id))
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Itera
 from ...errors import StoreError
 from ..base import ChunkRow, FileState, ReadInterrupted
 from .connection import _WRITES, _writing_block
-from .keywords import KEYWORD_CACHE
+from .keyword_cache import KEYWORD_CACHE
 
 if TYPE_CHECKING:
     import psycopg
