@@ -535,6 +535,6 @@ class WatchServer:
                 return  # closing: the connection drops, the CLI runs the command itself
             code, out, err = self.handler(request["command"], dict(request["call"]))
         reply = {"v": PROTOCOL, "code": code, "out": out, "err": err}
+        self.served += 1
         conn.settimeout(30.0)
         conn.sendall(json.dumps(reply).encode("ascii") + b"\n")
-        self.served += 1
