@@ -285,6 +285,21 @@ def answer(argv: Sequence[str], *, environ: Any = None, stdout: Any = None, stde
     env = os.environ if environ is None else environ
     if not sys.platform.startswith("linux") or env.get(ENV_SWITCH) == "0":
         return None
+    try:
+        got = _ask(argv, env)
+    except Exception:  # whatever it is, the command runs by itself (nothing was written yet)
+        return None
+    if got is None:
+        return None
+    code, out, err = got
+    (stdout or sys.stdout).write(out)
+    (stdout or sys.stdout).flush()
+    (stderr or sys.stderr).write(err)
+    return code
+
+
+def _ask(argv: Sequence[str], env: Any) -> tuple[int, str, str] | None:
+    """The watcher's ``(exit code, stdout, stderr)`` for this command line, or ``None``."""
     parsed = _parse(argv)
     if parsed is None:
         return None
@@ -332,10 +347,7 @@ def answer(argv: Sequence[str], *, environ: Any = None, stdout: Any = None, stde
     code, out, err = reply.get("code"), reply.get("out"), reply.get("err")
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(out, str) or not isinstance(err, str):
         return None
-    (stdout or sys.stdout).write(out)
-    (stdout or sys.stdout).flush()
-    (stderr or sys.stderr).write(err)
-    return code
+    return code, out, err
 
 
 def _read_line_until_ack(sock: Any) -> bytes:

@@ -131,6 +131,17 @@ def test_an_edit_made_just_before_is_in_the_answer(served: Served, ws: Path) -> 
     assert served.mem._freshness.journal_scans > 0  # answered from the journal, without a walk
 
 
+def test_many_files_changed_just_before_are_all_in_the_answer(served: Served, ws: Path) -> None:
+    """More changed files than a library search syncs before answering (``fresh_max_files``): the
+    command still syncs them all first, as it does by itself."""
+    journal_running(served.mem)
+    count = served.mem.fresh_max_files + 5
+    for i in range(count):
+        (ws / "memory" / f"2026-02-{i + 1:02d}.md").write_text(f"- 第{i}条笔记 marker{i} entry\n", encoding="utf-8")
+    code, out, _ = ask(["--workspace", str(ws), *COMMON, "search", f"marker{count - 1}"])
+    assert code == 0 and f"marker{count - 1} entry" in out, out
+
+
 # -- who is answered ------------------------------------------------------------------------------------------------
 
 
