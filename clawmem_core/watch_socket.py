@@ -196,7 +196,8 @@ def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any], dict[str, Any]] | 
                 return None
             positional.append(token)
             continue
-        name, eq, value = token.partition("=")
+        # (``--opt=value``; a short option's ``-w=x`` means ``=x`` to argparse: left to it)
+        name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
         if command is not None and name in _FLAGS[command]:
             if eq:
                 return None

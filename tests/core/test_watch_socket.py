@@ -476,7 +476,7 @@ def test_the_client_reads_a_command_line_as_argparse_does(argv: list[str]) -> No
     ["search"], ["--help"], ["search", "--help"], ["search", "q", "--max-results", "x"], ["search", "a", "b"],
     ["search", "q", "--wait", "-1"], ["search", "q", "--wait", "nan"], ["get", "MEMORY.md", "--from", "0"],
     ["search", "q", "--max"], ["status"], ["search", "--", "-q"], ["search", "q", "--json=1"], ["get"],
-    ["--version"], ["search", "q", "--min-score"], ["index"],
+    ["--version"], ["search", "q", "--min-score"], ["index"], ["-w=/x", "search", "q"], ["-w/x", "search", "q"],
 ])
 def test_anything_else_is_left_to_argparse(argv: list[str]) -> None:
     if argv != ["search"]:
