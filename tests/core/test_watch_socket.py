@@ -131,6 +131,27 @@ def test_an_edit_made_just_before_is_in_the_answer(served: Served, ws: Path) -> 
     assert served.mem._freshness.journal_scans > 0  # answered from the journal, without a walk
 
 
+def test_without_a_change_journal_the_watcher_walks_before_answering(ws: Path) -> None:
+    """No inotify (or a file system it cannot vouch for): the watcher still answers, after checking
+    every file as the command would by itself."""
+    s = Served.__new__(Served)
+    args = cli.build_parser().parse_args(["--workspace", str(ws), *COMMON, "watch"])
+    s.mem = MemoryIndex(ws, config=cli._config(args))
+    s.mem.change_journal = False
+    s.mem.sync()
+    s.mem.sync()
+    s.server = cli._serve_cli(s.mem, args)
+    try:
+        assert s.mem._freshness.journal is None
+        with (ws / "MEMORY.md").open("a", encoding="utf-8") as fh:
+            fh.write("- 新的笔记: the wombat audit\n")
+        code, out, _ = ask(["--workspace", str(ws), *COMMON, "search", "wombat"])
+        assert code == 0 and "wombat audit" in out
+        assert s.mem._freshness.journal_scans == 0 and s.server.served == 1
+    finally:
+        s.close()
+
+
 def test_many_files_changed_just_before_are_all_in_the_answer(served: Served, ws: Path) -> None:
     """More changed files than a library search syncs before answering (``fresh_max_files``): the
     command still syncs them all first, as it does by itself."""
