@@ -355,7 +355,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         from .watch_socket import answer
 
-        code = answer(sys.argv[1:])
+        try:
+            code = answer(sys.argv[1:])
+        except KeyboardInterrupt:
+            print("clawmem: interrupted", file=sys.stderr)
+            return 130
         if code is not None:
             return code
     parser = build_parser()
