@@ -19,8 +19,10 @@ Figures (each side on its own indexes of the same generated workspace, built bef
   zero-cost vectors, their embedding time subtracted);
 - a no-op sync and a one-file sync (a line appended to one note, then the note restored with its old mtime);
 - index build (keyword-only, and with zero-cost vectors) in chunks/s, on a smaller workspace (``--build-chunks``);
-- cold ``clawmem search`` (a new process, keyword-only index): wall time;
-- ``import clawmem_core`` in a new interpreter.
+- cold ``clawmem search`` (a new process, keyword-only index): wall time and CPU time;
+- the same while a ``clawmem watch`` of the index runs (started each round, settled before the first search):
+  wall time, and CPU time of the command and of the watcher while it answered;
+- ``import clawmem_core`` and its ``MemoryIndex`` in a new interpreter.
 """
 
 from __future__ import annotations
@@ -62,8 +64,11 @@ FIGURES: list[tuple[str, str, str, bool]] = [
     ("build_vectors_cpu", "index build, zero-cost vectors, per CPU second", "chunks/s", True),
     ("cold_cli", "cold `clawmem search`", "ms", False),
     ("cold_cli_cpu", "cold `clawmem search`, CPU time", "ms", False),
-    ("import", "import clawmem_core", "ms", False),
-    ("import_cpu", "python -c 'import clawmem_core', CPU time", "ms", False),
+    ("cold_cli_watch", "cold `clawmem search`, `clawmem watch` running", "ms", False),
+    ("cold_cli_watch_cpu", "cold `clawmem search`, `clawmem watch` running, CPU time (both processes)", "ms",
+     False),
+    ("import", "import clawmem_core (and its MemoryIndex)", "ms", False),
+    ("import_cpu", "python -c 'import clawmem_core' (and its MemoryIndex), CPU time", "ms", False),
 ]
 PARTS = ("search", "sync", "build", "cli", "import")
 
@@ -148,15 +153,30 @@ def _timed_run(cmd: list[str], **kw: Any) -> tuple[float, float, subprocess.Comp
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), p
 
 
-def cold_cli(side: Side, workspace: Path, queries: list[str], repeats: int) -> tuple[list[float], list[float]]:
-    """Wall and CPU times (s) of ``clawmem search`` in a new process on the side's keyword-only index."""
+def _cpu_of(pid: int | None) -> float:
+    """CPU seconds (user + system) a running process has used so far (Linux ``/proc``; 0 elsewhere)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cold_cli(side: Side, workspace: Path, queries: list[str], repeats: int,
+             watcher: int | None = None) -> tuple[list[float], list[float]]:
+    """Wall and CPU times (s) of ``clawmem search`` in a new process on the side's keyword-only index
+    (``watcher``: the pid of a ``clawmem watch`` of it, whose CPU time during each search is added)."""
     env = side.env()
     env["CLAWMEM_STATE_DIR"] = str(side.state / "keyword")
     walls, cpus = [], []
     for i in range(repeats):
         cmd = _cli_command() + ["search", queries[i % len(queries)], "--workspace", str(workspace),
                                 "--agent", "main", "--provider", "none"]
+        before = _cpu_of(watcher)
         wall, cpu, p = _timed_run(cmd, env=env, cwd=str(workspace))
+        cpu += _cpu_of(watcher) - before
         if p.returncode != 0:
             raise RuntimeError(f"{side.label}: clawmem search exited {p.returncode}: {p.stderr[-1000:]}")
         walls.append(wall)
@@ -164,9 +184,60 @@ def cold_cli(side: Side, workspace: Path, queries: list[str], repeats: int) -> t
     return walls, cpus
 
 
+def start_watch(side: Side, workspace: Path, settle: float = 1.0, timeout: float = 600) -> subprocess.Popen[bytes]:
+    """A ``clawmem watch`` of the side's keyword-only index, returned once it has started and has used
+    no CPU for ``settle`` seconds (its syncs done, its watches registered)."""
+    env = side.env()
+    env["CLAWMEM_STATE_DIR"] = str(side.state / "keyword")
+    cmd = _cli_command() + ["watch", "--workspace", str(workspace), "--agent", "main", "--provider", "none"]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(workspace), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    end = time.monotonic() + timeout
+    last, quiet_since = -1.0, time.monotonic()
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{side.label}: clawmem watch exited {proc.returncode}: "
+                               f"{proc.stderr.read().decode(errors='replace')[-1000:] if proc.stderr else ''}")
+        used = _cpu_of(proc.pid)
+        now = time.monotonic()
+        if used - last > 0.02:
+            last, quiet_since = used, now
+        elif now - quiet_since >= settle:
+            return proc
+        time.sleep(0.1)
+    stop_watch(proc)
+    raise RuntimeError(f"{side.label}: clawmem watch did not settle within {timeout:.0f} s")
+
+
+def stop_watch(proc: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, as a user stops it (then killed if it does not end)."""
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def cold_cli_watched(side: Side, workspace: Path, queries: list[str], repeats: int) -> tuple[list[float], list[float]]:
+    """:func:`cold_cli` while a ``clawmem watch`` of the index runs (its first search not timed)."""
+    proc = start_watch(side, workspace)
+    try:
+        cold_cli(side, workspace, queries[1:] + queries[:1], 1, watcher=proc.pid)
+        return cold_cli(side, workspace, queries, repeats, watcher=proc.pid)
+    finally:
+        stop_watch(proc)
+
+
 def import_seconds(side: Side, repeats: int) -> tuple[list[float], list[float]]:
     """In-process time of ``import clawmem_core`` in a new interpreter, and that process's CPU time."""
-    code = "import time; t=time.perf_counter(); import clawmem_core; print(time.perf_counter()-t)"
+    # the package's names are loaded on first use: ask for the one a program uses
+    code = ("import time; t=time.perf_counter(); import clawmem_core; clawmem_core.MemoryIndex; "
+            "print(time.perf_counter()-t)")
     xs, cpus = [], []
     for _ in range(repeats):
         _, cpu, p = _timed_run([sys.executable, "-c", code], cwd=str(side.lib), env=side.env())
@@ -410,6 +481,9 @@ def run(a: argparse.Namespace, log: Callable[[str], None] = _log) -> dict[str, A
                 if "cli" in parts:
                     walls, cpus = cold_cli(side, ws, queries, a.cli_repeats)
                     r["cold_cli"], r["cold_cli_cpu"] = 1000 * statistics.median(walls), 1000 * statistics.median(cpus)
+                    walls, cpus = cold_cli_watched(side, ws, queries, a.cli_repeats)
+                    r["cold_cli_watch"] = 1000 * statistics.median(walls)
+                    r["cold_cli_watch_cpu"] = 1000 * statistics.median(cpus)
                 if "import" in parts:
                     walls, cpus = import_seconds(side, a.cli_repeats)
                     r["import"], r["import_cpu"] = 1000 * statistics.median(walls), 1000 * statistics.median(cpus)

@@ -18,19 +18,24 @@ Every command takes ``--workspace DIR`` (default: the current directory), ``--ag
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
-import logging
 import os
 import sys
 import time
-from typing import Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 from . import local_postgres  # imports no PostgreSQL package until `clawmem pg` runs
 from .cli_dreaming import PROMOTE_EXAMPLES, add_promote_arguments, cmd_promote, deep_status
-from .config import FUSION_DEFAULTS, PROVIDERS, MemoryConfig
 from .errors import ClawmemError
+
+if TYPE_CHECKING:
+    import logging
+
+    from .config import MemoryConfig
+
+# The configuration, the index and logging are imported by the functions that use them: a command
+# a running `clawmem watch` answers (search, get) needs none of them (see clawmem_core.watch_socket).
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -43,6 +48,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    from .config import PROVIDERS
+
     default: Any = argparse.SUPPRESS if suppress else None
     parser.add_argument("--workspace", "-w", metavar="DIR", default=argparse.SUPPRESS if suppress else None,
                         help="the agent workspace holding MEMORY.md and memory/ (default: the current directory; "
@@ -135,6 +142,8 @@ def _sub(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import FUSION_DEFAULTS
+
     parser = _Parser(prog="clawmem", description="Index and search a Markdown memory workspace (MEMORY.md and "
                      "memory/**/*.md).", epilog=f"Run `clawmem COMMAND --help` for examples.\n\n{INDEX_NOTE}",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -230,6 +239,10 @@ def _version() -> str:
 
 
 def _config(args: argparse.Namespace) -> MemoryConfig:
+    import dataclasses
+
+    from .config import MemoryConfig
+
     config = MemoryConfig.from_file(args.config) if args.config else MemoryConfig()
     changes: dict[str, Any] = {}
     if args.provider:
@@ -252,11 +265,11 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
 _EMBEDDING_COMMANDS = ("index", "search", "watch", "write", "mcp")
 
 
-class _DropKeywordOnlyWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        from .embeddings.registry import NO_FALLBACK_WARNING, NO_PROVIDER_WARNING
+def _drop_keyword_only_warning(record: logging.LogRecord) -> bool:
+    """A logging filter: drops the warning that the embedding provider fell back to keyword-only."""
+    from .embeddings.registry import NO_FALLBACK_WARNING, NO_PROVIDER_WARNING
 
-        return record.msg not in (NO_PROVIDER_WARNING, NO_FALLBACK_WARNING)
+    return record.msg not in (NO_PROVIDER_WARNING, NO_FALLBACK_WARNING)
 
 
 def _check_requested_provider(mem: Any) -> None:
@@ -265,8 +278,10 @@ def _check_requested_provider(mem: Any) -> None:
     requested = mem.config.provider
     if requested in ("auto", "none") or not mem.config.enabled:
         return
+    import logging
+
     logger = logging.getLogger("clawmem")
-    quiet = _DropKeywordOnlyWarning()
+    quiet = _drop_keyword_only_warning
     logger.addFilter(quiet)  # the error below says it; the warning would repeat it
     try:
         info = mem.provider_info()
@@ -280,12 +295,12 @@ def _check_requested_provider(mem: Any) -> None:
     )
 
 
-def _progress(transient: bool = False) -> Any:
-    """A ``rich`` bar on a terminal, plain lines otherwise (both on stderr, and only for a phase
-    that takes a while when not a terminal)."""
+def _progress(transient: bool = False, stream: TextIO | None = None) -> Any:
+    """A ``rich`` bar on a terminal, plain lines otherwise (both on ``stream``, default stderr, and
+    only for a phase that takes a while when not a terminal)."""
     from .progress import progress_renderer
 
-    return progress_renderer(sys.stderr, transient=transient)
+    return progress_renderer(stream or sys.stderr, transient=transient)
 
 
 #: Seconds a CLI search spends embedding chunks still without vectors before it answers.
@@ -334,7 +349,19 @@ _ONE_SHOT = ("search", "get")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``clawmem`` command; returns the exit code."""
+    """Entry point of the ``clawmem`` command; returns the exit code. Run as the program, a
+    ``search`` or ``get`` is first offered to a running ``clawmem watch`` of the same index and
+    settings (:mod:`clawmem_core.watch_socket`), which answers it as this process would."""
+    if argv is None:
+        from .watch_socket import answer
+
+        try:
+            code = answer(sys.argv[1:])
+        except KeyboardInterrupt:
+            print("clawmem: interrupted", file=sys.stderr)
+            return 130
+        if code is not None:
+            return code
     parser = build_parser()
     args = parser.parse_args(argv)
     one_shot = argv is None and args.command in _ONE_SHOT
@@ -379,6 +406,8 @@ def _workspace(args: argparse.Namespace, config: MemoryConfig) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from .index import MemoryIndex
 
     if args.command == "pg":
@@ -428,10 +457,10 @@ def _who(mem: Any) -> str:
     return f"agent {mem.agent_id}, {where}"
 
 
-def _replica_note(mem: Any) -> None:
+def _replica_note(mem: Any, err: TextIO | None = None) -> None:
     if mem.workspace is None:
         print(f"clawmem: replica of agent {mem.agent_id}: answering from the store as the syncing process left it "
-              "(no workspace here)", file=sys.stderr)
+              "(no workspace here)", file=err or sys.stderr)
 
 
 def _walk_snapshot(mem: Any) -> Any:
@@ -446,12 +475,18 @@ def _walk_snapshot(mem: Any) -> Any:
     return walk
 
 
-def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
+def _cmd_search(mem: Any, args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
+                *, served: bool = False) -> int:
+    """``clawmem search``, printing to ``out`` and ``err`` (default stdout and stderr). ``served``:
+    run by a ``clawmem watch`` for a CLI (its long-lived index syncs through its change journal;
+    no walk snapshot; a vector phase already running in it is "another process embedding")."""
     from .errors import EmbeddingError
 
+    out = out or sys.stdout
+    err = err or sys.stderr
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
-        print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=sys.stderr)
+        print("clawmem: error: missing search query. Provide a positional query or use --query <text>.", file=err)
         return EXIT_ERROR
     elsewhere = False
     try:
@@ -460,77 +495,119 @@ def _cmd_search(mem: Any, args: argparse.Namespace) -> int:
         # search or `clawmem index`, and the answer says how far the vectors are. While another
         # process embeds them, the search answers at once (it would only race that process).
         if mem.workspace is not None:  # a replica never syncs
-            walk = _walk_snapshot(mem)
-            with _progress(transient=True) as progress:
-                report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0, vector_seconds=args.wait,
-                                  wait_for_others=False)
-            elsewhere = report.vectors_elsewhere
+            walk = None if served else _walk_snapshot(mem)
+            busy = served and mem._stores.vector_lock.locked()  # the watcher's own vector phase runs
+            with _progress(transient=True, stream=err) as progress:
+                report = mem.sync(reason="cli", progress=progress, vectors=args.wait > 0 and not busy,
+                                  vector_seconds=args.wait, wait_for_others=False)
+            elsewhere = report.vectors_elsewhere or (busy and args.wait > 0 and report.vectors_pending > 0)
             if walk is not None:
                 walk.record(mem._stores.store)
     except EmbeddingError as exc:
-        print(f"clawmem: warning: index not refreshed: {exc}", file=sys.stderr)
-    _replica_note(mem)
+        print(f"clawmem: warning: index not refreshed: {exc}", file=err)
+    _replica_note(mem, err)
     try:
         hits = mem.search(query, max_results=args.max_results, min_score=args.min_score, record=not args.no_record)
     except EmbeddingError as exc:
         if args.json:
             from .tools import search_error_payload
 
-            print(json.dumps(search_error_payload(exc), ensure_ascii=False, indent=2))
+            print(json.dumps(search_error_payload(exc), ensure_ascii=False, indent=2), file=out)
         else:
-            print(f"clawmem: error: {exc}", file=sys.stderr)
+            print(f"clawmem: error: {exc}", file=err)
         return EXIT_ERROR
     note = _answer_note(hits, mem.provider_info()["provider"], elsewhere=elsewhere)
     if note:
-        print(note, file=sys.stderr)
+        print(note, file=err)
     if args.json:
         from .tools import format_search_payload
 
-        print(json.dumps(format_search_payload(mem, hits), ensure_ascii=False, indent=2))
+        print(json.dumps(format_search_payload(mem, hits), ensure_ascii=False, indent=2), file=out)
         return EXIT_OK
     if not hits:
-        print("No matches.")
+        print("No matches.", file=out)
         return EXIT_OK
     for h in hits:
-        print(f"{h.score:.3f} {h.path}:{h.snippet_start_line or h.start_line}-{h.snippet_end_line or h.end_line}")
-        print(h.snippet)
-        print()
+        print(f"{h.score:.3f} {h.path}:{h.snippet_start_line or h.start_line}-{h.snippet_end_line or h.end_line}",
+              file=out)
+        print(h.snippet, file=out)
+        print(file=out)
     return EXIT_OK
 
 
-def _cmd_get(mem: Any, args: argparse.Namespace) -> int:
+def _cmd_get(mem: Any, args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """``clawmem get``, printing to ``out`` and ``err`` (default stdout and stderr)."""
     from .tools import get_payload, looks_binary
 
+    out = out or sys.stdout
+    err = err or sys.stderr
     if args.json:
         payload = get_payload(mem, args.path, args.from_line, args.lines)
-        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        print(json.dumps(payload, ensure_ascii=False, indent=2), file=out)
         failed = "error" in payload or payload.get("missing") or payload.get("pastEnd")
         return EXIT_ERROR if failed else EXIT_OK
     result = mem.read(args.path, from_line=args.from_line, lines=args.lines)
     if result.missing:
         where = f"in {mem.workspace}" if mem.workspace is not None and not result.path.startswith("@") else \
             f"in agent {mem.agent_id}'s index"
-        print(f"clawmem: error: {result.path} does not exist {where}", file=sys.stderr)
+        print(f"clawmem: error: {result.path} does not exist {where}", file=err)
         return EXIT_ERROR
     if result.from_index:
         print(f"clawmem: {result.path}: read from the store's copy as last indexed, not from the workspace",
-              file=sys.stderr)
+              file=err)
     if looks_binary(result.text):
-        print(f"clawmem: error: {result.path} is binary content, not text; not printing it", file=sys.stderr)
+        print(f"clawmem: error: {result.path} is binary content, not text; not printing it", file=err)
         return EXIT_ERROR
     if not result.text:
         if result.total_lines and result.from_line > result.total_lines:
             print(f"clawmem: error: --from {result.from_line} is past the end of {result.path} "
-                  f"({result.total_lines} lines)", file=sys.stderr)
+                  f"({result.total_lines} lines)", file=err)
             return EXIT_ERROR
-        print(f"clawmem: {result.path} is empty", file=sys.stderr)
+        print(f"clawmem: {result.path} is empty", file=err)
         return EXIT_OK
-    sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
+    out.write(result.text if result.text.endswith("\n") else result.text + "\n")
     if result.truncated:
         more = f"; continue with --from {result.next_from}" if result.next_from else ""
         print(f"clawmem: showed lines {result.from_line}-{result.to_line} of {result.total_lines} "
-              f"(cut at read.max_chars = {mem.config.read.max_chars} characters){more}", file=sys.stderr)
+              f"(cut at read.max_chars = {mem.config.read.max_chars} characters){more}", file=err)
     return EXIT_OK
+
+
+def _served(mem: Any, command: str, call: dict[str, Any]) -> tuple[int, str, str]:
+    """Run a ``search`` or ``get`` a CLI sent to ``clawmem watch`` (:mod:`clawmem_core.watch_socket`):
+    ``(exit code, stdout, stderr)``, as :func:`main` would have printed them."""
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(**call)
+    try:
+        code = _cmd_search(mem, args, out, err, served=True) if command == "search" else _cmd_get(mem, args, out, err)
+    except ClawmemError as exc:
+        print(f"clawmem: error: {exc}", file=err)
+        code = EXIT_ERROR
+    except OSError as exc:
+        print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=err)
+        code = EXIT_ERROR
+    return code, out.getvalue(), err.getvalue()
+
+
+def _serve_cli(mem: Any, args: argparse.Namespace) -> Any:
+    """Answer ``clawmem search`` and ``get`` for this index while watching (``None`` where it does
+    not: see :meth:`clawmem_core.watch_socket.WatchServer.start`)."""
+    from .watch_socket import WatchServer, settings, socket_path
+
+    if mem.workspace is None:
+        return None
+    common = dict(agent=args.agent, config=args.config, provider=args.provider, model=args.model,
+                  store=args.store, shared=args.shared)
+    named = settings(str(mem.workspace), **common)
+    if named is None:
+        return None
+    # Run from the workspace without --workspace, a CLI opens this same index, unless a store URL
+    # makes it a replica.
+    also = [] if mem.config.store.url else [dict(named, workspaceGiven=False)]
+    path = socket_path(named["workspace"], args.agent)
+    return WatchServer.start(path, named, lambda command, call: _served(mem, command, call), also=also)
 
 
 def _cmd_status(mem: Any, args: argparse.Namespace) -> int:
@@ -660,7 +737,15 @@ def _cmd_watch(mem: Any, args: argparse.Namespace) -> int:
     print(f"Watching {mem.workspace} (Ctrl-C to stop)…", file=sys.stderr)
     with _progress() as progress:
         mem.sync(reason="watch", progress=progress)
-    mem.watch(block=True, on_sync=lambda report: print(_reindex_line(report), file=sys.stderr, flush=True))
+    # While it watches, it answers `clawmem search` and `get` for this index: a second sync starts
+    # the change journal its answers rely on (it checks every file once, then only changed ones).
+    mem.sync(reason="watch")
+    server = _serve_cli(mem, args)
+    try:
+        mem.watch(block=True, on_sync=lambda report: print(_reindex_line(report), file=sys.stderr, flush=True))
+    finally:
+        if server is not None:
+            server.close()
     return EXIT_OK
 
 

@@ -22,6 +22,30 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: name -> (file, original text, replacement, pytest node ids[, further (file, old, new) edits])
 MUTATIONS: dict[str, tuple] = {
+    "served-sync": (  # a search a watcher answers for the CLI without the sync the command runs first
+        "clawmem_core/cli.py",
+        "        if mem.workspace is not None:  # a replica never syncs\n            walk = None if served",
+        "        if mem.workspace is not None and not served:\n            walk = None if served",
+        ["tests/core/test_watch_socket.py::test_many_files_changed_just_before_are_all_in_the_answer"],
+    ),
+    "served-peer-uid": (  # the watcher answers whoever connects
+        "clawmem_core/watch_socket.py",
+        "        if _peer_uid(conn) != os.getuid():\n            self.refused += 1",
+        "        if False:\n            self.refused += 1",
+        ["tests/core/test_watch_socket.py::test_another_user_is_refused"],
+    ),
+    "served-settings": (  # the watcher answers for settings other than its own
+        "clawmem_core/watch_socket.py",
+        'request.get("settings") in self.accepted',
+        "True",
+        ["tests/core/test_watch_socket.py::test_another_index_or_other_settings_run_the_command_itself"],
+    ),
+    "served-lock": (  # a second watcher of the index takes the socket
+        "clawmem_core/watch_socket.py",
+        "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        "            pass",
+        ["tests/core/test_watch_socket.py::test_a_second_watcher_neither_serves_nor_takes_the_socket"],
+    ),
     "walk-keys": (  # the recorded walk trusted without comparing the files' stat keys
         "clawmem_core/walk_snapshot.py",
         "        if stat_keys(items) != keys:",
