@@ -237,8 +237,9 @@ def test_another_user_is_refused(ws: Path, monkeypatch: pytest.MonkeyPatch) -> N
             with os.fdopen(read, "rb") as fh:
                 got = fh.read()
             os.waitpid(pid, 0)
-            # connected (not stopped by the file's mode), then hung up on without a word
-            assert got == b"got:" or got.startswith(b"ConnectionResetError"), got
+            # connected (not stopped by the file's mode), then hung up on without a word (before or after
+            # the request was sent)
+            assert got == b"got:" or got.startswith((b"ConnectionResetError", b"BrokenPipeError")), got
             for _ in range(600):  # the refusal is counted just after the connection closes
                 if served.server.refused > refused:
                     break
