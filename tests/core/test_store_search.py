@@ -335,3 +335,14 @@ def test_a_settle_killed_midway_leaves_the_index_as_it_was(tmp_path: Path) -> No
     assert store.conn.execute("SELECT count(*) FROM chunks_fts_postings").fetchall() == [(0,)]
     store.settle()
     _assert_like_fts5(store)
+
+
+def test_a_rebuild_swaps_in_its_postings(tmp_path: Path, rare_terms_stored: None) -> None:
+    store = SQLiteStore(tmp_path / "index.sqlite", vector_enabled=False)
+    rng = random.Random(5)
+    with store.rebuild() as tmp:
+        tmp.replace_files([_chunks(f"memory/n{i:03d}.md", [_text(rng) for _ in range(4)]) for i in range(70)])
+    assert _upto(store) == 280  # written in the new index before the swap
+    store.settle()  # nothing left to write
+    assert _upto(store) == 280
+    _assert_like_fts5(store)
