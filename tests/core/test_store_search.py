@@ -346,3 +346,12 @@ def test_a_rebuild_swaps_in_its_postings(tmp_path: Path, rare_terms_stored: None
     store.settle()  # nothing left to write
     assert _upto(store) == 280
     _assert_like_fts5(store)
+
+
+def test_settle_on_an_empty_index_writes_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "index.sqlite", vector_enabled=False)
+    store.settle()
+    with store.rebuild():
+        pass
+    assert _upto(store) == 0
+    assert store.keyword_search(["alpha"], 5) == []

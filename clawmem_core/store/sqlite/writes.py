@@ -260,7 +260,7 @@ class _Writes:
             return
         rows = 0
         for (block,) in conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
-            rows = read_varint(block)[0]
+            rows = read_varint(block)[0] if block else 0  # empty until the first row is written
         (above,) = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM chunks_fts_docsize WHERE id > ? LIMIT ?)",
             (int(upto), max(SETTLE_MIN_ROWS, int(rows * SETTLE_SHARE)) + 1),
