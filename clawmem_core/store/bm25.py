@@ -32,6 +32,9 @@ MAX_CACHED_POSTINGS = 8_000_000
 #: Instances of a term below which :func:`write_postings` leaves its postings out: FTS5's
 #: vocabulary reads so few in about the time of a lookup of packed postings.
 POSTINGS_MIN_INSTANCES = 64
+#: Rows of the score array sampled per row asked for, to bound the limit-th score before the
+#: cut when most rows match (a partition of the sample, not of every row).
+_SAMPLE_PER_LIMIT = 32
 #: Name of the FTS5 auxiliary function giving a row's count of a one-phrase query's term.
 _TF_FUNCTION = "clawmem_tf"
 
@@ -214,9 +217,14 @@ class Bm25Index:
             # Every matching row scores above 0 (IDF >= 1e-6), and no other row does.
             if 4 * sum(len(rows) for rows, _, _ in terms) < len(scores):  # few matches: cut among them
                 found = np.flatnonzero(scores)
-            else:  # most rows match: cut the whole array once (no copy of the matching rows first)
-                cut = len(scores) - limit
-                kth = np.partition(scores, cut)[cut] if cut > 0 else 0.0
+            else:  # most rows match: keep the rows at least as good as a bound of the limit-th score
+                # The limit-th best score of every SAMPLE_STRIDE-th row is at most the limit-th best of
+                # all (the sample's best are rows of all): the rows scoring that much hold the best
+                # ``limit`` and ties, about a stride's worth of rows each, cut exactly below.
+                step = len(scores) // (_SAMPLE_PER_LIMIT * limit)
+                sample = scores[::step] if step >= 2 else scores
+                cut = len(sample) - limit
+                kth = np.partition(sample, cut)[cut] if cut > 0 else 0.0
                 found = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores)
             values = scores[found]
         if len(found) > limit:  # the rows at least as good as the limit-th score

@@ -355,3 +355,11 @@ def test_settle_on_an_empty_index_writes_nothing(tmp_path: Path) -> None:
         pass
     assert _upto(store) == 0
     assert store.keyword_search(["alpha"], 5) == []
+
+
+@pytest.mark.parametrize("query", ["alpha beta gamma", "running lamp cafe", "今天 成语 delta"])
+@pytest.mark.parametrize("limit", [1, 3, 20])
+def test_most_rows_matching_cut_from_a_sample_gives_fts5s_rows(query: str, limit: int) -> None:
+    conn = _fts_table(4000, seed=9)  # most rows match: the limit-th score bounded from a sample first
+    terms = search_terms(query)
+    assert Bm25Index.load(conn, "chunks_fts").search(_tokens(conn, terms), limit) == _fts5(conn, terms, limit)
