@@ -311,6 +311,24 @@ MUTATIONS: dict[str, tuple] = {
         ["tests/providers/test_provider_openai.py::test_timeout_becomes_embedding_error",
          "tests/providers/test_provider_contract.py::test_timeout[openai-query]"],
     ),
+    "postings-reused-rid": (  # a row id reused after the postings were written keeps the old row's postings
+        "clawmem_core/store/sqlite/schema.py",
+        "BEGIN UPDATE chunks_fts_postings_upto SET upto = new.rid - 1 WHERE id = 0; END;",
+        "BEGIN SELECT 1; END;",
+        ["tests/core/test_store_search.py::test_a_reused_row_id_never_gets_the_old_rows_postings"],
+    ),
+    "postings-deleted-rows": (  # rows deleted since the postings were written still read from them
+        "clawmem_core/store/bm25.py",
+        "        keep[inside] &= self.live[rows[inside]]\n",
+        "",
+        ["tests/core/test_store_search.py::test_deleted_rows_are_never_returned_from_the_postings"],
+    ),
+    "postings-rows-added-since": (  # rows written above the postings' watermark not read
+        "clawmem_core/store/bm25.py",
+        "        if self.upto + 1 < len(self.live) and self.live[self.upto + 1:].any():",
+        "        if False:",
+        ["tests/core/test_store_search.py::test_a_sync_writes_the_postings_once_enough_rows_wait"],
+    ),
 }
 
 

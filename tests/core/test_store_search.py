@@ -12,7 +12,8 @@ import pytest
 
 from clawmem_core.store import sqlite as store_mod
 from clawmem_core.store.base import ChunkRow, FileRow
-from clawmem_core.store.bm25 import Bm25Index, read_varint
+from clawmem_core.store import bm25 as bm25_mod
+from clawmem_core.store.bm25 import Bm25Index, pack_postings, read_varint, unpack_postings, write_postings
 from clawmem_core.store.sqlite import SQLiteStore
 from clawmem_core.text import index_document, quote_fts, search_terms
 
@@ -155,3 +156,210 @@ def test_candidate_metadata_follows_writes(store: SQLiteStore, tmp_path: Path) -
     other.replace_files([(FileRow("memory/m.md", "memory", "y", 0, 0), [moved])])
     other.close()
     assert store.get_chunk_meta([cid]) == {cid: ("memory/m.md", "memory", 7, 9)}
+
+
+# -- packed postings ----------------------------------------------------------------------------
+
+
+def _with_postings(conn: apsw.Connection) -> None:
+    """The store's postings tables on a bare FTS5 table, written for its rows."""
+    conn.execute("CREATE TABLE chunks_fts_postings (term TEXT PRIMARY KEY, n INTEGER NOT NULL, rows BLOB NOT NULL, "
+                 "tfs BLOB NOT NULL)")
+    conn.execute("CREATE TABLE chunks_fts_postings_upto (id INTEGER PRIMARY KEY, upto INTEGER NOT NULL)")
+    conn.execute("INSERT INTO chunks_fts_postings_upto VALUES (0, 0)")
+    assert write_postings(conn, "chunks_fts") > 0
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["alpha", "alpha beta", "running runs ran runner", "cafe café lamp", "今天玩成语接龙游戏",
+     "delta gamma beta alpha lamp cafe", "quasar pulsar quasar"],
+)
+@pytest.mark.parametrize("limit", [1, 5, 1000])
+def test_postings_with_rows_deleted_and_added_since_give_fts5s_scores(query: str, limit: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bm25_mod, "POSTINGS_MIN_INSTANCES", 2)  # most terms from the postings
+    conn = _fts_table()
+    _with_postings(conn)
+    rng = random.Random(11)
+    for rid in range(2, 600, 5):  # rows deleted below the watermark
+        conn.execute("DELETE FROM chunks_fts WHERE rowid = ?", (rid,))
+    for rid in range(601, 700):  # rows added above it, some deleted again
+        conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rid, index_document(_text(rng))))
+    for rid in range(603, 700, 9):
+        conn.execute("DELETE FROM chunks_fts WHERE rowid = ?", (rid,))
+    terms = search_terms(query)
+    index = Bm25Index.load(conn, "chunks_fts")
+    assert index.upto == 600
+    got = index.search(_tokens(conn, terms), limit, [quote_fts(t) for t in terms])
+    assert got == _fts5(conn, terms, limit)
+    stored = {t for (t,) in conn.execute("SELECT term FROM chunks_fts_postings")}
+    assert stored & set(_tokens(conn, terms))  # the postings were read, not only the vocabulary
+
+
+def test_postings_round_trip_in_every_width() -> None:
+    import numpy as np
+
+    for top in (200, 60_000, 3_000_000_000, 2**40):
+        rows = np.array([1, 2, 300, 300 + top], dtype=np.int64)
+        tf = np.array([1, 255, 256, 70_000], dtype=np.int64)
+        got_rows, got_tf = unpack_postings(*pack_postings(rows, tf))
+        assert got_rows.tolist() == rows.tolist() and got_tf.tolist() == tf.tolist()
+
+
+def _big_store(path: Path, files: int = 70, seed: int = 5) -> SQLiteStore:
+    rng = random.Random(seed)
+    s = SQLiteStore(path, vector_enabled=False)
+    s.replace_files([_chunks(f"memory/n{i:03d}.md", [_text(rng) for _ in range(4)]) for i in range(files)])
+    return s
+
+
+def _upto(store: SQLiteStore) -> int:
+    return store.conn.execute("SELECT upto FROM chunks_fts_postings_upto").fetchall()[0][0]
+
+
+QUERIES = ("alpha beta", "running lamp", "成语 游戏", "cafe zeta notes_v2", "quokka lamp", "今天 quokka", "pulsar",
+           "quasar pulsar lamp")
+
+
+@pytest.fixture
+def rare_terms_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Postings written for terms of two instances or more (the rare ones tell deleted rows apart:
+    a common term's IDF is clamped)."""
+    monkeypatch.setattr(bm25_mod, "POSTINGS_MIN_INSTANCES", 2)
+
+
+def _assert_like_fts5(store: SQLiteStore) -> None:
+    _warm(store)
+    for query in QUERIES:
+        terms = search_terms(query)
+        got = store.keyword_search(terms, 300)
+        assert store._bm25 is not None and store._bm25[1].upto is not None  # in process, from the postings
+        assert got == _fts5_store(store, terms, 300)
+
+
+def test_a_sync_writes_the_postings_once_enough_rows_wait(tmp_path: Path, rare_terms_stored: None) -> None:
+    store = _big_store(tmp_path / "index.sqlite")
+    assert _upto(store) == 0
+    store.settle()
+    top = store.conn.execute("SELECT max(rid) FROM chunks").fetchall()[0][0]
+    assert _upto(store) == top == 280
+    store.replace_files([_chunks("memory/new.md", ["quokka lamp"])])
+    store.settle()  # one file more: left to the searches (read from FTS5 above the watermark)
+    assert _upto(store) == 280
+    _assert_like_fts5(store)
+    assert [cid for cid, _ in store.keyword_search(["quokka"], 5)] == ["memory/new.md#0"]
+
+
+def test_a_reused_row_id_never_gets_the_old_rows_postings(tmp_path: Path, rare_terms_stored: None) -> None:
+    store = _big_store(tmp_path / "index.sqlite")
+    store.replace_files([_chunks("memory/zz.md", ["pulsar pulsar pulsar lamp", "pulsar quasar"])])
+    store.settle()
+    assert _upto(store) == 282
+    # the highest rows deleted: the new rows get their ids again, with other words
+    store.replace_files([(FileRow("memory/zz.md", "memory", "y", 0, 0),
+                          _chunks("memory/zz.md", ["quokka lamp", "quokka"])[1])])
+    assert store.conn.execute("SELECT rid FROM chunks WHERE path = 'memory/zz.md' ORDER BY rid").fetchall() == [
+        (281,), (282,)]
+    assert _upto(store) == 280  # the trigger moved the watermark below the reused ids
+    _assert_like_fts5(store)
+    assert store.keyword_search(["pulsar"], 5) == []
+    assert [cid for cid, _ in store.keyword_search(["quokka"], 5)] == ["memory/zz.md#1", "memory/zz.md#0"]
+
+
+def test_deleted_rows_are_never_returned_from_the_postings(tmp_path: Path, rare_terms_stored: None) -> None:
+    store = _big_store(tmp_path / "index.sqlite")
+    store.replace_files([_chunks("memory/a.md", ["pulsar lamp pulsar"])])
+    store.replace_files([_chunks("memory/b.md", ["pulsar"])])
+    store.settle()
+    store.delete_files("memory", ["memory/a.md"])
+    _assert_like_fts5(store)
+    assert [cid for cid, _ in store.keyword_search(["pulsar"], 5)] == ["memory/b.md#0"]
+
+
+def test_an_index_without_postings_is_searched_and_converted(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _big_store(path)
+    with store._tx():  # as the code before the postings wrote it
+        store.conn.execute("DROP TRIGGER chunks_fts_postings_reused")
+        store.conn.execute("DROP TABLE chunks_fts_postings")
+        store.conn.execute("DROP TABLE chunks_fts_postings_upto")
+    store.settle()  # nothing to write into
+    store.close()
+    reader = SQLiteStore(path, vector_enabled=False, read_only=True)  # opens it as it is
+    _warm(reader)
+    for query in QUERIES:
+        terms = search_terms(query)
+        assert reader.keyword_search(terms, 50) == _fts5_store(reader, terms, 50)
+    writer = SQLiteStore(path, vector_enabled=False)  # converted on its writable open
+    assert _upto(writer) == 0
+    _warm(writer)
+    for query in QUERIES:  # no postings yet: FTS5's vocabulary
+        terms = search_terms(query)
+        assert writer.keyword_search(terms, 50) == _fts5_store(writer, terms, 50)
+        assert writer._bm25 is not None and writer._bm25[1].upto is None
+    writer.settle()
+    assert _upto(writer) == 280
+    _assert_like_fts5(writer)
+    reader.close()
+    writer.close()
+
+
+_KILL_IN_SETTLE = """
+import os, sys
+from clawmem_core.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1], vector_enabled=False)
+def trace(cursor, sql, bindings):
+    if sql.startswith("UPDATE"):
+        os._exit(9)  # killed after the postings were written, before the watermark
+    return True
+store.conn.set_exec_trace(trace)
+store.settle()
+"""
+
+
+def test_a_settle_killed_midway_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "index.sqlite"
+    store = _big_store(path)
+    store.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _KILL_IN_SETTLE, str(path)], env=env, capture_output=True)
+    assert proc.returncode == 9, proc.stderr
+    store = SQLiteStore(path, vector_enabled=False)
+    assert _upto(store) == 0
+    assert store.conn.execute("SELECT count(*) FROM chunks_fts_postings").fetchall() == [(0,)]
+    store.settle()
+    _assert_like_fts5(store)
+
+
+def test_a_rebuild_swaps_in_its_postings(tmp_path: Path, rare_terms_stored: None) -> None:
+    store = SQLiteStore(tmp_path / "index.sqlite", vector_enabled=False)
+    rng = random.Random(5)
+    with store.rebuild() as tmp:
+        tmp.replace_files([_chunks(f"memory/n{i:03d}.md", [_text(rng) for _ in range(4)]) for i in range(70)])
+    assert _upto(store) == 280  # written in the new index before the swap
+    store.settle()  # nothing left to write
+    assert _upto(store) == 280
+    _assert_like_fts5(store)
+
+
+def test_settle_on_an_empty_index_writes_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "index.sqlite", vector_enabled=False)
+    store.settle()
+    with store.rebuild():
+        pass
+    assert _upto(store) == 0
+    assert store.keyword_search(["alpha"], 5) == []
+
+
+@pytest.mark.parametrize("query", ["alpha beta gamma", "running lamp cafe", "今天 成语 delta"])
+@pytest.mark.parametrize("limit", [1, 3, 20])
+def test_most_rows_matching_cut_from_a_sample_gives_fts5s_rows(query: str, limit: int) -> None:
+    conn = _fts_table(4000, seed=9)  # most rows match: the limit-th score bounded from a sample first
+    terms = search_terms(query)
+    assert Bm25Index.load(conn, "chunks_fts").search(_tokens(conn, terms), limit) == _fts5(conn, terms, limit)

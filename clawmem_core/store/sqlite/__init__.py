@@ -7,7 +7,8 @@ stored and searched with NumPy in process.
 
 The package's modules: :mod:`.schema` (the file, its DDL and the columns added since, checks
 before and after opening, FTS5 and sqlite-vec, damaged files and leftovers), :mod:`.writes`
-(files, chunks, vectors and bookkeeping values), :mod:`.search` (reads, keyword and vector
+(files, chunks, vectors and bookkeeping values, and the packed keyword postings written at the
+end of a sync), :mod:`.search` (reads, keyword and vector
 search), :mod:`.cache` (the embedding cache), :mod:`.common` (the store's lock, vector blobs),
 :mod:`.store` and :mod:`.backend` (the classes that put them together).
 """

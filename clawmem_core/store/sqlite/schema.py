@@ -46,6 +46,21 @@ _SCHEMA_OBJECTS = {"meta", "files", "chunks", "embedding_cache", "idx_chunks_pat
 #: The window rows, so that counting the chunks reads no row (added after the first schema: an
 #: index without it gets it on its next writable open, and is counted the slow way until then).
 _WINDOWS_INDEX = "CREATE INDEX IF NOT EXISTS idx_chunks_windows ON chunks (rid) WHERE part = 1"
+#: The packed keyword postings (see :mod:`clawmem_core.store.bm25`), added after the first schema:
+#: an index without them gets them on its next writable open (searches read FTS5's vocabulary
+#: until a sync writes them). A chunk row given an id at or below the watermark (an id freed by a
+#: delete, reused) lowers the watermark below it: the trigger lives in the file, so every writer,
+#: of any version, keeps the postings true.
+_POSTINGS = """
+CREATE TABLE IF NOT EXISTS chunks_fts_postings (term TEXT PRIMARY KEY, n INTEGER NOT NULL, rows BLOB NOT NULL,
+    tfs BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks_fts_postings_upto (id INTEGER PRIMARY KEY CHECK (id = 0), upto INTEGER NOT NULL);
+INSERT OR IGNORE INTO chunks_fts_postings_upto (id, upto) VALUES (0, 0);
+CREATE TRIGGER IF NOT EXISTS chunks_fts_postings_reused AFTER INSERT ON chunks
+WHEN new.rid <= (SELECT upto FROM chunks_fts_postings_upto WHERE id = 0)
+BEGIN UPDATE chunks_fts_postings_upto SET upto = new.rid - 1 WHERE id = 0; END;
+"""
+_POSTINGS_OBJECTS = {"chunks_fts_postings", "chunks_fts_postings_upto", "chunks_fts_postings_reused"}
 _ADDED_COLUMNS = {
     "chunks": {
         "part": "INTEGER NOT NULL DEFAULT 0",  # 1 = a window row (vector side only)

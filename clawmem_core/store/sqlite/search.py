@@ -201,7 +201,7 @@ class _Search:
         try:
             if self._bm25 is None or self._bm25[0] != token:
                 self._bm25 = (token, Bm25Index.load(self.conn, "chunks_fts"))
-            hits = self._bm25[1].search(tokens, int(limit))
+            hits = self._bm25[1].search(tokens, int(limit), [quote_fts(t) for t in terms])
             ids = self._read_meta(rid for rid, _ in hits)
         except (StaleStatistics, apsw.Error) as exc:
             log.debug("in-process keyword scoring unavailable: %s", exc)

@@ -21,7 +21,8 @@ from ..base import CorruptIndexError, MissingIndexError, Store, StoreCounts, Vec
 from ..bm25 import Bm25Index
 from .cache import _EmbeddingCache
 from .common import VectorTableError, _locked
-from .schema import (_ADDED_COLUMNS, _OPEN_ATTEMPTS, _SCHEMA, _SCHEMA_OBJECTS, _WINDOWS_INDEX, SCHEMA_VERSION,
+from .schema import (_ADDED_COLUMNS, _OPEN_ATTEMPTS, _POSTINGS, _POSTINGS_OBJECTS, _SCHEMA, _SCHEMA_OBJECTS,
+                     _WINDOWS_INDEX, SCHEMA_VERSION,
                      _check_file_header, _Schema, remove_index_files, remove_stale_temp_files)
 from .search import _Search
 from .writes import _Writes
@@ -170,6 +171,17 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
                     with self._tx():
                         conn.execute(_WINDOWS_INDEX)
                     self.windows_index = True
+                except apsw.BusyError:
+                    pass
+                finally:
+                    conn.setbusytimeout(10_000)
+            if not self.read_only and not _POSTINGS_OBJECTS <= names:
+                # the packed keyword postings' tables (an index of an earlier release, or a new
+                # one): now if nobody is writing (never waits); searches do without until then
+                conn.setbusytimeout(0)
+                try:
+                    with self._tx():
+                        conn.execute(_POSTINGS)
                 except apsw.BusyError:
                     pass
                 finally:
@@ -372,6 +384,7 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
             tmp.conn.execute("PRAGMA synchronous=OFF")
             tmp.copy_cache_from(self)
             yield tmp
+            tmp.settle()  # the new index's keyword postings, swapped in with it
             with self._lock:
                 with self.conn.backup("main", tmp.conn, "main") as backup:
                     backup.step(-1)

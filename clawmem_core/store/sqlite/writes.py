@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import apsw
+
 from ...text import index_document
 from ..base import ChunkRow, FileRow, FileState
+from ..bm25 import read_varint, write_postings
 from .common import _batches, _blob, _locked, _now_ms, _vec_errors
+
+
+#: Keyword rows above the postings' watermark before a sync rewrites the packed postings (a
+#: search reads those rows' terms from FTS5, a ``MATCH`` above the watermark) ...
+SETTLE_MIN_ROWS = 256
+#: ... and at least this share of the rows below it: the rewrite reads the whole FTS5 index, so
+#: it is done once per so many rows written, not at every sync.
+SETTLE_SHARE = 0.125
 
 
 class _Writes:
@@ -234,6 +245,30 @@ class _Writes:
                 "UPDATE files SET mtime=?, size=?, ctime=?, ino=? WHERE source=? AND path=?",
                 [(f.mtime, f.size, f.ctime, f.ino, f.source, f.path) for f in files],
             )
+
+    @_locked
+    def settle(self) -> None:
+        """Rewrite the packed keyword postings (:func:`~..bm25.write_postings`, one transaction)
+        once the keyword rows written above their watermark are :data:`SETTLE_MIN_ROWS` and
+        :data:`SETTLE_SHARE` of the rows below it; nothing otherwise (one count of the new rows)."""
+        if self.read_only or not self.fts_available or self.fts_tokenizer == "trigram":
+            return
+        conn = self.conn
+        try:
+            (upto,) = conn.execute("SELECT upto FROM chunks_fts_postings_upto WHERE id = 0").fetchall()[0]
+        except (apsw.SQLError, IndexError):  # an index of an earlier release not converted yet
+            return
+        rows = 0
+        for (block,) in conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
+            rows = read_varint(block)[0] if block else 0  # empty until the first row is written
+        (above,) = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts_docsize WHERE id > ? LIMIT ?)",
+            (int(upto), max(SETTLE_MIN_ROWS, int(rows * SETTLE_SHARE)) + 1),
+        ).fetchall()[0]
+        if above < SETTLE_MIN_ROWS or above < (rows - above) * SETTLE_SHARE:
+            return
+        with self._tx():
+            write_postings(conn, "chunks_fts")
 
     @_locked
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
