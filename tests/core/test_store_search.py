@@ -13,6 +13,7 @@ import pytest
 from clawmem_core.store import sqlite as store_mod
 from clawmem_core.store.base import ChunkRow, FileRow
 from clawmem_core.store import bm25 as bm25_mod
+from clawmem_core.store.sqlite import writes as writes_mod
 from clawmem_core.store.bm25 import Bm25Index, pack_postings, read_varint, unpack_postings, write_postings
 from clawmem_core.store.sqlite import SQLiteStore
 from clawmem_core.text import index_document, quote_fts, search_terms
@@ -222,6 +223,12 @@ QUERIES = ("alpha beta", "running lamp", "成语 游戏", "cafe zeta notes_v2", 
            "quasar pulsar lamp")
 
 
+@pytest.fixture(autouse=True)
+def postings_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The indexes here are small: their syncs write postings as a large index's would."""
+    monkeypatch.setattr(writes_mod, "SETTLE_MIN_INDEX_ROWS", 0)
+
+
 @pytest.fixture
 def rare_terms_stored(monkeypatch: pytest.MonkeyPatch) -> None:
     """Postings written for terms of two instances or more (the rare ones tell deleted rows apart:
@@ -307,7 +314,8 @@ def test_an_index_without_postings_is_searched_and_converted(tmp_path: Path) -> 
 
 _KILL_IN_SETTLE = """
 import os, sys
-from clawmem_core.store.sqlite import SQLiteStore
+from clawmem_core.store.sqlite import SQLiteStore, writes
+writes.SETTLE_MIN_INDEX_ROWS = 0
 store = SQLiteStore(sys.argv[1], vector_enabled=False)
 def trace(cursor, sql, bindings):
     if sql.startswith("UPDATE"):
@@ -345,6 +353,19 @@ def test_a_rebuild_swaps_in_its_postings(tmp_path: Path, rare_terms_stored: None
     assert _upto(store) == 280  # written in the new index before the swap
     store.settle()  # nothing left to write
     assert _upto(store) == 280
+    _assert_like_fts5(store)
+
+
+def test_a_small_index_gets_no_postings(tmp_path: Path, rare_terms_stored: None,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writes_mod, "SETTLE_MIN_INDEX_ROWS", 281)
+    store = _big_store(tmp_path / "index.sqlite")  # 280 keyword rows
+    store.settle()
+    assert _upto(store) == 0
+    assert store.conn.execute("SELECT count(*) FROM chunks_fts_postings").fetchall() == [(0,)]
+    store.replace_files([_chunks("memory/new.md", ["quokka lamp"])])  # the 281st
+    store.settle()
+    assert _upto(store) == 281
     _assert_like_fts5(store)
 
 

@@ -13,6 +13,11 @@ from ..bm25 import read_varint, write_postings
 from .common import _batches, _blob, _locked, _now_ms, _vec_errors
 
 
+#: Keyword rows in the index below which no postings are written: a term's first use through
+#: FTS5's vocabulary costs in proportion to its instances (1.1-1.5 ms a query term at 100k rows,
+#: about a tenth of that at 10k), while a rewrite reads every instance (about 30 us a row), so a
+#: smaller index pays more to write them than its searches save.
+SETTLE_MIN_INDEX_ROWS = 50_000
 #: Keyword rows above the postings' watermark before a sync rewrites the packed postings (a
 #: search reads those rows' terms from FTS5, a ``MATCH`` above the watermark) ...
 SETTLE_MIN_ROWS = 256
@@ -249,7 +254,8 @@ class _Writes:
     @_locked
     def settle(self) -> None:
         """Rewrite the packed keyword postings (:func:`~..bm25.write_postings`, one transaction)
-        once the keyword rows written above their watermark are :data:`SETTLE_MIN_ROWS` and
+        once the index holds :data:`SETTLE_MIN_INDEX_ROWS` keyword rows and those written above
+        their watermark are :data:`SETTLE_MIN_ROWS` and
         :data:`SETTLE_SHARE` of the rows below it; nothing otherwise (one count of the new rows)."""
         if self.read_only or not self.fts_available or self.fts_tokenizer == "trigram":
             return
@@ -261,6 +267,8 @@ class _Writes:
         rows = 0
         for (block,) in conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
             rows = read_varint(block)[0] if block else 0  # empty until the first row is written
+        if rows < SETTLE_MIN_INDEX_ROWS:
+            return
         (above,) = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM chunks_fts_docsize WHERE id > ? LIMIT ?)",
             (int(upto), max(SETTLE_MIN_ROWS, int(rows * SETTLE_SHARE)) + 1),
