@@ -14,8 +14,8 @@ from .common import _batches, _blob, _locked, _now_ms, _vec_errors
 
 
 #: Keyword rows in the index below which no postings are written: a term's first use through
-#: FTS5's vocabulary costs in proportion to its instances (1.1-1.5 ms a query term at 100k rows,
-#: about a tenth of that at 10k), while a rewrite reads every instance (about 30 us a row), so a
+#: FTS5's vocabulary costs in proportion to its instances (0.18 ms a query term at 10k rows, 1.16
+#: at 100k), while a rewrite reads every instance (about 30 us a row), so a
 #: smaller index pays more to write them than its searches save.
 SETTLE_MIN_INDEX_ROWS = 50_000
 #: Keyword rows above the postings' watermark before a sync rewrites the packed postings (a
