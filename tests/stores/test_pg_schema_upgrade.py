@@ -33,6 +33,13 @@ V3_DDL = SCHEMA_DDL[3]
 #: Schema version 4 as clawmem wrote it (no packed keyword postings).
 V4_DDL = SCHEMA_DDL[4]
 
+#: Schema version 5 as clawmem wrote it (planner statistics of every column).
+V5_DDL = SCHEMA_DDL[5]
+
+#: The columns version 6 keeps no planner statistics of, by table.
+NO_STATISTICS = {"clawmem_chunks": {"terms", "text", "embedding"}, "clawmem_files": {"content"},
+                 "clawmem_postings": {"rids", "tfs"}}
+
 #: Columns every version has, by table (what is copied into the old schema).
 COLUMNS = {
     "clawmem_agents": "agent, generation, data_version",
@@ -71,10 +78,10 @@ def fingerprint(mem: MemoryIndex) -> tuple[Any, ...]:
 
 
 def make_old(url: str, ref: str, kind: str) -> None:
-    """``url`` holding ``ref``'s rows under an old schema: ``v2``, ``v3``, ``v4``, or ``v3-from-v2``
+    """``url`` holding ``ref``'s rows under an old schema: ``v2``, ``v3``, ``v4``, ``v5``, or ``v3-from-v2``
     (a version 2 database upgraded by the code of version 3)."""
     with psycopg.connect(url, autocommit=True) as dst, psycopg.connect(ref, autocommit=True) as src:
-        dst.execute({"v3": V3_DDL, "v4": V4_DDL}.get(kind, V2_DDL))
+        dst.execute({"v3": V3_DDL, "v4": V4_DDL, "v5": V5_DDL}.get(kind, V2_DDL))
         for table, cols in COLUMNS.items():
             with src.cursor().copy(f"COPY (SELECT {cols} FROM {table}) TO STDOUT") as out, \
                     dst.cursor().copy(f"COPY {table} ({cols}) FROM STDIN") as into:
@@ -85,13 +92,26 @@ def make_old(url: str, ref: str, kind: str) -> None:
         dst.execute("SELECT setval(pg_get_serial_sequence('clawmem_chunks', 'rid'), (SELECT max(rid) FROM clawmem_chunks))")
         if kind == "v3-from-v2":
             dst.execute(V3_DDL)
-        dst.execute("INSERT INTO clawmem_schema VALUES (%s)", ({"v2": 2, "v4": 4}.get(kind, 3),))
+        dst.execute("INSERT INTO clawmem_schema VALUES (%s)", ({"v2": 2, "v4": 4, "v5": 5}.get(kind, 3),))
 
 
 def indexes(url: str) -> set[str]:
     """The indexes of the chunks table."""
     with psycopg.connect(url) as conn:
         return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'clawmem_chunks'")}
+
+
+def without_statistics(url: str) -> dict[str, set[str]]:
+    """The columns of each table whose planner statistics are turned off (``SET STATISTICS 0``)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, a.attname FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid "
+            "WHERE c.relname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped AND a.attstattarget = 0",
+            (list(NO_STATISTICS),)).fetchall()
+    out: dict[str, set[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, set()).add(column)
+    return out
 
 
 def out_of_line(url: str) -> int:
@@ -120,7 +140,7 @@ def reference(tmp_path: Path, pg_server: Any) -> Any:
         drop_database(pg_server, url)
 
 
-@pytest.mark.parametrize("kind", ["v2", "v3", "v3-from-v2", "v4"])
+@pytest.mark.parametrize("kind", ["v2", "v3", "v3-from-v2", "v4", "v5"])
 def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, reference: Any, pg_url: str,
                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clawmem_core.store.postgres import SCHEMA_VERSION
@@ -131,8 +151,10 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
     make_old(pg_url, ref, kind)
     assert table_rows(pg_url) == rows
     monkeypatch.setattr(postings, "SETTLE_MIN_ROWS", 1)  # the sync writes the postings of every row
-    assert "clawmem_chunks_terms" in indexes(pg_url)  # every old version indexed the terms (GIN)
-    assert "clawmem_chunks_terms" not in indexes(ref)  # version 5 reads packed postings instead
+    # every version before 5 indexed the terms (GIN); 5 reads packed postings instead
+    assert ("clawmem_chunks_terms" in indexes(pg_url)) == (kind != "v5")
+    assert "clawmem_chunks_terms" not in indexes(ref)
+    assert without_statistics(pg_url) == {} and without_statistics(ref) == NO_STATISTICS
     leftovers = out_of_line(pg_url)
     assert (leftovers > 0) == (kind in ("v2", "v3-from-v2")), "version 2 rows keep their vectors out of line"
     with open_index(ws, tmp_path / "state", pg_url) as mem:
@@ -144,6 +166,7 @@ def test_an_old_schema_is_upgraded_in_place_and_loses_nothing(kind: str, referen
     assert (now["clawmem_chunks"], now["clawmem_files"]) == (rows["clawmem_chunks"], rows["clawmem_files"])
     assert out_of_line(pg_url) == 0
     assert "clawmem_chunks_terms" not in indexes(pg_url)  # dropped by the upgrade
+    assert without_statistics(pg_url) == NO_STATISTICS  # (version 6)
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT version FROM clawmem_schema").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT vectors_inline FROM clawmem_agents").fetchall() == [(True,)]

@@ -22,9 +22,10 @@ def pending(path: str, i: int, text: str) -> Any:
 psycopg = pytest.importorskip("psycopg")
 
 
-def _index_reads(url: str) -> dict[str, tuple[int, int]]:
+def _index_reads(url: str, index: str | None = "clawmem_chunks_id") -> dict[str, tuple[int, int]]:
     """Scans and entries read of each index of the chunks table, once the store's connections
-    have ended (a backend's statistics reach the shared view at its exit, soon after)."""
+    have ended (a backend's statistics reach the shared view at its exit, soon after; waited for
+    until ``index`` shows a scan, if given, and the figures stay the same)."""
     PostgresBackend.close_pools(url)
     last: dict[str, tuple[int, int]] = {}
     for _ in range(50):
@@ -32,7 +33,7 @@ def _index_reads(url: str) -> dict[str, tuple[int, int]]:
             conn.execute("SELECT pg_stat_clear_snapshot()")
             got = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
                 "SELECT indexrelname, idx_scan, idx_tup_read FROM pg_stat_user_indexes WHERE relname = 'clawmem_chunks'")}
-        if got == last and got.get("clawmem_chunks_id", (0, 0))[0]:
+        if got == last and (index is None or got.get(index, (0, 0))[0]):
             return got
         last = got
         time.sleep(0.1)
@@ -217,3 +218,29 @@ def test_the_keyword_phase_holds_each_rows_own_postings(pg_url: str) -> None:
     assert [h[0] for h in s.keyword_search(["word157"], 5)] == [items[15][1][7].id]
     s.close()
 
+
+
+def test_replacing_files_reads_only_their_own_rows_in_a_never_analyzed_table(pg_url: str) -> None:
+    """Each batch of a first sync deletes the rows of its files (none yet) before writing them: on a
+    table never analyzed (an agent's first sync), that delete goes through the path index, never
+    reading the agent's other rows (``path = ANY(...)`` went through the unique id index and read
+    them all, batch after batch: the keyword phase grew with the square of the chunk count)."""
+    s = PostgresBackend(pg_url, "a").open()
+    n = 300
+    s.replace_files([(file(f"f{i}.md", f"c{i}"), [pending(f"f{i}.md", i, f"note {i} 茶")]) for i in range(n)])
+    s.close()
+    before = _index_reads(pg_url, None)  # (a later flush of these only adds to the reads counted below)
+    s = PostgresBackend(pg_url, "a").open()
+    for b in range(8):  # batches of new files, and of files replaced, on one connection (prepared after five)
+        new = [(file(f"g{b}-{i}.md", f"d{b}{i}"), [pending(f"g{b}-{i}.md", i, f"tea {b} {i} 龙井")]) for i in range(3)]
+        again = [(file(f"f{b}.md", f"e{b}"), [pending(f"f{b}.md", 0, f"changed {b} 绿茶")])]
+        s.replace_files(new + again)
+    assert s.counts().chunks == n + 8 * 3
+    s.close()
+    after = _index_reads(pg_url, "clawmem_chunks_path")
+    read = {k: after[k][1] - before.get(k, (0, 0))[1] for k in after}
+    assert read["clawmem_chunks_id"] <= 8 * 4, read  # (reads of the agent's rows: 8 x 300 before)
+    assert read["clawmem_chunks_path"] >= 8, read  # each replaced file's old row found by its path
+    with psycopg.connect(pg_url) as conn:  # each replaced file holds its new row only
+        assert conn.execute("SELECT count(*) FROM clawmem_chunks WHERE path = 'f3.md'").fetchone()[0] == 1
+        assert conn.execute("SELECT text FROM clawmem_chunks WHERE path = 'f3.md'").fetchone()[0] == "changed 3 绿茶"

@@ -153,9 +153,17 @@ class _Writes:
         self.vector_dims = int(dims) if dims else None
 
     def _delete(self, conn: "psycopg.Connection", gen: int, source: str, paths: list[str]) -> None:
+        """Delete the chunks of ``paths``: each path's rows found through the path index (an
+        equality on each of its columns, in a subquery the planner cannot merge into a join), then
+        deleted by rid. With ``path = ANY(...)`` the planner, without statistics (a table that was
+        never analyzed: an agent's first sync), took the unique index on ``(agent, generation,
+        id)`` and read every row of the agent, for each batch of files: the keyword phase grew with
+        the square of the chunk count."""
         conn.execute(
-            "DELETE FROM clawmem_chunks WHERE agent = %s AND generation = %s AND source = %s AND path = ANY(%s)",
-            (self.agent, gen, source, paths),
+            "DELETE FROM clawmem_chunks WHERE rid = ANY(ARRAY(SELECT c.rid FROM unnest(%s::text[]) AS p (path) "
+            "CROSS JOIN LATERAL (SELECT rid FROM clawmem_chunks WHERE agent = %s AND generation = %s AND source = %s "
+            "AND path = p.path OFFSET 0) AS c))",
+            (paths, self.agent, gen, source),
         )
 
     #: The columns of a chunk row, as :meth:`_chunk_values` gives them (the terms and the vector
