@@ -41,6 +41,10 @@ MAX_META_BYTES = 40_000_000
 #: one file (besides its path and source), counted in :data:`MAX_META_BYTES`.
 _META_ROW_BYTES = 44
 _META_FILE_BYTES = 120
+#: The rows' positions by rid (4 bytes a rid between an agent's lowest and highest) are kept
+#: while that span is at most this many times the rows: a term's postings are then placed by a
+#: lookup per posting rather than a binary search over the rows (a query's first use).
+_DENSE_SPAN = 4
 
 
 class _StaleKeywords(Exception):
@@ -134,6 +138,17 @@ class _KeywordStats:
         avgdl = float(doc_len.sum()) / self.rows if self.rows else 1.0
         #: Per row: ``k1 * (1 - b + b * D / avgdl)``, evaluated as fts5Bm25Function does.
         self.length_norm = _K1 * (1 - _B + _B * doc_len / avgdl)
+        #: Row position by ``rid - rids[0]`` (-1: no row), where the span is dense enough
+        #: (:data:`_DENSE_SPAN`); else ``None`` (binary search).
+        self._at: "np.ndarray | None" = None
+        if self.rows:
+            import numpy as np
+
+            span = int(rids[-1]) - int(rids[0]) + 1
+            if span <= _DENSE_SPAN * self.rows:
+                at = np.full(span, -1, dtype=np.int32)
+                at[rids - rids[0]] = np.arange(self.rows, dtype=np.int32)
+                self._at = at
         #: token -> (row positions ascending, the token's count in each); kept and evicted by
         #: :class:`_KeywordCache`
         self.terms: dict[str, tuple[Any, Any]] = {}
@@ -145,7 +160,7 @@ class _KeywordStats:
     @property
     def nbytes(self) -> int:
         """Bytes the row arrays take (their metadata and the terms' postings are counted by the cache)."""
-        return self.rows * _ROW_BYTES
+        return self.rows * _ROW_BYTES + (self._at.nbytes if self._at is not None else 0)
 
     def row_meta(self, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
         """``rid -> (id, path, source, start_line, end_line)`` of ``rids`` (rows these statistics
@@ -166,6 +181,16 @@ class _KeywordStats:
         were written) are left out; else such a row means the statistics are out of date."""
         import numpy as np
 
+        at = self._at
+        if at is not None and len(rids) and int(rids[0]) >= int(self.rids[0]) \
+                and int(rids[-1]) - int(self.rids[0]) < len(at):
+            pos = at[rids - self.rids[0]]  # (rids ascending: all within the span)
+            held = pos >= 0
+            if not held.all():
+                if not live_only:
+                    raise _StaleKeywords("postings name rows the statistics do not hold")
+                pos, tf = pos[held], tf[held]
+            return pos.astype(np.int32), tf.astype(np.uint16)
         pos = np.searchsorted(self.rids, rids)
         if len(rids):
             held = pos < self.rows
