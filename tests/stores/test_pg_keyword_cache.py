@@ -397,24 +397,38 @@ def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.Mo
 
 
 def test_postings_placed_by_a_lookup_as_by_a_binary_search() -> None:
-    """A term's postings placed among the rows by their positions kept by rid (rids dense enough)
-    give what a binary search over the rows gives: the same positions and counts, rows the
-    statistics do not hold left out (or, outside ``live_only``, the statistics found stale), rids
-    below, between and above the rows' included."""
+    """A term's postings placed among the rows by the positions kept by rid of the agent's first
+    rows (those dense enough), and above them by a binary search, give what a binary search over
+    all the rows gives: the same positions and counts, rows the statistics do not hold left out
+    (or, outside ``live_only``, the statistics found stale), rids below, between and above the
+    rows' included; the rows of later syncs, after other agents' rows, do not widen the lookup."""
     import numpy as np
 
+    from clawmem_core.store.postgres import keyword_cache
     from clawmem_core.store.postgres.keyword_cache import _KeywordStats, _StaleKeywords
 
     rng = np.random.default_rng(5)
-    for span, rows in ((400, 300), (2_000, 500), (100_000, 50)):  # dense, dense at 4x, sparse
-        rids = np.sort(rng.choice(np.arange(10, 10 + span), rows, replace=False)).astype(np.int64)
+    cases = [(np.sort(rng.choice(np.arange(10, 10 + span), rows, replace=False)), dense)
+             for span, rows, dense in ((400, 300, 300), (1_000, 500, 500))]
+    # a bulk of rows, then rows written after other agents' (far above): the bulk by lookup
+    bulk = np.arange(1, 2_001)
+    cases.append((np.concatenate([bulk, 9_000 + np.sort(rng.choice(500, 40, replace=False))]), 2_000))
+    # sparse from the start: few rows by lookup
+    cases.append((np.sort(rng.choice(np.arange(1, 100_000), 50, replace=False)), None))
+    for rids, dense in cases:
+        rids = rids.astype(np.int64)
+        rows = len(rids)
         stats = _KeywordStats((1, 1), rids, rng.integers(1, 50, rows).astype(np.float64))
-        assert (stats._at is not None) == (span <= 4 * rows)
+        if dense is not None:
+            assert stats._dense == dense
+        assert stats._at is not None and len(stats._at) <= keyword_cache._DENSE_SPAN * stats._dense
+        assert stats.nbytes == rows * keyword_cache._ROW_BYTES + stats._at.nbytes
         by_search = _KeywordStats((1, 1), rids, stats.doc_len)
         by_search._at = None
-        for k in range(30):
+        top = int(rids[-1])
+        for k in range(40):
             held = rng.choice(rids, rng.integers(0, rows), replace=False)
-            other = rng.integers(0, span + 40, k % 4)  # rows deleted since, below and above the rows'
+            other = rng.integers(0, top + 40, k % 4)  # rows deleted since, below and above the rows'
             want = np.unique(np.concatenate([held, other]).astype(np.int64))
             tf = rng.integers(1, 9, len(want)).astype(np.int64)
             got, expected = stats.entry(want, tf, live_only=True), by_search.entry(want, tf, live_only=True)
