@@ -375,9 +375,10 @@ def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.Mo
     _file(a, "memory/a.md", [f"hot filler{i}" for i in range(40)], agent_tag="A:")
     _file(b, "memory/b.md", [" ".join(f"cold{k}" for k in range(10) if (i + k) % 2 == 0) + f" pad{i}"
                              for i in range(40)], agent_tag="B:")
-    # room for both agents' rows, A's hot term and three of B's one-off terms (as bytes, and as
-    # rows plus postings for a cache that counts those)
-    monkeypatch.setattr(keyword_cache, "MAX_CACHED_BYTES", 40 * 24 * 2 + 40 * 6 + 3 * 20 * 6, raising=False)
+    # room for both agents' rows (their rids and lengths, and their positions by rid: each
+    # agent's 40 rids are consecutive), A's hot term and three of B's one-off terms (as bytes,
+    # and as rows plus postings for a cache that counts those)
+    monkeypatch.setattr(keyword_cache, "MAX_CACHED_BYTES", 40 * (24 + 4) * 2 + 40 * 6 + 3 * 20 * 6, raising=False)
     monkeypatch.setattr(keyword_cache, "MAX_CACHED_POSTINGS", 40 * 3 + 3 * 20, raising=False)
     try:
         expected = _in_sql(a, ["hot"], 10)
@@ -393,3 +394,53 @@ def test_several_agents_keep_their_hot_terms(pg_url: str, monkeypatch: pytest.Mo
     finally:
         a.close()
         b.close()
+
+
+def test_postings_placed_by_a_lookup_as_by_a_binary_search() -> None:
+    """A term's postings placed among the rows by the positions kept by rid of the agent's first
+    rows (those dense enough), and above them by a binary search, give what a binary search over
+    all the rows gives: the same positions and counts, rows the statistics do not hold left out
+    (or, outside ``live_only``, the statistics found stale), rids below, between and above the
+    rows' included; the rows of later syncs, after other agents' rows, do not widen the lookup."""
+    import numpy as np
+
+    from clawmem_core.store.postgres import keyword_cache
+    from clawmem_core.store.postgres.keyword_cache import _KeywordStats, _StaleKeywords
+
+    rng = np.random.default_rng(5)
+    cases = [(np.sort(rng.choice(np.arange(10, 10 + span), rows, replace=False)), dense)
+             for span, rows, dense in ((400, 300, 300), (1_000, 500, 500))]
+    # a bulk of rows, then rows written after other agents' (far above): the bulk by lookup
+    bulk = np.arange(1, 2_001)
+    cases.append((np.concatenate([bulk, 9_000 + np.sort(rng.choice(500, 40, replace=False))]), 2_000))
+    # sparse from the start: few rows by lookup
+    cases.append((np.sort(rng.choice(np.arange(1, 100_000), 50, replace=False)), None))
+    for rids, dense in cases:
+        rids = rids.astype(np.int64)
+        rows = len(rids)
+        stats = _KeywordStats((1, 1), rids, rng.integers(1, 50, rows).astype(np.float64))
+        if dense is not None:
+            assert stats._dense == dense
+        assert stats._at is not None and len(stats._at) <= keyword_cache._DENSE_SPAN * stats._dense
+        assert stats.nbytes == rows * keyword_cache._ROW_BYTES + stats._at.nbytes
+        by_search = _KeywordStats((1, 1), rids, stats.doc_len)
+        by_search._at = None
+        top = int(rids[-1])
+        for k in range(40):
+            held = rng.choice(rids, rng.integers(0, rows), replace=False)
+            other = rng.integers(0, top + 40, k % 4)  # rows deleted since, below and above the rows'
+            want = np.unique(np.concatenate([held, other]).astype(np.int64))
+            tf = rng.integers(1, 9, len(want)).astype(np.int64)
+            got, expected = stats.entry(want, tf, live_only=True), by_search.entry(want, tf, live_only=True)
+            assert got[0].dtype == expected[0].dtype and got[1].dtype == expected[1].dtype
+            assert got[0].tolist() == expected[0].tolist() and got[1].tolist() == expected[1].tolist()
+            assert (rids[got[0]] == want[np.isin(want, rids)]).all()
+            if np.isin(want, rids).all():
+                assert stats.entry(want, tf)[0].tolist() == expected[0].tolist()
+            else:
+                with pytest.raises(_StaleKeywords):
+                    stats.entry(want, tf)
+                with pytest.raises(_StaleKeywords):
+                    by_search.entry(want, tf)
+    empty = _KeywordStats(None, np.zeros(0, dtype=np.int64), np.zeros(0))
+    assert empty._at is None and empty.entry(np.array([3], dtype=np.int64), np.array([1]), live_only=True)[0].tolist() == []

@@ -41,6 +41,11 @@ MAX_META_BYTES = 40_000_000
 #: one file (besides its path and source), counted in :data:`MAX_META_BYTES`.
 _META_ROW_BYTES = 44
 _META_FILE_BYTES = 120
+#: The positions of an agent's first rows by rid are kept (4 bytes a rid from its lowest, counted
+#: with the rows: at most 8 bytes a row over its 24), as many rows as span at most this many
+#: times their number of rids: a term's postings among them are placed by a lookup per posting,
+#: those above (rows of later syncs, after other agents' rows) by a binary search.
+_DENSE_SPAN = 2
 
 
 class _StaleKeywords(Exception):
@@ -134,6 +139,21 @@ class _KeywordStats:
         avgdl = float(doc_len.sum()) / self.rows if self.rows else 1.0
         #: Per row: ``k1 * (1 - b + b * D / avgdl)``, evaluated as fts5Bm25Function does.
         self.length_norm = _K1 * (1 - _B + _B * doc_len / avgdl)
+        #: Row position by ``rid - rids[0]`` (-1: no row) of the first :attr:`_dense` rows, the
+        #: most that span at most :data:`_DENSE_SPAN` times their number of rids.
+        self._at: "np.ndarray | None" = None
+        self._dense = 0
+        if self.rows:
+            import numpy as np
+
+            if int(rids[-1] - rids[0]) < _DENSE_SPAN * self.rows:
+                self._dense = self.rows
+            else:
+                fits = (rids - rids[0]) < _DENSE_SPAN * np.arange(1, self.rows + 1)
+                self._dense = int(np.flatnonzero(fits)[-1]) + 1
+            at = np.full(int(rids[self._dense - 1] - rids[0]) + 1, -1, dtype=np.int32)
+            at[rids[:self._dense] - rids[0]] = np.arange(self._dense, dtype=np.int32)
+            self._at = at
         #: token -> (row positions ascending, the token's count in each); kept and evicted by
         #: :class:`_KeywordCache`
         self.terms: dict[str, tuple[Any, Any]] = {}
@@ -145,7 +165,7 @@ class _KeywordStats:
     @property
     def nbytes(self) -> int:
         """Bytes the row arrays take (their metadata and the terms' postings are counted by the cache)."""
-        return self.rows * _ROW_BYTES
+        return self.rows * _ROW_BYTES + (self._at.nbytes if self._at is not None else 0)
 
     def row_meta(self, rids: Sequence[int]) -> dict[int, tuple[str, str, str, int, int]]:
         """``rid -> (id, path, source, start_line, end_line)`` of ``rids`` (rows these statistics
@@ -166,6 +186,24 @@ class _KeywordStats:
         were written) are left out; else such a row means the statistics are out of date."""
         import numpy as np
 
+        at = self._at
+        if at is not None and len(rids):
+            # (rids ascending) those up to the last of the first rows by lookup, the rest by search
+            low, cut = self.rids[0], int(np.searchsorted(rids, self.rids[self._dense - 1], side="right"))
+            off = rids[:cut] - low
+            pos = at[off] if not cut or off[0] >= 0 else np.where(off >= 0, at[np.maximum(off, 0)], -1)
+            if cut < len(rids):
+                upper = self.rids[self._dense:]
+                far = np.searchsorted(upper, rids[cut:])
+                found = far < len(upper)
+                found[found] = upper[far[found]] == rids[cut:][found]
+                pos = np.concatenate([pos, np.where(found, far + self._dense, -1).astype(np.int32)])
+            held = pos >= 0
+            if not held.all():
+                if not live_only:
+                    raise _StaleKeywords("postings name rows the statistics do not hold")
+                pos, tf = pos[held], tf[held]
+            return pos.astype(np.int32), tf.astype(np.uint16)
         pos = np.searchsorted(self.rids, rids)
         if len(rids):
             held = pos < self.rows
