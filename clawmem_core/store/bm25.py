@@ -286,19 +286,44 @@ def _narrow(values: "np.ndarray") -> "np.ndarray":
     return np.ascontiguousarray(values, dtype=dtype)
 
 
+#: Terms whose packed postings :func:`stage_postings` inserts at a time (the memory it holds).
+POSTINGS_BATCH = 256
+
+
 def write_postings(conn: "apsw.Connection", table: str) -> int:
     """(Re)write ``table``'s packed postings from FTS5's ``instance`` vocabulary (one pass over
-    the index, in the caller's transaction): each term with at least
-    :data:`POSTINGS_MIN_INSTANCES` instances, and the watermark set to the highest row. Returns
+    the index, in the caller's transaction): :func:`stage_postings` then :func:`install_postings`.
+    Returns how many terms were written."""
+    top, terms = stage_postings(conn, table)
+    install_postings(conn, table, top)
+    return terms
+
+
+def staged_table(table: str) -> str:
+    """The TEMP table in which :func:`stage_postings` writes ``table``'s postings."""
+    return f'temp."{table}_postings_staged"'
+
+
+def stage_postings(conn: "apsw.Connection", table: str) -> tuple[int, int]:
+    """Write ``table``'s packed postings into a TEMP table (:func:`staged_table`, recreated): each
+    term with at least :data:`POSTINGS_MIN_INSTANCES` instances, read from FTS5's ``instance``
+    vocabulary, :data:`POSTINGS_BATCH` terms held at a time. It writes only the connection's
+    temporary database, so it needs no more than a read transaction of the main one (the pass
+    holds no write lock); run it in one, for one state of the index. Returns the highest row and
     how many terms were written."""
     import numpy as np
 
+    staged = staged_table(table)
     conn.execute(
         f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."{table}_instances" USING fts5vocab(main, "{table}", instance)'
     )
+    conn.execute(f"DROP TABLE IF EXISTS {staged}")
+    conn.execute(f"CREATE TABLE {staged} (term TEXT NOT NULL, n INTEGER NOT NULL, rows BLOB NOT NULL, "
+                 "tfs BLOB NOT NULL)")
     (top,) = conn.execute(f'SELECT coalesce(max(id), 0) FROM "{table}_docsize"').fetchall()[0]
-    conn.execute(f'DELETE FROM "{table}_postings"')
-    out = []
+    insert = f"INSERT INTO {staged} (term, n, rows, tfs) VALUES (?, ?, ?, ?)"
+    out: list[tuple[str, int, bytes, bytes]] = []
+    terms = 0
     # the instances of the terms worth it, one string per term (the vocabulary lists them by term,
     # then row)
     for term, docs in conn.execute(
@@ -308,9 +333,29 @@ def write_postings(conn: "apsw.Connection", table: str) -> int:
         inst = np.fromstring(docs, dtype=np.int64, sep=",")
         rows, tf = _run_lengths(inst)
         out.append((term, *pack_postings(rows, tf)))
-    conn.executemany(f'INSERT INTO "{table}_postings" (term, n, rows, tfs) VALUES (?, ?, ?, ?)', out)
+        if len(out) >= POSTINGS_BATCH:
+            conn.executemany(insert, out)
+            terms += len(out)
+            out.clear()
+    if out:
+        conn.executemany(insert, out)
+        terms += len(out)
+    return int(top), terms
+
+
+def install_postings(conn: "apsw.Connection", table: str, top: int) -> None:
+    """Replace ``table``'s packed postings by those :func:`stage_postings` wrote and set their
+    watermark to ``top`` (in the caller's write transaction, on the state the postings were
+    computed from). The TEMP table stays (drop it with :func:`drop_staged_postings`)."""
+    conn.execute(f'DELETE FROM "{table}_postings"')
+    conn.execute(f'INSERT INTO "{table}_postings" (term, n, rows, tfs) SELECT term, n, rows, tfs FROM '
+                 f"{staged_table(table)}")
     conn.execute(f'UPDATE "{table}_postings_upto" SET upto = ? WHERE id = 0', (int(top),))
-    return len(out)
+
+
+def drop_staged_postings(conn: "apsw.Connection", table: str) -> None:
+    """Drop the TEMP table of :func:`stage_postings` (outside any transaction: its pages go back)."""
+    conn.execute(f"DROP TABLE IF EXISTS {staged_table(table)}")
 
 
 def _run_lengths(inst: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:

@@ -318,15 +318,20 @@ from clawmem_core.store.sqlite import SQLiteStore, writes
 writes.SETTLE_MIN_INDEX_ROWS = 0
 store = SQLiteStore(sys.argv[1], vector_enabled=False)
 def trace(cursor, sql, bindings):
-    if sql.startswith("UPDATE"):
-        os._exit(9)  # killed after the postings were written, before the watermark
+    if sql.startswith(sys.argv[2]):
+        os._exit(9)
     return True
 store.conn.set_exec_trace(trace)
 store.settle()
 """
 
 
-def test_a_settle_killed_midway_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize("at", [
+    "INSERT INTO temp",  # during the pass, postings written into the TEMP table
+    "BEGIN IMMEDIATE",  # after the pass, before the write transaction
+    "UPDATE",  # after the postings were copied in, before the watermark
+])
+def test_a_settle_killed_midway_leaves_the_index_as_it_was(tmp_path: Path, at: str) -> None:
     import os
     import subprocess
     import sys
@@ -336,13 +341,66 @@ def test_a_settle_killed_midway_leaves_the_index_as_it_was(tmp_path: Path) -> No
     store.close()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                       os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", _KILL_IN_SETTLE, str(path)], env=env, capture_output=True)
+    proc = subprocess.run([sys.executable, "-c", _KILL_IN_SETTLE, str(path), at], env=env, capture_output=True)
     assert proc.returncode == 9, proc.stderr
     store = SQLiteStore(path, vector_enabled=False)
     assert _upto(store) == 0
     assert store.conn.execute("SELECT count(*) FROM chunks_fts_postings").fetchall() == [(0,)]
     store.settle()
     _assert_like_fts5(store)
+
+
+def _postings(store: SQLiteStore) -> list[tuple]:
+    return store.conn.execute("SELECT term, n, rows, tfs FROM chunks_fts_postings ORDER BY term").fetchall()
+
+
+@pytest.mark.parametrize("at", [
+    "INSERT",  # during the pass (its first postings written)
+    "BEGIN IMMEDIATE",  # after the pass, before the write transaction that would copy them in
+])
+def test_another_connection_commits_during_the_pass_and_the_settle_writes_nothing(
+        tmp_path: Path, rare_terms_stored: None, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    monkeypatch.setattr(bm25_mod, "POSTINGS_BATCH", 2)  # the pass inserts as it goes
+    monkeypatch.setattr(writes_mod, "SETTLE_MIN_ROWS", 1)
+    path = tmp_path / "index.sqlite"
+    store = _big_store(path)
+    store.settle()
+    assert _upto(store) == 280
+    before = _postings(store)
+    rng = random.Random(13)
+    store.replace_files([_chunks("memory/more.md", [_text(rng) for _ in range(40)])])  # rows 281-320
+    other = SQLiteStore(path, vector_enabled=False)  # another process's writer
+    other.conn.setbusytimeout(100)  # it would wait this long for the write lock
+    committed: list[BaseException | None] = []
+
+    def trace(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+        if not committed and sql.startswith(at):
+            try:
+                other.delete_files("memory", ["memory/n001.md"])
+                # the highest rows replaced: their ids given again to other words (were the postings
+                # computed before copied in, the old rows' counts would attach to them)
+                texts = ["今天 quokka pulsar 成语", "pulsar lamp"] + [_text(rng) for _ in range(38)]
+                other.replace_files([(FileRow("memory/more.md", "memory", "y", 0, 0),
+                                      _chunks("memory/more.md", texts)[1])])
+                committed.append(None)
+            except apsw.BusyError as exc:  # the settle held the write lock
+                committed.append(exc)
+        return True
+
+    store.conn.set_exec_trace(trace)
+    store.settle()
+    store.conn.set_exec_trace(None)
+    assert committed == [None]  # the other connection committed while the pass ran
+    assert _upto(store) == 280 and _postings(store) == before  # computed on an older state: dropped
+    assert not store.conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'chunks_fts_postings_staged'"
+                                  ).fetchall()
+    _assert_like_fts5(store)
+    assert store.conn.execute("SELECT max(rid) FROM chunks").fetchall() == [(320,)]
+    assert [cid for cid, _ in store.keyword_search(["quokka"], 5)] == ["memory/more.md#0"]
+    store.settle()  # nothing written meanwhile: the postings are rewritten
+    assert _upto(store) == 320 and _postings(store) != before
+    _assert_like_fts5(store)
+    other.close()
 
 
 def test_a_rebuild_swaps_in_its_postings(tmp_path: Path, rare_terms_stored: None) -> None:

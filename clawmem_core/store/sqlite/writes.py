@@ -9,7 +9,7 @@ import apsw
 
 from ...text import index_document
 from ..base import ChunkRow, FileRow, FileState
-from ..bm25 import read_varint, write_postings
+from ..bm25 import drop_staged_postings, install_postings, read_varint, stage_postings
 from .common import _batches, _blob, _locked, _now_ms, _vec_errors
 
 
@@ -253,10 +253,11 @@ class _Writes:
 
     @_locked
     def settle(self) -> None:
-        """Rewrite the packed keyword postings (:func:`~..bm25.write_postings`, one transaction)
-        once the index holds :data:`SETTLE_MIN_INDEX_ROWS` keyword rows and those written above
-        their watermark are :data:`SETTLE_MIN_ROWS` and
-        :data:`SETTLE_SHARE` of the rows below it; nothing otherwise (one count of the new rows)."""
+        """Rewrite the packed keyword postings (:func:`~..bm25.stage_postings` in a read
+        transaction, :func:`~..bm25.install_postings` in a short write transaction) once the index
+        holds :data:`SETTLE_MIN_INDEX_ROWS` keyword rows and those written above their watermark
+        are :data:`SETTLE_MIN_ROWS` and :data:`SETTLE_SHARE` of the rows below it; nothing
+        otherwise (one count of the new rows)."""
         if self.read_only or not self.fts_available or self.fts_tokenizer == "trigram":
             return
         conn = self.conn
@@ -275,8 +276,28 @@ class _Writes:
         ).fetchall()[0]
         if above < SETTLE_MIN_ROWS or above < (rows - above) * SETTLE_SHARE:
             return
-        with self._tx():
-            write_postings(conn, "chunks_fts")
+        # The pass over the index runs in a read transaction (WAL: other connections commit
+        # meanwhile), writing the postings into a TEMP table (the connection's temporary database:
+        # no lock of the main file); the write lock is taken only to copy them in, and only if no
+        # other connection committed since the pass's snapshot (``PRAGMA data_version``; this
+        # connection's own writes wait for the store's lock, held here). Else they are dropped and
+        # a later sync settles again (the rows above the watermark are read from FTS5 meanwhile).
+        try:
+            conn.execute("BEGIN")
+            try:
+                (version,) = conn.execute("PRAGMA data_version").fetchall()[0]  # starts the snapshot
+                top, _ = stage_postings(conn, "chunks_fts")
+            except BaseException:
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")  # ends the read (and the TEMP table's writes)
+            with self._tx():
+                if conn.execute("PRAGMA data_version").fetchall()[0][0] == version:
+                    install_postings(conn, "chunks_fts", top)
+        finally:
+            if conn.getautocommit():
+                drop_staged_postings(conn, "chunks_fts")
 
     @_locked
     def delete_files(self, source: str, paths: Iterable[str]) -> None:
