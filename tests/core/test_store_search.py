@@ -427,6 +427,34 @@ def test_a_small_index_gets_no_postings(tmp_path: Path, rare_terms_stored: None,
     _assert_like_fts5(store)
 
 
+@pytest.mark.parametrize("error", [apsw.FullError, apsw.IOError])
+def test_a_full_temporary_directory_leaves_the_postings_as_they_were(
+        tmp_path: Path, rare_terms_stored: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, error: type) -> None:
+    store = _big_store(tmp_path / "index.sqlite")
+    store.settle()
+    assert _upto(store) == 280
+    store.replace_files([_chunks(f"memory/more{i}.md", ["quokka lamp 成语接龙", "pulsar"]) for i in range(40)])
+
+    def full(conn: object, table: str) -> None:
+        raise error("database or disk is full")
+
+    monkeypatch.setattr(writes_mod, "SETTLE_MIN_ROWS", 16)  # the 80 rows above are enough
+    monkeypatch.setattr(writes_mod, "stage_postings", full)
+    with caplog.at_level("WARNING", logger="clawmem"):
+        store.settle()  # no error: the sync that called it goes on
+    assert "postings not rewritten" in caplog.text
+    assert _upto(store) == 280 and store.conn.getautocommit()
+    _assert_like_fts5(store)  # the rows above the watermark read from FTS5
+    assert [cid for cid, _ in store.keyword_search(["quokka"], 50)][:1] == ["memory/more0.md#0"]
+    monkeypatch.undo()
+    monkeypatch.setattr(writes_mod, "SETTLE_MIN_INDEX_ROWS", 0)
+    monkeypatch.setattr(bm25_mod, "POSTINGS_MIN_INSTANCES", 2)
+    monkeypatch.setattr(writes_mod, "SETTLE_MIN_ROWS", 16)
+    store.settle()
+    assert _upto(store) == 360
+
+
 def test_settle_on_an_empty_index_writes_nothing(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "index.sqlite", vector_enabled=False)
     store.settle()

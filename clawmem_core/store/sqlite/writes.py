@@ -3,6 +3,7 @@ replaced, touched and deleted, vectors given to pending chunks, and small bookke
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Sequence
 
 import apsw
@@ -11,6 +12,8 @@ from ...text import index_document
 from ..base import ChunkRow, FileRow, FileState
 from ..bm25 import drop_staged_postings, install_postings, read_varint, stage_postings
 from .common import _batches, _blob, _locked, _now_ms, _vec_errors
+
+log = logging.getLogger("clawmem")
 
 
 #: Keyword rows in the index below which no postings are written: a term's first use through
@@ -287,9 +290,16 @@ class _Writes:
             try:
                 (version,) = conn.execute("PRAGMA data_version").fetchall()[0]  # starts the snapshot
                 top, _ = stage_postings(conn, "chunks_fts")
-            except BaseException:
+            except BaseException as exc:
                 if not conn.getautocommit():
                     conn.execute("ROLLBACK")
+                if isinstance(exc, (apsw.FullError, apsw.IOError, apsw.CantOpenError)):
+                    # the TEMP table lives in SQLite's temporary directory (``TMPDIR``), which may be
+                    # full or unwritable where the index is not: the postings only speed searches up,
+                    # so the sync goes on without them (the rows above the watermark read from FTS5)
+                    log.warning("keyword postings not rewritten (temporary storage: %s); searches read "
+                                "FTS5's vocabulary instead", exc)
+                    return
                 raise
             conn.execute("COMMIT")  # ends the read (and the TEMP table's writes)
             with self._tx():
