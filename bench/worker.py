@@ -64,32 +64,35 @@ def _pcts(xs: list[float]) -> dict[str, float]:
 # -- phase: full index, no-op sync, one-file-changed sync ------------------------------------------------------
 
 
-def timed_syncs(mem: Any, target: Path, repeats: int) -> dict[str, Any]:
-    """No-op syncs of a live index, then one-file syncs (a line appended to ``target`` before each; the
-    file restored afterwards): ``noop_sync`` and ``one_file_sync`` percentiles, and the files each
-    one-file sync indexed (``one_file_sync_files_indexed``)."""
-    xs = []
+def sync_seconds(mem: Any, target: Path, repeats: int) -> tuple[list[float], list[float], list[int]]:
+    """``repeats`` no-op syncs of a live index, then as many one-file syncs (a line appended to ``target``
+    before each; the file restored afterwards): the seconds of each, and the files each one-file sync indexed."""
+    noop = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         mem.sync()
-        xs.append(time.perf_counter() - t0)
-    out: dict[str, Any] = {"noop_sync": _pcts(xs)}
+        noop.append(time.perf_counter() - t0)
     original = target.read_bytes()
-    xs, indexed = [], []
+    one_file, indexed = [], []
     try:
         for i in range(repeats):
             with target.open("ab") as fh:
                 fh.write(f"- benchmark edit {i}: moved the launch review to Friday.\n".encode())
             t0 = time.perf_counter()
             rep = mem.sync()
-            xs.append(time.perf_counter() - t0)
+            one_file.append(time.perf_counter() - t0)
             indexed.append(rep.files_indexed)
     finally:
         target.write_bytes(original)
         mem.sync()
-    out["one_file_sync"] = _pcts(xs)
-    out["one_file_sync_files_indexed"] = indexed
-    return out
+    return noop, one_file, indexed
+
+
+def timed_syncs(mem: Any, target: Path, repeats: int) -> dict[str, Any]:
+    """:func:`sync_seconds` as ``noop_sync`` and ``one_file_sync`` percentiles, and the files each
+    one-file sync indexed (``one_file_sync_files_indexed``)."""
+    noop, one_file, indexed = sync_seconds(mem, target, repeats)
+    return {"noop_sync": _pcts(noop), "one_file_sync": _pcts(one_file), "one_file_sync_files_indexed": indexed}
 
 
 def task_index(t: dict[str, Any]) -> dict[str, Any]:

@@ -369,18 +369,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.disable()
     try:
         return _run(args)
-    except ClawmemError as exc:
-        print(f"clawmem: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    except (ClawmemError, OSError) as exc:
+        return _failed(exc, sys.stderr)
     except KeyboardInterrupt:
         print("clawmem: interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:
-        print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        return EXIT_ERROR
     finally:
         if one_shot:
             gc.freeze()
+
+
+def _failed(exc: ClawmemError | OSError, err: TextIO) -> int:
+    """Say what stopped a command on ``err``; the exit code."""
+    if isinstance(exc, ClawmemError):
+        print(f"clawmem: error: {exc}", file=err)
+    else:
+        print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=err)
+    return EXIT_ERROR
 
 
 #: Commands a replica (no workspace: the store only) cannot run: they read or write the Markdown.
@@ -582,12 +587,8 @@ def _served(mem: Any, command: str, call: dict[str, Any]) -> tuple[int, str, str
     args = argparse.Namespace(**call)
     try:
         code = _cmd_search(mem, args, out, err, served=True) if command == "search" else _cmd_get(mem, args, out, err)
-    except ClawmemError as exc:
-        print(f"clawmem: error: {exc}", file=err)
-        code = EXIT_ERROR
-    except OSError as exc:
-        print(f"clawmem: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=err)
-        code = EXIT_ERROR
+    except (ClawmemError, OSError) as exc:
+        code = _failed(exc, err)
     return code, out.getvalue(), err.getvalue()
 
 

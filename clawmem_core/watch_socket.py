@@ -258,24 +258,32 @@ def _peer_uid(sock: Any) -> int:
     return int.from_bytes(cred[4:8], sys.byteorder)
 
 
-def _read_line(sock: Any, limit: int) -> bytes:
-    """One ``\\n``-terminated message (without it); ValueError when longer than ``limit`` or cut."""
-    chunks: list[bytes] = []
+def _next_line(sock: Any, limit: int, pending: bytes = b"") -> tuple[bytes, bytes]:
+    """The next ``\\n``-terminated message (without it) after ``pending`` (bytes already received),
+    and what was received after it; ValueError when longer than ``limit`` or cut."""
+    chunks: list[bytes] = [pending] if pending else []
+    data = pending
     size = 0
     while True:
-        data = sock.recv(65536)
-        if not data:
-            raise ValueError("connection closed before the end of the message")
         end = data.find(b"\n")
         if end >= 0:
-            chunks.append(data[:end])
-            if data[end + 1:]:
-                raise ValueError("data after the message")
-            return b"".join(chunks)
-        chunks.append(data)
+            chunks[-1] = data[:end]
+            return b"".join(chunks), data[end + 1:]
         size += len(data)
         if size > limit:
             raise ValueError("message too long")
+        data = sock.recv(65536)
+        if not data:
+            raise ValueError("connection closed before the end of the message")
+        chunks.append(data)
+
+
+def _read_line(sock: Any, limit: int, pending: bytes = b"") -> bytes:
+    """The one message left on ``sock`` (:func:`_next_line`); ValueError when more follows it."""
+    line, rest = _next_line(sock, limit, pending)
+    if rest:
+        raise ValueError("data after the message")
+    return line
 
 
 def answer(argv: Sequence[str], *, environ: Any = None, stdout: Any = None, stderr: Any = None) -> int | None:
@@ -333,12 +341,13 @@ def _ask(argv: Sequence[str], env: Any) -> tuple[int, str, str] | None:
         if _peer_uid(sock) != os.getuid():
             return None
         sock.sendall(request)
-        accepted = json.loads(_read_line_until_ack(sock))
+        ack, rest = _next_line(sock, 4096)
+        accepted = json.loads(ack)
         if not isinstance(accepted, dict) or accepted.get("v") != PROTOCOL or accepted.get("ok") is not True:
             return None
         wait = call.get("wait") or 0.0
         sock.settimeout(ANSWER_TIMEOUT + wait if wait != float("inf") else None)
-        reply = json.loads(_read_line(sock, MAX_REPLY).decode("ascii"))
+        reply = json.loads(_read_line(sock, MAX_REPLY, rest).decode("ascii"))
     except (OSError, ValueError):  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
         return None
     finally:
@@ -349,20 +358,6 @@ def _ask(argv: Sequence[str], env: Any) -> tuple[int, str, str] | None:
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(out, str) or not isinstance(err, str):
         return None
     return code, out, err
-
-
-def _read_line_until_ack(sock: Any) -> bytes:
-    """The watcher's acceptance line (short), leaving the answer to :func:`_read_line`."""
-    out = bytearray()
-    while True:
-        ch = sock.recv(1)
-        if not ch:
-            raise ValueError("connection closed before the acceptance")
-        if ch == b"\n":
-            return bytes(out)
-        out += ch
-        if len(out) > 4096:
-            raise ValueError("acceptance too long")
 
 
 # -- the server ----------------------------------------------------------------------------------------------------

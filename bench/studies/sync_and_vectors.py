@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..worker import sync_seconds
+
 
 def _percentile(xs: list[float], p: float) -> float:
     xs = sorted(xs)
@@ -79,27 +81,9 @@ def worker_sync(work: Path, keyword_only: bool, repeats: int) -> dict[str, Any]:
     with _open(work, keyword_only) as mem:
         for _ in range(3):
             mem.sync()  # settle (a long-lived index: the second sync starts the change journal)
-        xs = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            mem.sync()
-            xs.append(time.perf_counter() - t0)
-        res["noop"] = xs
         target = sorted((work / "ws" / "memory").rglob("*.md"))[100]
-        original = target.read_bytes()
-        xs = []
-        try:
-            for i in range(repeats):
-                with target.open("ab") as fh:
-                    fh.write(f"- benchmark edit {i}: moved the launch review to Friday.\n".encode())
-                t0 = time.perf_counter()
-                report = mem.sync()
-                xs.append(time.perf_counter() - t0)
-                assert report.files_indexed == 1, report
-        finally:
-            target.write_bytes(original)
-            mem.sync()
-        res["one_file"] = xs
+        res["noop"], res["one_file"], indexed = sync_seconds(mem, target, repeats)
+        assert indexed == [1] * repeats, indexed
     return {("kw_" if keyword_only else "") + k: v for k, v in res.items()}
 
 

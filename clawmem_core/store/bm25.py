@@ -82,13 +82,8 @@ class Bm25Index:
         """Read the row count, the token total and every row's length (FTS5's shadow tables)."""
         import numpy as np
 
-        conn.execute(
-            f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."{table}_instances" USING fts5vocab(main, "{table}", instance)'
-        )
-        rows = tokens = 0
-        for (block,) in conn.execute(f'SELECT block FROM "{table}_data" WHERE id = 1'):
-            rows, pos = read_varint(block)
-            tokens, _ = read_varint(block, pos)
+        _instances_table(conn, table)
+        rows, tokens = fts5_totals(conn, table)
         ids: list[int] = []
         sizes: list[int] = []
         for rid, sz in conn.execute(f'SELECT id, sz FROM "{table}_docsize"'):
@@ -123,9 +118,7 @@ class Bm25Index:
             (docs,) = self.conn.execute(
                 f'SELECT group_concat(doc) FROM temp."{self.table}_instances" WHERE term = ?', (token,)
             ).fetchall()[0]
-            # One value per instance of the term: rowids with repeats.
-            inst = np.fromstring(docs, dtype=np.int64, sep=",") if docs else np.zeros(0, dtype=np.int64)
-            rows, tf = _run_lengths(inst)
+            rows, tf = _rows_and_counts(docs)
         if len(rows) and rows[-1] >= len(self.length_norm):
             raise StaleStatistics(f"row {rows[-1]} was written after the statistics were read")
         hits = len(rows)
@@ -311,12 +304,8 @@ def stage_postings(conn: "apsw.Connection", table: str) -> tuple[int, int]:
     temporary database, so it needs no more than a read transaction of the main one (the pass
     holds no write lock); run it in one, for one state of the index. Returns the highest row and
     how many terms were written."""
-    import numpy as np
-
     staged = staged_table(table)
-    conn.execute(
-        f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."{table}_instances" USING fts5vocab(main, "{table}", instance)'
-    )
+    _instances_table(conn, table)
     conn.execute(f"DROP TABLE IF EXISTS {staged}")
     conn.execute(f"CREATE TABLE {staged} (term TEXT NOT NULL, n INTEGER NOT NULL, rows BLOB NOT NULL, "
                  "tfs BLOB NOT NULL)")
@@ -330,9 +319,7 @@ def stage_postings(conn: "apsw.Connection", table: str) -> tuple[int, int]:
         f'SELECT term, group_concat(doc) FROM temp."{table}_instances" GROUP BY term HAVING count(*) >= ?',
         (POSTINGS_MIN_INSTANCES,),
     ):
-        inst = np.fromstring(docs, dtype=np.int64, sep=",")
-        rows, tf = _run_lengths(inst)
-        out.append((term, *pack_postings(rows, tf)))
+        out.append((term, *pack_postings(*_rows_and_counts(docs))))
         if len(out) >= POSTINGS_BATCH:
             conn.executemany(insert, out)
             terms += len(out)
@@ -356,6 +343,34 @@ def install_postings(conn: "apsw.Connection", table: str, top: int) -> None:
 def drop_staged_postings(conn: "apsw.Connection", table: str) -> None:
     """Drop the TEMP table of :func:`stage_postings` (outside any transaction: its pages go back)."""
     conn.execute(f"DROP TABLE IF EXISTS {staged_table(table)}")
+
+
+def fts5_totals(conn: "apsw.Connection", table: str) -> tuple[int, int]:
+    """``(rows, tokens)`` of an FTS5 table: its averages record (``<table>_data`` id 1; empty
+    until the first row is written)."""
+    rows = tokens = 0
+    for (block,) in conn.execute(f'SELECT block FROM "{table}_data" WHERE id = 1'):
+        if block:
+            rows, pos = read_varint(block)
+            tokens, _ = read_varint(block, pos)
+    return rows, tokens
+
+
+def _instances_table(conn: "apsw.Connection", table: str) -> None:
+    """FTS5's ``instance`` vocabulary of ``table`` as ``temp."<table>_instances"`` (a row per
+    instance of a term, by term then row)."""
+    conn.execute(
+        f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."{table}_instances" USING fts5vocab(main, "{table}", instance)'
+    )
+
+
+def _rows_and_counts(docs: str | None) -> tuple["np.ndarray", "np.ndarray"]:
+    """A term's rows and its count in each, from ``group_concat`` of its instances' rows (one
+    value per instance: row ids with repeats)."""
+    import numpy as np
+
+    inst = np.fromstring(docs, dtype=np.int64, sep=",") if docs else np.zeros(0, dtype=np.int64)
+    return _run_lengths(inst)
 
 
 def _run_lengths(inst: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:

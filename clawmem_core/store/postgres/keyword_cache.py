@@ -48,6 +48,16 @@ _META_FILE_BYTES = 120
 _DENSE_SPAN = 2
 
 
+def _search(rows: "np.ndarray", rids: "np.ndarray", base: int) -> "np.ndarray":
+    """``base`` + the position of each of ``rids`` in ``rows`` (both ascending), -1 where it is not there."""
+    import numpy as np
+
+    far = np.searchsorted(rows, rids)
+    found = far < len(rows)
+    found[found] = rows[far[found]] == rids[found]
+    return np.where(found, far + base, -1).astype(np.int32)
+
+
 class _StaleKeywords(Exception):
     """The agent's keyword rows changed while their statistics were being read."""
 
@@ -186,33 +196,28 @@ class _KeywordStats:
         were written) are left out; else such a row means the statistics are out of date."""
         import numpy as np
 
-        at = self._at
-        if at is not None and len(rids):
-            # (rids ascending) those up to the last of the first rows by lookup, the rest by search
-            low, cut = self.rids[0], int(np.searchsorted(rids, self.rids[self._dense - 1], side="right"))
-            off = rids[:cut] - low
-            pos = at[off] if not cut or off[0] >= 0 else np.where(off >= 0, at[np.maximum(off, 0)], -1)
-            if cut < len(rids):
-                upper = self.rids[self._dense:]
-                far = np.searchsorted(upper, rids[cut:])
-                found = far < len(upper)
-                found[found] = upper[far[found]] == rids[cut:][found]
-                pos = np.concatenate([pos, np.where(found, far + self._dense, -1).astype(np.int32)])
-            held = pos >= 0
-            if not held.all():
-                if not live_only:
-                    raise _StaleKeywords("postings name rows the statistics do not hold")
-                pos, tf = pos[held], tf[held]
-            return pos.astype(np.int32), tf.astype(np.uint16)
-        pos = np.searchsorted(self.rids, rids)
-        if len(rids):
-            held = pos < self.rows
-            held[held] = self.rids[pos[held]] == rids[held]
-            if not held.all():
-                if not live_only:
-                    raise _StaleKeywords("postings name rows the statistics do not hold")
-                pos, tf = pos[held], tf[held]
+        pos = self._placed(rids)
+        held = pos >= 0
+        if not held.all():
+            if not live_only:
+                raise _StaleKeywords("postings name rows the statistics do not hold")
+            pos, tf = pos[held], tf[held]
         return pos.astype(np.int32), tf.astype(np.uint16)  # 6 bytes a posting (tf <= 256)
+
+    def _placed(self, rids: "np.ndarray") -> "np.ndarray":
+        """The row position of each of ``rids`` (ascending), -1 where no row holds it: by lookup
+        up to the last of the first :attr:`_dense` rows, by binary search above."""
+        import numpy as np
+
+        at = self._at
+        if at is None or not len(rids):
+            return _search(self.rids, rids, 0)
+        cut = int(np.searchsorted(rids, self.rids[self._dense - 1], side="right"))
+        off = rids[:cut] - self.rids[0]
+        pos = at[off] if not cut or off[0] >= 0 else np.where(off >= 0, at[np.maximum(off, 0)], -1)
+        if cut == len(rids):
+            return pos
+        return np.concatenate([pos, _search(self.rids[self._dense:], rids[cut:], self._dense)])
 
     def advance(self, token: Any, live: "np.ndarray | None", rids: "np.ndarray", doc_len: "np.ndarray",
                 postings: dict[str, tuple["np.ndarray", "np.ndarray"]], upto: int,

@@ -13,7 +13,7 @@ import apsw
 
 from ...text import quote_fts
 from ..base import ChunkRow, VectorCounts
-from ..bm25 import Bm25Index, StaleStatistics, read_varint
+from ..bm25 import Bm25Index, StaleStatistics, fts5_totals
 from .common import _batches, _blob, _locked, _vec_errors
 from .schema import FTS_TOKENIZERS
 
@@ -217,9 +217,7 @@ class _Search:
             return None
         token = self._data_token()
         if self._hits_cache is None or self._hits_cache[0] != token:
-            rows = 0
-            for (block,) in self.conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
-                rows = read_varint(block)[0]
+            rows, _ = fts5_totals(self.conn, "chunks_fts")
             self._hits_cache = (token, rows, {})
         _, rows, known = self._hits_cache
         out = []

@@ -165,27 +165,12 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.windows_index = not complete or "idx_chunks_windows" in names
             if not self.windows_index and not self.read_only:
-                # an index of an earlier release: add it now if nobody is writing (never waits)
-                conn.setbusytimeout(0)
-                try:
-                    with self._tx():
-                        conn.execute(_WINDOWS_INDEX)
-                    self.windows_index = True
-                except apsw.BusyError:
-                    pass
-                finally:
-                    conn.setbusytimeout(10_000)
+                # an index of an earlier release: add it now if nobody is writing
+                self.windows_index = self._add_if_idle(_WINDOWS_INDEX)
             if not self.read_only and not _POSTINGS_OBJECTS <= names:
                 # the packed keyword postings' tables (an index of an earlier release, or a new
-                # one): now if nobody is writing (never waits); searches do without until then
-                conn.setbusytimeout(0)
-                try:
-                    with self._tx():
-                        conn.execute(_POSTINGS)
-                except apsw.BusyError:
-                    pass
-                finally:
-                    conn.setbusytimeout(10_000)
+                # one): now if nobody is writing; searches do without until then
+                self._add_if_idle(_POSTINGS)
             self._ensure_fts("chunks_fts" in names or self.read_only)
             self._read_vector_state()
             conn.execute("SELECT key, value FROM meta").fetchall()  # a damaged meta page fails here, not later
@@ -282,6 +267,19 @@ class SQLiteStore(_Schema, _Writes, _Search, _EmbeddingCache, Store):
         except OSError:
             return None
         return (st.st_dev, st.st_ino)
+
+    def _add_if_idle(self, ddl: str) -> bool:
+        """Run ``ddl`` (objects added since an earlier release) in a transaction of its own if
+        nobody is writing: never waits for the write lock. Whether it ran."""
+        self.conn.setbusytimeout(0)
+        try:
+            with self._tx():
+                self.conn.execute(ddl)
+            return True
+        except apsw.BusyError:
+            return False
+        finally:
+            self.conn.setbusytimeout(10_000)
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[None]:

@@ -10,7 +10,7 @@ import apsw
 
 from ...text import index_document
 from ..base import ChunkRow, FileRow, FileState
-from ..bm25 import drop_staged_postings, install_postings, read_varint, stage_postings
+from ..bm25 import drop_staged_postings, fts5_totals, install_postings, stage_postings
 from .common import _batches, _blob, _locked, _now_ms, _vec_errors
 
 log = logging.getLogger("clawmem")
@@ -268,9 +268,7 @@ class _Writes:
             (upto,) = conn.execute("SELECT upto FROM chunks_fts_postings_upto WHERE id = 0").fetchall()[0]
         except (apsw.SQLError, IndexError):  # an index of an earlier release not converted yet
             return
-        rows = 0
-        for (block,) in conn.execute('SELECT block FROM "chunks_fts_data" WHERE id = 1'):
-            rows = read_varint(block)[0] if block else 0  # empty until the first row is written
+        rows, _ = fts5_totals(conn, "chunks_fts")
         if rows < SETTLE_MIN_INDEX_ROWS:
             return
         (above,) = conn.execute(
