@@ -12,10 +12,11 @@ import functools
 import math
 import re
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from .deadlines import LATE_CALLS, LateCalls, run_with_deadline  # noqa: F401 (LateCalls, run_with_deadline: re-exported)
 from .errors import InvalidQueryError
+from .query_days import named_days
 from .results import SearchHits, SearchResult
 from .snippets import SNIPPET_MAX_CHARS, build_snippet
 from .text import index_terms, search_terms, similarity_tokens
@@ -358,10 +359,13 @@ def promoted_chunks(store: Any, kw_hits: Sequence[tuple[str, float]],
 
 
 def prior_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str, str, int, int]],
-                terms: Sequence[str] = (), unboosted: Iterable[str] = ()) -> list[float]:
-    """The keyword hits' BM25 ranks, those of ``MEMORY.md`` chunks and of notes whose file name
-    holds one of the query's ``terms`` times :data:`CURATED_PRIOR` (once, not compounded); the
-    chunks in ``unboosted`` (made of promoted entries, :func:`promoted_chunks`) keep their rank."""
+                terms: Sequence[str] = (), unboosted: Iterable[str] = (),
+                days: Collection[date] = ()) -> list[float]:
+    """The keyword hits' BM25 ranks, those of ``MEMORY.md`` chunks, of notes whose file name
+    holds one of the query's ``terms`` and of daily notes for one of the ``days`` the query names
+    (:func:`~clawmem_core.query_days.named_days`) times :data:`CURATED_PRIOR` (once, not
+    compounded); the chunks in ``unboosted`` (made of promoted entries, :func:`promoted_chunks`)
+    keep their rank."""
     wanted = set(terms)
     plain = set(unboosted)
     named: dict[str, bool] = {}
@@ -373,7 +377,8 @@ def prior_ranks(kw_hits: Sequence[tuple[str, float]], meta: dict[str, tuple[str,
             continue
         if m[0] not in named:
             own_path = m[0][len(id_prefix(cid)):]  # a namespace's paths are "@<ns>/<path>"
-            named[m[0]] = is_curated(own_path, m[1]) or bool(wanted and not wanted.isdisjoint(_name_terms(own_path)))
+            named[m[0]] = (is_curated(own_path, m[1]) or bool(wanted and not wanted.isdisjoint(_name_terms(own_path)))
+                           or bool(days and date_from_path(own_path) in days))
         out.append(r * CURATED_PRIOR if named[m[0]] else r)
     return out
 
@@ -769,7 +774,8 @@ def _choose(
         # came from them, and a namespace must not change how the agent's own notes score.
         parts = index_parts(store, kw_hits, vec_hits)
         stats = term_stats(store, terms, [p for p, (ki, _) in parts.items() if ki])
-        ranks = prior_ranks(kw_hits, meta, terms, promoted_chunks(store, kw_hits, meta))
+        ranks = prior_ranks(kw_hits, meta, terms, promoted_chunks(store, kw_hits, meta),
+                            named_days(query[:MAX_QUERY_TERM_CHARS]))
         scores = [0.0] * len(kw_hits)
         for prefix, (ki, _) in parts.items():
             hits = stats.get(prefix, (None, ""))[0]
