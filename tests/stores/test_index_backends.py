@@ -20,7 +20,8 @@ NOTES = {
     "memory/people.md": "# People\n\nAlice prefers tea. Bob plays the saxophone in a jazz band.\n",
 }
 QUERIES = ["jazz", "what music do I like", "billing production", "成语", "龙井茶 杭州", "benchmark runner",
-           "saxophone band", "nothing matches this at all qqq"]
+           "saxophone band", "nothing matches this at all qqq",
+           "jazz production on January 5, 2026", "2026年1月6日 西湖"]  # a named day: its note counts twice
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
