@@ -698,7 +698,7 @@ def rank(
     info: dict[str, Any] = {}
     args = (store, cfg, query, terms, qvec, min_score, keyword_only, mtime_of)
     extra = dict(background=background, explicit_min_score=explicit_min_score, deadline=deadline,
-                 vectors_partial=vectors_partial)
+                 vectors_partial=vectors_partial, days=named_days(query[:MAX_QUERY_TERM_CHARS]))
     for attempt in range(_CANDIDATE_READS):
         chosen = _choose(*args, pool=CANDIDATE_POOL, k=min(k, CANDIDATE_POOL), reranker=reranker, info=info, **extra)
         if k > CANDIDATE_POOL:
@@ -732,6 +732,7 @@ def _choose(
     deadline: float | None,
     info: dict[str, Any],
     vectors_partial: bool = False,
+    days: Collection[date] = (),
 ) -> list[Candidate]:
     """The best ``k`` candidates of ``pool`` drawn from each side, after fusion, decay, reranking,
     MMR and thresholds."""
@@ -774,8 +775,7 @@ def _choose(
         # came from them, and a namespace must not change how the agent's own notes score.
         parts = index_parts(store, kw_hits, vec_hits)
         stats = term_stats(store, terms, [p for p, (ki, _) in parts.items() if ki])
-        ranks = prior_ranks(kw_hits, meta, terms, promoted_chunks(store, kw_hits, meta),
-                            named_days(query[:MAX_QUERY_TERM_CHARS]))
+        ranks = prior_ranks(kw_hits, meta, terms, promoted_chunks(store, kw_hits, meta), days)
         scores = [0.0] * len(kw_hits)
         for prefix, (ki, _) in parts.items():
             hits = stats.get(prefix, (None, ""))[0]
